@@ -1,0 +1,114 @@
+"""``OTEL_VERL_*`` settings: parsed once per process, never fatal.
+
+A bad value logs one warning naming the variable and the default used instead;
+nothing here can stop training. Standard ``OTEL_*`` variables (exporters, endpoint,
+headers, sampler, ``OTEL_METRIC_EXPORT_INTERVAL``, ``OTEL_SDK_DISABLED``, ...) are read by
+the OpenTelemetry SDK itself and keep their documented meaning.
+
+=================================  ===========  ==============================================
+Variable                           Default      Meaning
+=================================  ===========  ==============================================
+``OTEL_VERL_RUN_ID``               generated    Run id shared by every process of one job
+                                                (resource attribute ``verl.run.id``). Set in
+                                                the launcher and handed to Ray workers.
+``OTEL_VERL_FILE_DIR``             ``./otel-    Folder the ``otlp_json_file`` exporters write
+                                   verl-tele-   to: one JSON-lines file per signal and
+                                   metry``      process (``traces-<role>-<pid>.jsonl``...).
+``OTEL_VERL_SHUTDOWN_TIMEOUT``     ``5``        Seconds the exit flush may add to a process's
+                                                exit, whatever the endpoint does.
+``OTEL_VERL_FORWARD_METRICS``      ``true``     Export every numeric key verl logs as a gauge.
+``OTEL_VERL_STEP_EXPORT``          ``true``     Export metrics at every step boundary (so no
+                                                step's values are lost between intervals).
+``OTEL_VERL_RAY_RUNTIME_ENV``      ``true``     Add the ``OTEL_*`` settings to the job's Ray
+                                                ``runtime_env`` (needed on running clusters).
+=================================  ===========  ==============================================
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+
+_log = logging.getLogger(__name__)
+
+RUN_ID = "OTEL_VERL_RUN_ID"
+FILE_DIR = "OTEL_VERL_FILE_DIR"
+SHUTDOWN_TIMEOUT = "OTEL_VERL_SHUTDOWN_TIMEOUT"
+FORWARD_METRICS = "OTEL_VERL_FORWARD_METRICS"
+STEP_EXPORT = "OTEL_VERL_STEP_EXPORT"
+RAY_RUNTIME_ENV = "OTEL_VERL_RAY_RUNTIME_ENV"
+
+DEFAULT_FILE_DIR = "otel-verl-telemetry"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _warn(name: str, raw: str, default: object) -> None:
+    _log.warning("otel-verl: ignoring %s=%r (not valid); using the default %r", name, raw, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    _warn(name, raw, default)
+    return default
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        _warn(name, raw, default)
+        return default
+    if not value >= minimum or value == float("inf"):  # also rejects NaN
+        _warn(name, raw, default)
+        return default
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    run_id: str | None
+    file_dir: str
+    shutdown_timeout_s: float
+    forward_metrics: bool
+    step_export: bool
+    ray_runtime_env: bool
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """This process's settings (read once: the environment of a running job does not change)."""
+    return Settings(
+        run_id=os.environ.get(RUN_ID) or None,
+        file_dir=os.environ.get(FILE_DIR) or DEFAULT_FILE_DIR,
+        shutdown_timeout_s=env_float(SHUTDOWN_TIMEOUT, 5.0),
+        forward_metrics=env_bool(FORWARD_METRICS, True),
+        step_export=env_bool(STEP_EXPORT, True),
+        ray_runtime_env=env_bool(RAY_RUNTIME_ENV, True),
+    )
+
+
+def ensure_run_id() -> str:
+    """Give this job a run id (in the launcher) that every child process inherits."""
+    run_id = os.environ.get(RUN_ID)
+    if not run_id:
+        run_id = uuid.uuid4().hex
+        os.environ[RUN_ID] = run_id
+    # File output must land in one folder whatever each Ray worker's cwd is.
+    os.environ[FILE_DIR] = os.path.abspath(os.environ.get(FILE_DIR) or DEFAULT_FILE_DIR)
+    settings.cache_clear()
+    return run_id

@@ -1,0 +1,43 @@
+"""``ray.init`` in the launcher: hand the ``OTEL_*`` settings to every Ray worker.
+
+On a fresh local cluster Ray workers inherit the launcher's environment anyway; on a
+running cluster (``ray start``, KubeRay, ``ray job submit``) they do not. Adding the
+``OTEL_*`` variables (exporter, endpoint, ``OTEL_VERL_RUN_ID``, ...) to the job's
+``runtime_env.env_vars`` makes both cases equal. verl's ``verl.plugins`` entry point then
+turns the instrumentation on in each worker (see ``otel_verl._verl_plugin``). Variables the
+user already put in ``runtime_env`` win. Turn off with ``OTEL_VERL_RAY_RUNTIME_ENV=false``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from otel_verl._safe import safe
+from otel_verl.config import settings
+from otel_verl.hooks import Hook
+
+
+def otel_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
+
+
+@safe("ray runtime_env")
+def _with_otel_env(kwargs: dict[str, Any]) -> dict[str, Any]:
+    if not settings().ray_runtime_env:
+        return kwargs
+    runtime_env = kwargs.get("runtime_env")
+    if runtime_env is None:
+        runtime_env = {}
+    elif not isinstance(runtime_env, dict):
+        return kwargs  # a RuntimeEnv object or similar: leave the user's choice alone
+    env_vars = dict(otel_env())
+    env_vars.update(runtime_env.get("env_vars") or {})
+    return {**kwargs, "runtime_env": {**runtime_env, "env_vars": env_vars}}
+
+
+def _init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return wrapped(*args, **(_with_otel_env(kwargs) or kwargs))
+
+
+HOOKS = [Hook("ray", "init", _init_wrapper)]

@@ -1,0 +1,33 @@
+"""verl's metrics sink, ``verl.utils.tracking.Tracking.log(data, step)``.
+
+Every numeric value verl logs is recorded (see ``otel_verl.metrics``) after verl's own
+backends (console, wandb, ...) got it, whatever ``trainer.logger`` says, and the step's
+metrics are exported right away in the background (``OTEL_VERL_STEP_EXPORT``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from otel_verl._safe import safe
+from otel_verl.config import settings
+from otel_verl.hooks import Hook
+from otel_verl.runtime import RUNTIME
+
+
+@safe("metrics from Tracking.log")
+def _record(data: Any) -> None:
+    if not isinstance(data, Mapping):
+        return
+    RUNTIME.metrics.record_log(data, forward_all=settings().forward_metrics)
+    RUNTIME.telemetry.mark_step()
+
+
+def _log_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)
+    _record(kwargs["data"] if "data" in kwargs else (args[0] if args else None))
+    return result
+
+
+HOOKS = [Hook("verl.utils.tracking", "Tracking.log", _log_wrapper)]

@@ -1,0 +1,188 @@
+"""verl's single controller: driver -> worker-group calls -> worker actors.
+
+* Driver (TaskRunner): every worker-group method built by
+  ``verl.single_controller.ray.base.func_generator`` gets a ``verl.wg.<method>`` span (a
+  child of the current stage span) and hands the trace context to the workers inside
+  its data argument (``otel_verl.propagation``). For non-blocking methods
+  (``train_mini_batch``, ``infer_batch``, ``update_weights``) the span covers the dispatch;
+  the wait shows on the stage span.
+* Workers (``verl.workers.engine_workers``): ``ActorRolloutRefWorker`` and ``TrainingWorker``
+  methods take the context out and record ``verl.worker.<method>`` spans with the rank, so
+  one step's trace holds the work of every rank. Coroutine methods stay coroutines and
+  verl's registration metadata (dispatch mode, blocking) is preserved by the wrapper.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from otel_verl import propagation, semconv
+from otel_verl._safe import safe
+from otel_verl.hooks import Hook
+from otel_verl.runtime import RUNTIME
+
+ENGINE = "verl.workers.engine_workers"
+ARR_METHODS = (
+    "compute_log_prob",
+    "compute_ref_log_prob",
+    "update_actor",
+    "update_weights",
+    "save_checkpoint",
+    "load_checkpoint",
+)
+TRAINING_METHODS = ("train_mini_batch", "train_batch", "infer_batch", "save_checkpoint", "load_checkpoint")
+
+
+# ------------------------------------------------------------------------------ driver side
+@safe("worker-group span start")
+def _dispatch_start(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    if RUNTIME.trainer is None or not trace.get_current_span().get_span_context().is_valid:
+        return None
+    span = RUNTIME.telemetry.tracer.start_span(
+        semconv.SPAN_WG_PREFIX + method, kind=SpanKind.CLIENT, attributes={semconv.ATTR_WORKER_METHOD: method}
+    )
+    token = otel_context.attach(trace.set_span_in_context(span))
+    data = propagation.find_data(args, kwargs)
+    if data is not None and not propagation.inject(data):
+        data = None
+    return span, token, data
+
+
+@safe("worker-group span end")
+def _dispatch_end(state: tuple[Any, Any, Any], error: BaseException | None) -> None:
+    span, token, data = state
+    if data is not None:
+        propagation.take(data)  # verl reuses e.g. KVBatchMeta.extra_info across calls
+    otel_context.detach(token)
+    _finish(span, error)
+
+
+class _TracedWorkerGroupMethod(wrapt.ObjectProxy):  # type: ignore[misc]
+    def __init__(self, functor: Any, method: str) -> None:
+        super().__init__(functor)
+        self._self_method = method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        state = _dispatch_start(self._self_method, args, kwargs)
+        if state is None:
+            return self.__wrapped__(*args, **kwargs)
+        try:
+            result = self.__wrapped__(*args, **kwargs)
+        except BaseException as exc:
+            _dispatch_end(state, exc)
+            raise
+        _dispatch_end(state, None)
+        return result
+
+
+def _func_generator_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    functor = wrapped(*args, **kwargs)
+    method = kwargs.get("method_name", args[1] if len(args) > 1 else None)
+    return _TracedWorkerGroupMethod(functor, method) if isinstance(method, str) else functor
+
+
+# ------------------------------------------------------------------------------ worker side
+def _finish(span: Any, error: BaseException | None) -> None:
+    if error is not None:
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    span.end()
+
+
+def _rank(instance: Any) -> int | None:
+    rank = getattr(instance, "rank", None)
+    if isinstance(rank, int):
+        return rank
+    env = os.environ.get("RANK")
+    return int(env) if env and env.isdigit() else None
+
+
+@safe("worker span start")
+def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+    data = propagation.find_data(args, kwargs)
+    parent = propagation.take(data) if data is not None else None
+    if parent is None:
+        if not trace.get_current_span().get_span_context().is_valid:
+            return None  # not part of a traced step: no orphan traces
+        parent = otel_context.get_current()
+    rank = _rank(instance)
+    RUNTIME.identify(role=semconv.ROLE_WORKER, rank=rank)
+    attrs: dict[str, Any] = {
+        semconv.ATTR_WORKER_METHOD: method,
+        semconv.ATTR_WORKER_CLASS: type(instance).__name__,
+    }
+    if rank is not None:
+        attrs[semconv.RES_RANK] = rank
+    span = RUNTIME.telemetry.tracer.start_span(
+        semconv.SPAN_WORKER_PREFIX + method, context=parent, kind=SpanKind.SERVER, attributes=attrs
+    )
+    return span, otel_context.attach(trace.set_span_in_context(span))
+
+
+@safe("worker span end")
+def _worker_end(state: tuple[Any, Any], error: BaseException | None) -> None:
+    span, token = state
+    otel_context.detach(token)
+    _finish(span, error)
+
+
+def _make_worker_wrapper(method: str, is_async: bool) -> Any:
+    if is_async:
+
+        async def run_async(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            state = _worker_start(instance, method, args, kwargs)
+            if state is None:
+                return await wrapped(*args, **kwargs)
+            try:
+                result = await wrapped(*args, **kwargs)
+            except BaseException as exc:
+                _worker_end(state, exc)
+                raise
+            _worker_end(state, None)
+            return result
+
+        def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            return run_async(wrapped, instance, args, kwargs)
+
+        return wrapper
+
+    def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        state = _worker_start(instance, method, args, kwargs)
+        if state is None:
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            _worker_end(state, exc)
+            raise
+        _worker_end(state, None)
+        return result
+
+    return sync_wrapper
+
+
+class _LazyWorkerWrapper:
+    """Picks the sync or async wrapper from the method itself on first use."""
+
+    def __init__(self, method: str) -> None:
+        self._method = method
+        self._impl: Any = None
+
+    def __call__(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        if self._impl is None:
+            self._impl = _make_worker_wrapper(self._method, inspect.iscoroutinefunction(wrapped))
+        return self._impl(wrapped, instance, args, kwargs)
+
+
+HOOKS = (
+    [Hook("verl.single_controller.ray.base", "func_generator", _func_generator_wrapper)]
+    + [Hook(ENGINE, f"ActorRolloutRefWorker.{m}", _LazyWorkerWrapper(m), optional=True) for m in ARR_METHODS]
+    + [Hook(ENGINE, f"TrainingWorker.{m}", _LazyWorkerWrapper(m), optional=True) for m in TRAINING_METHODS]
+)

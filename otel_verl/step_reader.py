@@ -1,0 +1,122 @@
+"""A metric reader that exports at step boundaries without blocking the training thread.
+
+verl logs a step's values once; a gauge exported only every ``OTEL_METRIC_EXPORT_INTERVAL``
+(60 s by default) keeps only the last value of the interval, so short steps would be lost.
+``mark_step()`` collects right away (in memory, in the caller's thread: the values are
+exactly the step's) and hands the batch to a background thread that exports it. The same
+thread also collects every interval, like ``PeriodicExportingMetricReader``.
+
+The queue is bounded: with a dead endpoint the oldest batches are dropped, so memory
+stays flat, and nothing the exporter does can stall training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricReader,
+    MetricsData,
+)
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_MS = 60_000.0
+MAX_PENDING = 32  # batches waiting for export; ~32 steps of history when the backend is down
+
+
+def _interval_ms() -> float:
+    raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL")
+    try:
+        value = float(raw) if raw else DEFAULT_INTERVAL_MS
+    except ValueError:
+        _log.warning("Invalid OTEL_METRIC_EXPORT_INTERVAL=%r; using %s", raw, DEFAULT_INTERVAL_MS)
+        value = DEFAULT_INTERVAL_MS
+    return value if value > 0 else DEFAULT_INTERVAL_MS
+
+
+class StepMetricReader(MetricReader):
+    def __init__(self, exporter: MetricExporter, export_interval_millis: float | None = None) -> None:
+        super().__init__(
+            preferred_temporality=exporter._preferred_temporality,  # noqa: SLF001 - as the SDK's own readers do
+            preferred_aggregation=exporter._preferred_aggregation,  # noqa: SLF001
+        )
+        self._exporter = exporter
+        self._interval_s = (export_interval_millis or _interval_ms()) / 1000.0
+        self._pending: deque[MetricsData] = deque(maxlen=MAX_PENDING)
+        self._cv = threading.Condition()
+        self._busy = False
+        self._stopped = False
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="otel-verl-metrics", daemon=True)
+        self._thread.start()
+
+    # -- called by the SDK after collect()
+    def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> None:
+        if metrics_data is None:
+            return
+        with self._cv:
+            if len(self._pending) == self._pending.maxlen:
+                self.dropped += 1
+            self._pending.append(metrics_data)
+            self._cv.notify_all()
+
+    def mark_step(self) -> None:
+        """Snapshot the instruments now and export them in the background."""
+        if not self._stopped:
+            self.collect()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if not self._pending and not self._stopped:
+                    self._cv.wait(self._interval_s)
+                if self._stopped and not self._pending:
+                    return
+                if not self._pending:
+                    timed_out = True
+                else:
+                    timed_out = False
+            if timed_out:
+                try:
+                    self.collect()
+                except Exception:  # noqa: BLE001 - a collection error must not kill the thread
+                    _log.debug("periodic metric collection failed", exc_info=True)
+                continue
+            self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            with self._cv:
+                if not self._pending:
+                    self._busy = False
+                    self._cv.notify_all()
+                    return
+                batch = self._pending.popleft()
+                self._busy = True
+            try:
+                self._exporter.export(batch)
+            except Exception:  # noqa: BLE001 - exporter failures are the exporter's to report
+                _log.debug("metric export failed", exc_info=True)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Collect now and wait (at most ``timeout_millis``) until everything queued is exported."""
+        if not self._stopped:
+            self.collect()
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._pending and not self._busy, timeout_millis / 1000.0)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        self.force_flush(timeout_millis)
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+        self._thread.join(timeout_millis / 1000.0)
+        try:
+            self._exporter.shutdown(timeout_millis=timeout_millis)
+        except TypeError:
+            self._exporter.shutdown()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up everything otel-verl's demo and tests need, from scratch, inside this clone:
+# a .venv with torch (CPU build), verl 0.9.1, otel-verl and the test-only CPU harness,
+# plus Debian's Prometheus/Alertmanager tools for the ops tests. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# This machine's pip config names local folders that may be absent; hide those warnings only.
+pip() {
+  local log rc=0
+  log=$(mktemp)
+  .venv/bin/python -m pip "$@" >"$log" 2>&1 || rc=$?
+  grep -v "is ignored: it is neither" "$log" || true
+  rm -f "$log"
+  return "$rc"
+}
+
+# torch first, pinned: a bare `torch` (or verl's extras) would pull a multi-GB CUDA build.
+pip install -q torch==2.13.0
+pip install -q 'verl[verl-core]==0.9.1' -e '.[test]' -e tests/harness
+.venv/bin/python -c "import torch, verl, otel_verl; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+
+if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      prometheus prometheus-alertmanager) >/dev/null \
+      || echo "setup: could not install prometheus/alertmanager; their tests will be skipped" >&2
+  else
+    echo "setup: not root; install 'prometheus prometheus-alertmanager' for the ops tests" >&2
+  fi
+fi
+# Debian starts the services it installs where systemd runs; tests start their own.
+echo "setup: ready (.venv)"

@@ -1,0 +1,50 @@
+"""python -m verl_cpu_harness --workdir DIR [--driver v1|v0] [--algo grpo|ppo] [--steps N]
+[--n-gpus N] [--launcher "opentelemetry-instrument"] [--timeout S] [-- extra Hydra overrides]
+
+Makes the assets in DIR and runs ``[launcher] python -m verl.trainer.main_ppo <overrides>``
+with cwd=DIR, streaming its output (also saved to DIR/run.log); exits with its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .runner import run_verl
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(prog="python -m verl_cpu_harness", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--driver", choices=["v1", "v0"], default="v1")
+    parser.add_argument("--algo", choices=["grpo", "ppo"], default="grpo")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--n-gpus", type=int, default=1)
+    parser.add_argument("--no-val-before-train", dest="val_before_train", action="store_false")
+    parser.add_argument("--test-freq", type=int, default=-1)
+    parser.add_argument("--launcher", default=None, help='command words placed before python, e.g. "opentelemetry-instrument"')
+    parser.add_argument("--timeout", type=float, default=None, help="seconds; on expiry the run is killed (exit 124)")
+    ns = parser.parse_args(argv)
+    result = run_verl(
+        ns.workdir,
+        driver=ns.driver,
+        algo=ns.algo,
+        steps=ns.steps,
+        n_gpus=ns.n_gpus,
+        val_before_train=ns.val_before_train,
+        test_freq=ns.test_freq,
+        extra=extra,
+        launcher=ns.launcher,
+        timeout=ns.timeout,
+    )
+    print(f"[verl_cpu_harness] exit={result.returncode} wall={result.wall_s:.1f}s", file=sys.stderr, flush=True)
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The ``hfcpu`` rollout backend: HF ``generate`` behind verl's async rollout-server API.
+
+verl 0.9.1 has no synchronous rollout; every rollout goes through a server replica
+(vLLM/SGLang/TRT-LLM) that agent-loop workers call token-in/token-out. This module gives
+the same three pieces for CPU:
+
+- ``HFCPUServer``: Ray actor, one per replica, running ``model.generate`` and returning
+  ``TokenOutput``; the control methods verl calls (sleep, wake_up, ...) are no-ops.
+- ``HFCPUReplica``: the ``RolloutReplica`` that starts that actor (hybrid mode).
+- ``HFCPUServerAdapter``: the ``BaseRollout`` inside each training worker; on every
+  ``update_weights`` it pushes the FSDP weights to its replica's server, so weight sync is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import threading
+from typing import Any
+
+import ray
+import torch
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+_NAME_PREFIX = "hfcpu_server_"
+
+
+def _server_name(replica_rank: int, name_suffix: str = "") -> str:
+    return f"{_NAME_PREFIX}{replica_rank}_0{name_suffix}"
+
+
+class HFCPUServer:
+    def __init__(self, config, model_config, replica_rank: int) -> None:
+        from transformers import AutoModelForCausalLM
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        self.config = omega_conf_to_dataclass(config)
+        self.model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.replica_rank = replica_rank
+        self.global_steps = None
+        self._lock = threading.Lock()  # one generate / weight load at a time
+
+        torch.set_num_threads(1)
+        torch.manual_seed(getattr(self.config, "seed", 0) + replica_rank)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_config.local_path, torch_dtype=torch.float32, attn_implementation="sdpa"
+        ).eval()
+        tokenizer = self.model_config.tokenizer
+        gen_cfg = self.model.generation_config
+        self.eos_token_id = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else tokenizer.eos_token_id
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
+
+    # ---- token-in / token-out, same signature as vLLMHttpServer.generate ----------------
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+        audio_data: list[Any] | None = None,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+        priority: int = 0,
+        **kwargs,
+    ) -> TokenOutput:
+        return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
+
+    def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
+        cfg = self.config
+        max_tokens = params.pop("max_tokens", None) or params.pop("max_new_tokens", None)
+        if max_tokens is None:  # as vLLMHttpServer: capped by response_length and the total budget
+            max_tokens = min(cfg.response_length, cfg.prompt_length + cfg.response_length - len(prompt_ids))
+        temperature = float(params.get("temperature", 1.0) or 0.0)
+        top_k = int(params.get("top_k", -1) or -1)
+        want_logprobs = bool(params.get("logprobs", False))
+        gen_kwargs: dict[str, Any] = dict(
+            max_new_tokens=max(1, int(max_tokens)),
+            do_sample=temperature > 0,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=want_logprobs,
+        )
+        if temperature > 0:
+            gen_kwargs.update(temperature=temperature, top_p=float(params.get("top_p", 1.0)), top_k=max(top_k, 0))
+        if float(params.get("repetition_penalty", 1.0)) != 1.0:
+            gen_kwargs["repetition_penalty"] = float(params["repetition_penalty"])
+
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long)
+        with self._lock, torch.no_grad():
+            out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **gen_kwargs)
+        token_ids = out.sequences[0, len(prompt_ids) :].tolist()
+        log_probs = None
+        if want_logprobs:
+            log_probs = [
+                torch.log_softmax(logits[0].float(), dim=-1)[tok].item()
+                for logits, tok in zip(out.logits, token_ids, strict=False)
+            ]
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs,
+            stop_reason="completed",
+            num_preempted=0,
+            extra_fields={"global_steps": self.global_steps},
+        )
+
+    # ---- weight sync ---------------------------------------------------------------------
+    def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
+        with self._lock:
+            result = self.model.load_state_dict(named_tensors, strict=False)
+            if self.model.config.tie_word_embeddings:
+                self.model.tie_weights()
+        if result.unexpected_keys:
+            raise KeyError(f"hfcpu: unexpected weight names {result.unexpected_keys[:5]}")
+        if global_steps is not None:
+            self.global_steps = global_steps
+        return len(named_tensors)
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    # ---- control methods the replica / checkpoint manager call: nothing to do on CPU --------
+    async def ready(self) -> bool:
+        return True
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        pass
+
+    async def sleep(self) -> None:
+        pass
+
+    async def clear_kv_cache(self) -> None:
+        pass
+
+    async def release_kv_cache(self) -> None:
+        pass
+
+    async def resume_kv_cache(self) -> None:
+        pass
+
+    async def wait_for_requests_to_drain(self) -> None:
+        pass
+
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True) -> dict:
+        return {"aborted": False, "request_id": request_id}
+
+    async def resume_generation(self) -> None:
+        pass
+
+    async def start_profile(self, **kwargs) -> None:
+        pass
+
+    async def stop_profile(self) -> None:
+        pass
+
+
+class HFCPUReplica(RolloutReplica):
+    async def launch_servers(self):
+        assert self.world_size == 1, "hfcpu: one process per replica (tensor/data/pipeline parallel size 1)"
+        name = _server_name(self.replica_rank, self.name_suffix)
+        server = (
+            ray.remote(HFCPUServer)
+            .options(name=name, num_cpus=0, max_concurrency=self.max_concurrency)
+            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        )
+        await server.ready.remote()  # surface constructor errors here
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = name  # only used as the load balancer's server id
+
+
+class HFCPUServerAdapter(BaseRollout):
+    def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
+        super().__init__(config, model_config, device_mesh)
+        cfg = self.config
+        rollout_world_size = (
+            cfg.tensor_model_parallel_size * cfg.data_parallel_size * cfg.pipeline_model_parallel_size
+        )
+        rank = int(os.environ["RANK"])
+        self.replica_rank = rank // rollout_world_size if replica_rank == -1 else replica_rank
+        self._is_leader = rank % rollout_world_size == 0
+        self._server = None
+
+    def _server_handle(self):
+        if self._server is None:  # the server starts after the training engine
+            self._server = ray.get_actor(_server_name(self.replica_rank))
+        return self._server
+
+    async def resume(self, tags: list[str]):
+        pass
+
+    async def release(self):
+        pass
+
+    @torch.no_grad()
+    async def update_weights(self, weights, global_steps: int = None, wire_format: str = "named_tensors", **kwargs):
+        assert wire_format == "named_tensors", f"hfcpu supports only named_tensors, got {wire_format!r}"
+        # Every rank drains the generator: FSDP2's full_tensor() is a collective.
+        state: dict[str, torch.Tensor] = {}
+        if inspect.isasyncgen(weights) or hasattr(weights, "__aiter__"):
+            async for name, tensor in weights:
+                state[name] = tensor.detach().to("cpu", copy=True)
+        else:
+            for name, tensor in weights:
+                state[name] = tensor.detach().to("cpu", copy=True)
+        if self._is_leader:
+            await self._server_handle().update_weights.remote(state, global_steps)

@@ -1,0 +1,168 @@
+"""Run ``python -m verl.trainer.main_ppo`` on the harness and read its console metrics."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from .assets import make_assets
+from .command import verl_args
+
+# verl's console logger (verl/utils/logger/aggregate_logger.py, LocalLogger.log) prints
+#     concat_dict_to_str(data, step) == "step:N - key:value - key:value ..."
+# with value = pprint.pformat(v) for every numbers.Number v, so numpy 2 scalars read
+# "np.float64(0.5)" / "np.int64(3)", bools "True", and non-finite floats "nan" / "inf".
+# Lines printed in a Ray actor are prefixed by Ray, e.g. "(TaskRunner pid=123) step:1 - ...".
+_STEP_LINE = re.compile(r"(?:^|[\s)])step:(-?\d+)(?: - (.*))?$")
+_NP_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
+
+
+def _to_float(text: str) -> float | None:
+    text = text.strip()
+    match = _NP_SCALAR.match(text)
+    if match:
+        text = match.group(1)
+    if text in ("True", "False"):
+        return 1.0 if text == "True" else 0.0
+    try:
+        return float(text)  # also "nan", "inf", "-inf"
+    except ValueError:
+        return None
+
+
+def parse_console_metrics(text: str) -> dict[int, dict[str, float]]:
+    """Parse verl console-logger lines into ``{step: {key: value}}``.
+
+    Several lines for one step (e.g. validation metrics logged separately) are merged,
+    later values win. Parts that are not ``key:number`` are skipped.
+    """
+    metrics: dict[int, dict[str, float]] = {}
+    for line in text.splitlines():
+        match = _STEP_LINE.search(line.rstrip())
+        if not match:
+            continue
+        step = int(match.group(1))
+        values = metrics.setdefault(step, {})
+        for part in (match.group(2) or "").split(" - "):
+            key, sep, raw = part.rpartition(":")
+            if not sep or not key:
+                continue
+            value = _to_float(raw)
+            if value is not None:
+                values[key.strip()] = value
+    return {step: values for step, values in metrics.items() if values}
+
+
+def finite(values: Mapping[str, float]) -> dict[str, float]:
+    """Drop nan/inf entries (handy when comparing with exported metrics)."""
+    return {k: v for k, v in values.items() if math.isfinite(v)}
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    output: str
+    wall_s: float
+    command: list[str]
+
+    @property
+    def metrics(self) -> dict[int, dict[str, float]]:
+        return parse_console_metrics(self.output)
+
+
+def _resolve_launcher(launcher: str | Sequence[str] | None) -> list[str]:
+    if not launcher:
+        return []
+    words = shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
+    # an unactivated venv: find e.g. "opentelemetry-instrument" next to this interpreter
+    if "/" not in words[0] and shutil.which(words[0]) is None:
+        candidate = Path(sys.executable).parent / words[0]
+        if candidate.exists():
+            words[0] = str(candidate)
+    return words
+
+
+def build_command(args: Sequence[str], launcher: str | Sequence[str] | None = None) -> list[str]:
+    return [*_resolve_launcher(launcher), sys.executable, "-m", "verl.trainer.main_ppo", *args]
+
+
+def run_verl(
+    workdir: Path | str,
+    *,
+    driver: str = "v1",
+    algo: str = "grpo",
+    steps: int = 2,
+    n_gpus: int = 1,
+    val_before_train: bool = True,
+    test_freq: int = -1,
+    extra: Sequence[str] = (),
+    launcher: str | Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    stream: TextIO | None = sys.stdout,
+) -> RunResult:
+    """Make the assets in ``workdir`` and run the trainer there (cwd=workdir).
+
+    Output is streamed to ``stream`` (None: silent), kept in the result and written to
+    ``workdir/run.log``. On timeout the whole process group is killed (returncode 124).
+    """
+    workdir = Path(workdir).resolve()
+    assets = make_assets(workdir)
+    args = verl_args(
+        assets,
+        driver=driver,
+        algo=algo,
+        steps=steps,
+        n_gpus=n_gpus,
+        val_before_train=val_before_train,
+        test_freq=test_freq,
+        extra=extra,
+    )
+    command = build_command(args, launcher)
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    lines: list[str] = []
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        command,
+        cwd=workdir,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,  # own process group, so a timeout can kill Ray's children too
+    )
+    log = open(workdir / "run.log", "w")
+
+    def pump() -> None:  # a thread, so that a silent hang still hits the timeout below
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            log.write(line)
+            if stream is not None:
+                stream.write(line)
+                stream.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        returncode = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        returncode = 124
+    reader.join(timeout=10)
+    log.close()
+    return RunResult(returncode, "".join(lines), time.monotonic() - start, command)

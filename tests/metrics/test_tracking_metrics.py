@@ -1,0 +1,89 @@
+"""Everything verl's real ``Tracking.log`` receives becomes an OTel instrument."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from otel_verl import semconv
+
+
+@pytest.fixture
+def tracking():
+    from verl.utils.tracking import Tracking
+
+    return Tracking(project_name="p", experiment_name="e", default_backend=["console"])
+
+
+def test_name_rule():
+    assert semconv.metric_name("actor/kl_loss") == "verl.actor.kl_loss"
+    assert semconv.metric_name("val-core/gsm8k/reward/mean@4") == "verl.val-core.gsm8k.reward.mean_4"
+    assert semconv.metric_name("timing_s/agent_loop/slowest/gen") == "verl.timing_s.agent_loop.slowest.gen"
+    assert len(semconv.metric_name("x" * 400)) == 255
+
+
+def test_values_equal_what_verl_logged(captured, tracking, capsys):
+    data = {
+        "actor/kl_loss": 0.012345678901234,
+        "actor/ppo_kl": np.float32(0.25),
+        "critic/score/mean": 0.75,
+        "critic/rewards/mean": torch.tensor(0.5),
+        "perf/throughput": 1234,
+        "training/global_step": 7,
+        "note": "text is skipped",
+        "vector": [1, 2],
+    }
+    tracking.log(data=data, step=7)
+    assert "step:7" in capsys.readouterr().out  # verl's own console backend still works
+
+    points = captured.metric_points()
+    assert points["verl.actor.kl_loss"][0].value == 0.012345678901234
+    assert points["verl.actor.ppo_kl"][0].value == float(np.float32(0.25))
+    assert points["verl.critic.rewards.mean"][0].value == 0.5
+    assert points["verl.training.global_step"][0].value == 7
+    assert "verl.note" not in points and "verl.vector" not in points
+    kl = {p.attributes[semconv.ATTR_KL_SOURCE]: p.value for p in points[semconv.M_KL]}
+    assert kl == {"kl_loss": 0.012345678901234, "ppo_kl": 0.25}
+    reward = {p.attributes[semconv.ATTR_REWARD_SOURCE]: p.value for p in points[semconv.M_REWARD]}
+    assert reward == {"score": 0.75, "rewards": 0.5}
+    assert points[semconv.M_THROUGHPUT][0].value == 1234.0
+
+
+def test_nan_and_inf_are_counted_never_zeroed(captured, tracking):
+    tracking.log(data={"actor/grad_norm": 2.5, "actor/kl_loss": 0.1}, step=1)
+    tracking.log(data={"actor/grad_norm": float("nan"), "actor/kl_loss": math.inf, "ok": 1.0}, step=2)
+    points = captured.metric_points()
+    # The SDK refuses non-finite values: the gauges keep the last finite value, not 0.
+    assert points["verl.actor.grad_norm"][0].value == 2.5
+    assert points[semconv.M_KL][0].value == 0.1
+    assert points["verl.ok"][0].value == 1.0
+    counted = {p.attributes[semconv.ATTR_METRIC_KEY]: p.value for p in points[semconv.M_NONFINITE]}
+    assert counted == {"actor/grad_norm": 1, "actor/kl_loss": 1}
+
+
+def test_forwarding_can_be_turned_off(captured, tracking, monkeypatch):
+    from otel_verl.config import settings
+
+    monkeypatch.setenv("OTEL_VERL_FORWARD_METRICS", "false")
+    settings.cache_clear()
+    try:
+        tracking.log(data={"actor/kl_loss": 0.1, "actor/entropy": 2.0}, step=1)
+    finally:
+        monkeypatch.delenv("OTEL_VERL_FORWARD_METRICS")
+        settings.cache_clear()
+    points = captured.metric_points()
+    assert "verl.actor.entropy" not in points
+    assert points[semconv.M_KL][0].value == 0.1  # the named instruments stay
+
+
+def test_a_failing_backend_error_passes_through(captured, tracking):
+    class Broken:
+        def log(self, data, step):
+            raise OSError("disk full")
+
+    tracking.logger["broken"] = Broken()
+    with pytest.raises(OSError, match="disk full"):
+        tracking.log(data={"a": 1.0}, step=1)

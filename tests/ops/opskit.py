@@ -1,0 +1,443 @@
+"""Shared helpers for the ops-kit tests (collector/ folder).
+
+Imported by the test modules as `opskit` (conftest.py puts this folder on
+sys.path, so it works with any pytest import mode).
+
+Nothing here talks to the network. External tools (promtool, amtool,
+otelcol-contrib) are looked up on PATH; tests that need them skip with a
+reason when they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTOR = REPO / "collector"
+
+PROM_DIR = COLLECTOR / "prometheus"
+RULES_DIR = PROM_DIR / "rules"
+RULE_FILES = sorted(RULES_DIR.glob("*.yaml"))
+PROM_TEST_FILE = PROM_DIR / "tests" / "verl-alerts.test.yaml"
+DASHBOARD_FILES = sorted((COLLECTOR / "grafana" / "dashboards").glob("*.json"))
+DATASOURCES_FILE = COLLECTOR / "grafana" / "provisioning" / "datasources" / "datasources.yaml"
+DASHBOARD_PROVIDERS_FILE = COLLECTOR / "grafana" / "provisioning" / "dashboards" / "dashboards.yaml"
+OTELCOL_CONFIG = COLLECTOR / "otelcol-config.yaml"
+COMPOSE_FILE = COLLECTOR / "compose.yaml"
+PROM_CONFIG = PROM_DIR / "prometheus.yml"
+ALERTMANAGER_CONFIG = COLLECTOR / "alertmanager" / "alertmanager.yml"
+METRIC_NAMES_FILE = COLLECTOR / "metric_names.txt"
+LABEL_NAMES_FILE = COLLECTOR / "label_names.txt"
+
+
+def load_yaml(path: Path):
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def load_json(path: Path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_name_list(path: Path) -> list[str]:
+    """Non-empty, non-comment lines of a names file."""
+    names = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            names.append(line)
+    return names
+
+
+def require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(
+            f"{name} is not on PATH; on Debian install it with "
+            "`apt-get install -y --no-install-recommends prometheus prometheus-alertmanager` "
+            "(CI installs it)"
+        )
+    return path
+
+
+def run_tool(args: list[str], cwd: Path | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def promtool_major_version(promtool: str) -> int:
+    out = run_tool([promtool, "--version"])
+    m = re.search(r"version (\d+)\.", out.stdout + out.stderr)
+    assert m, f"cannot read the promtool version from: {out.stdout!r} {out.stderr!r}"
+    return int(m.group(1))
+
+
+# --------------------------------------------------------------------------
+# PromQL name extraction (enough PromQL for our rules and dashboards; it
+# raises on anything it does not understand rather than guessing).
+
+PROMQL_KEYWORDS = {
+    # aggregation operators
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
+    # binary / set operators and modifiers
+    "and",
+    "or",
+    "unless",
+    "atan2",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "start",
+    "end",
+    # literals
+    "Inf",
+    "NaN",
+    "inf",
+    "nan",
+}
+
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_GROUPING_RE = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^()]*)\)")
+_MATCHER_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\')\s*')
+_TOKEN_RE = re.compile(
+    r"(?P<dur>\d+(?:ms|[smhdwy])(?:\d+(?:ms|[smhdwy]))*)"
+    r"|(?P<num>0x[0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)"
+    r"|(?P<other>\S)"
+)
+_GRAFANA_VAR_RE = re.compile(r"\$\{[^}]*\}|\$\$?\w+")
+_IDENT_RE = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*$")
+
+
+@dataclass
+class PromQLNames:
+    metrics: set[str] = field(default_factory=set)
+    labels: set[str] = field(default_factory=set)
+
+
+def _unquote(s: str) -> str:
+    return s[1:-1]
+
+
+def promql_names(expr: str) -> PromQLNames:
+    """Metric and label names referenced by a PromQL expression.
+
+    Grafana template variables ($run, ${run:regex}, $__rate_interval,
+    $$__tags in provisioning files) are tolerated.
+    """
+    out = PromQLNames()
+    text = expr
+
+    # 1. Label matcher blocks {...}: record labels, __name__ values, and the
+    #    metric name right before the block. Strings inside may contain '}'.
+    pieces = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "\"'`":
+            m = _STRING_RE.match(text, i)
+            if not m:
+                raise ValueError(f"unterminated string in {expr!r}")
+            pieces.append(m.group(0))
+            i = m.end()
+            continue
+        if ch == "{":
+            j = i + 1
+            body = []
+            while j < len(text) and text[j] != "}":
+                if text[j] in "\"'`":
+                    m = _STRING_RE.match(text, j)
+                    if not m:
+                        raise ValueError(f"unterminated string in {expr!r}")
+                    body.append(m.group(0))
+                    j = m.end()
+                else:
+                    body.append(text[j])
+                    j += 1
+            if j >= len(text):
+                raise ValueError(f"unbalanced '{{' in {expr!r}")
+            inner = "".join(body).strip()
+            # Grafana's $__tags (trace-to-metrics) expands to matchers later.
+            inner = _GRAFANA_VAR_RE.sub("", inner).strip().strip(",")
+            pos = 0
+            while pos < len(inner):
+                m = _MATCHER_RE.match(inner, pos)
+                if not m:
+                    raise ValueError(f"cannot parse label matchers {inner!r} in {expr!r}")
+                label, op, value = m.group(1), m.group(2), _unquote(m.group(3))
+                out.labels.add(label)
+                if label == "__name__":
+                    alternatives = value.split("|") if op == "=~" else [value]
+                    for alt in alternatives:
+                        if not _IDENT_RE.match(alt):
+                            raise ValueError(f"__name__ matcher {value!r} is not a list of plain names: {expr!r}")
+                        out.metrics.add(alt)
+                pos = m.end()
+                if pos < len(inner):
+                    if inner[pos] != ",":
+                        raise ValueError(f"cannot parse label matchers {inner!r} in {expr!r}")
+                    pos += 1
+            pieces.append(" __MATCHERS__ ")
+            i = j + 1
+            continue
+        pieces.append(ch)
+        i += 1
+    text = "".join(pieces)
+
+    # 2. Drop strings (label_replace arguments etc.), ranges and subqueries.
+    text = _STRING_RE.sub(" ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = _GRAFANA_VAR_RE.sub(" 0 ", text)
+
+    # 3. Grouping clauses carry label names.
+    for m in _GROUPING_RE.finditer(text):
+        for label in m.group(2).split(","):
+            label = label.strip()
+            if label:
+                if not _IDENT_RE.match(label):
+                    raise ValueError(f"bad label {label!r} in grouping of {expr!r}")
+                out.labels.add(label)
+    text = _GROUPING_RE.sub(" ", text)
+
+    # 4. What is left: identifiers that are neither functions nor keywords are
+    #    metric names.
+    tokens = [m for m in _TOKEN_RE.finditer(text)]
+    for idx, tok in enumerate(tokens):
+        ident = tok.group("ident")
+        if not ident or ident == "__MATCHERS__":
+            continue
+        nxt = tokens[idx + 1].group(0) if idx + 1 < len(tokens) else ""
+        if nxt == "(":
+            continue  # function call or aggregation
+        if ident in PROMQL_KEYWORDS:
+            continue
+        out.metrics.add(ident)
+    return out
+
+
+_LABEL_VALUES_RE = re.compile(r"^\s*label_values\s*\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", re.S)
+_LABEL_VALUES_1_RE = re.compile(r"^\s*label_values\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
+
+
+def grafana_variable_names(query: str) -> PromQLNames:
+    """Names used by a Grafana Prometheus variable query."""
+    m = _LABEL_VALUES_RE.match(query)
+    if m:
+        names = promql_names(m.group(1))
+        names.labels.add(m.group(2))
+        return names
+    m = _LABEL_VALUES_1_RE.match(query)
+    if m:
+        return PromQLNames(labels={m.group(1)})
+    m = re.match(r"^\s*query_result\s*\((.*)\)\s*$", query, re.S)
+    if m:
+        return promql_names(m.group(1))
+    m = re.match(r"^\s*metrics\s*\((.*)\)\s*$", query)
+    if m:
+        return PromQLNames()
+    return promql_names(query)
+
+
+# --------------------------------------------------------------------------
+# Collecting every PromQL expression of the kit.
+
+
+def _walk_panels(panels):
+    for p in panels or []:
+        yield p
+        yield from _walk_panels(p.get("panels"))
+
+
+def dashboard_panels(dashboard: dict):
+    return list(_walk_panels(dashboard.get("panels")))
+
+
+def _ds_uid(ds) -> str | None:
+    if isinstance(ds, dict):
+        return ds.get("uid")
+    return ds
+
+
+def rule_exprs() -> list[tuple[str, str]]:
+    """(where, expr) for every rule in collector/prometheus/rules."""
+    out = []
+    for path in RULE_FILES:
+        for group in load_yaml(path)["groups"]:
+            for rule in group["rules"]:
+                name = rule.get("alert") or rule.get("record")
+                out.append((f"{path.name}:{name}", rule["expr"]))
+    return out
+
+
+def dashboard_prom_exprs() -> list[tuple[str, str, str]]:
+    """(where, kind, expr) for Prometheus queries in the dashboards.
+
+    kind is "expr" for panel/annotation queries and "variable" for template
+    variable queries.
+    """
+    prom_uids = {d["uid"] for d in load_yaml(DATASOURCES_FILE)["datasources"] if d["type"] == "prometheus"}
+    out = []
+    for path in DASHBOARD_FILES:
+        dash = load_json(path)
+        for panel in dashboard_panels(dash):
+            for t in panel.get("targets", []) or []:
+                uid = _ds_uid(t.get("datasource")) or _ds_uid(panel.get("datasource"))
+                if uid in prom_uids and t.get("expr"):
+                    out.append((f"{path.name}:{panel.get('title')}:{t.get('refId')}", "expr", t["expr"]))
+        for ann in dash.get("annotations", {}).get("list", []):
+            if _ds_uid(ann.get("datasource")) in prom_uids and ann.get("expr"):
+                out.append((f"{path.name}:annotation:{ann.get('name')}", "expr", ann["expr"]))
+        for var in dash.get("templating", {}).get("list", []):
+            if var.get("type") == "query" and _ds_uid(var.get("datasource")) in prom_uids:
+                q = var.get("query")
+                if isinstance(q, dict):
+                    q = q.get("query")
+                out.append((f"{path.name}:variable:{var.get('name')}", "variable", q))
+    return out
+
+
+def datasource_prom_exprs() -> list[tuple[str, str]]:
+    """PromQL written into the Tempo data source's trace-to-metrics links."""
+    out = []
+    for ds in load_yaml(DATASOURCES_FILE)["datasources"]:
+        ttm = (ds.get("jsonData") or {}).get("tracesToMetrics") or {}
+        for q in ttm.get("queries", []) or []:
+            # Provisioning files escape $ as $$.
+            out.append((f"datasources.yaml:{ds['name']}:{q.get('name')}", q["query"].replace("$$", "$")))
+    return out
+
+
+def all_used_names() -> PromQLNames:
+    used = PromQLNames()
+    for _, expr in rule_exprs():
+        n = promql_names(expr)
+        used.metrics |= n.metrics
+        used.labels |= n.labels
+    for _, kind, expr in dashboard_prom_exprs():
+        n = grafana_variable_names(expr) if kind == "variable" else promql_names(expr)
+        used.metrics |= n.metrics
+        used.labels |= n.labels
+    for _, expr in datasource_prom_exprs():
+        n = promql_names(expr)
+        used.metrics |= n.metrics
+        used.labels |= n.labels
+    return used
+
+
+# --------------------------------------------------------------------------
+# Prometheus' OTLP -> Prometheus metric name translation, default strategy
+# UnderscoreEscapingWithSuffixes. Port of prometheus/otlptranslator
+# (metric_namer.go normalizeName/addUnitTokens, unit_namer.go
+# buildUnitSuffixes/cleanUpUnit), which Prometheus 3 uses for its OTLP
+# receiver.
+
+_UNIT_MAP = {
+    "d": "days",
+    "h": "hours",
+    "min": "minutes",
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "ns": "nanoseconds",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "MiBy": "mebibytes",
+    "GiBy": "gibibytes",
+    "TiBy": "tibibytes",
+    "KBy": "kilobytes",
+    "MBy": "megabytes",
+    "GBy": "gigabytes",
+    "TBy": "terabytes",
+    "m": "meters",
+    "V": "volts",
+    "A": "amperes",
+    "J": "joules",
+    "W": "watts",
+    "g": "grams",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    "1": "",
+    "%": "percent",
+}
+_PER_UNIT_MAP = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month", "y": "year"}
+
+
+def _build_unit_suffixes(unit: str) -> tuple[str, str]:
+    tokens = unit.split("/", 1)
+    main = per = ""
+    main_otel = tokens[0].strip()
+    if main_otel and not any(c in main_otel for c in "{}"):
+        main = _UNIT_MAP.get(main_otel, main_otel)
+    if len(tokens) > 1 and tokens[1] != "":
+        per_otel = tokens[1].strip()
+        if per_otel and not any(c in per_otel for c in "{}"):
+            per = _PER_UNIT_MAP.get(per_otel, per_otel)
+        if per:
+            per = "per_" + per
+    return main, per
+
+
+def _clean_up_unit(unit: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9:]", "_", unit)
+    s = re.sub(r"__+", "_", s)
+    return s[1:] if s.startswith("_") else s
+
+
+def otlp_to_prometheus_name(name: str, unit: str, kind: str) -> str:
+    """kind: gauge | counter (monotonic sum) | histogram (base name)."""
+    tokens = [t for t in re.split(r"[^A-Za-z0-9:]", name) if t]
+    main, per = _build_unit_suffixes(unit)
+    main, per = _clean_up_unit(main), _clean_up_unit(per)
+    if main in tokens:
+        main = ""
+    if per == "per_":
+        per = ""
+    else:
+        per = per[:-1] if per.endswith("_") else per
+        if per in tokens:
+            per = ""
+    if per:
+        main = main[:-1] if main.endswith("_") else main
+    if main:
+        tokens.append(main)
+    if per:
+        tokens.append(per)
+    if kind == "counter":
+        tokens = [t for t in tokens if t != "total"] + ["total"]
+    if unit == "1" and kind == "gauge":
+        tokens = [t for t in tokens if t != "ratio"] + ["ratio"]
+    out = "_".join(tokens)
+    if out and out[0].isdigit():
+        out = "_" + out
+    return out
+
+
+def verl_key_to_otel_name(key: str) -> str:
+    """otel-verl's generic mapping of a logged verl metric key to a gauge name."""
+    return "verl." + re.sub(r"[^A-Za-z0-9_.\-]", "_", key.replace("/", "."))

@@ -1,0 +1,241 @@
+"""Grafana provisioning and the "verl RL training" dashboard."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from opskit import (
+    COMPOSE_FILE,
+    DASHBOARD_FILES,
+    DASHBOARD_PROVIDERS_FILE,
+    DATASOURCES_FILE,
+    dashboard_panels,
+    dashboard_prom_exprs,
+    datasource_prom_exprs,
+    load_json,
+    load_yaml,
+    require_tool,
+    run_tool,
+)
+
+GRAFANA_BUILTIN = "-- Grafana --"
+
+
+@pytest.fixture(scope="module")
+def datasources():
+    return {d["uid"]: d for d in load_yaml(DATASOURCES_FILE)["datasources"]}
+
+
+@pytest.fixture(scope="module")
+def dashboard():
+    (path,) = [p for p in DASHBOARD_FILES if p.name == "verl-rl-training.json"]
+    return load_json(path)
+
+
+def _uid(ds):
+    return ds.get("uid") if isinstance(ds, dict) else ds
+
+
+def test_datasource_uids_and_types(datasources):
+    types = {uid: d["type"] for uid, d in datasources.items()}
+    assert types["prometheus"] == "prometheus"
+    assert types["tempo"] == "tempo"
+    assert types["loki"] == "loki"
+    names = [d["name"] for d in datasources.values()]
+    assert len(names) == len(set(names))
+    assert sum(1 for d in datasources.values() if d.get("isDefault")) == 1
+
+
+def test_cross_links(datasources):
+    prom = datasources["prometheus"]["jsonData"]
+    assert {"name": "trace_id", "datasourceUid": "tempo"} in prom["exemplarTraceIdDestinations"]
+
+    tempo = datasources["tempo"]["jsonData"]
+    t2l = tempo["tracesToLogsV2"]
+    assert t2l["datasourceUid"] == "loki"
+    # Provisioning expands $VAR from the environment: Grafana variables need $$.
+    assert "$${__trace.traceId}" in t2l["query"] and "trace_id" in t2l["query"]
+    t2m = tempo["tracesToMetrics"]
+    assert t2m["datasourceUid"] == "prometheus"
+    assert t2m["queries"] and all("$$__tags" in q["query"] for q in t2m["queries"])
+
+    loki = datasources["loki"]["jsonData"]
+    (df,) = [f for f in loki["derivedFields"] if f["name"] == "trace_id"]
+    assert df["datasourceUid"] == "tempo" and df["matcherType"] == "label" and df["matcherRegex"] == "trace_id"
+
+
+def test_every_datasource_reference_resolves(datasources):
+    refs = []
+    for d in datasources.values():
+        jd = d.get("jsonData") or {}
+        refs += [x["datasourceUid"] for x in jd.get("exemplarTraceIdDestinations", [])]
+        refs += [x["datasourceUid"] for x in jd.get("derivedFields", [])]
+        for key in ("tracesToLogsV2", "tracesToMetrics", "serviceMap", "lokiSearch"):
+            if key in jd:
+                refs.append(jd[key]["datasourceUid"])
+    assert refs and set(refs) <= set(datasources)
+
+
+def test_dashboard_provider_points_at_mounted_folder():
+    providers = load_yaml(DASHBOARD_PROVIDERS_FILE)["providers"]
+    (p,) = providers
+    grafana = load_yaml(COMPOSE_FILE)["services"]["grafana"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}
+    assert mounts[p["options"]["path"]] == "./grafana/dashboards"
+    assert mounts["/etc/grafana/provisioning"] == "./grafana/provisioning"
+
+
+def test_dashboard_identity(dashboard):
+    assert dashboard["title"] == "verl RL training"
+    assert dashboard["uid"] == "verl-rl-training"
+    ids = [p["id"] for p in dashboard_panels(dashboard)]
+    assert len(ids) == len(set(ids))
+
+
+def test_panel_datasources_are_provisioned(dashboard, datasources):
+    checked = 0
+    for panel in dashboard_panels(dashboard):
+        if panel["type"] == "row":
+            continue
+        assert _uid(panel.get("datasource")) in datasources, panel["title"]
+        for t in panel.get("targets", []):
+            if "datasource" in t:
+                assert _uid(t["datasource"]) in datasources, (panel["title"], t)
+            checked += 1
+    for ann in dashboard["annotations"]["list"]:
+        assert _uid(ann["datasource"]) in set(datasources) | {GRAFANA_BUILTIN}, ann["name"]
+    for var in dashboard["templating"]["list"]:
+        if "datasource" in var:
+            assert _uid(var["datasource"]) in datasources, var["name"]
+    assert checked >= 20
+
+
+def test_panels_do_not_overlap(dashboard):
+    cells = {}
+    for panel in dashboard_panels(dashboard):
+        g = panel["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, panel["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["title"]
+
+
+def test_run_and_experiment_variables(dashboard):
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    for name in ("experiment", "run"):
+        v = variables[name]
+        assert v["type"] == "query" and v["multi"] and v["includeAll"]
+        assert v["allValue"] == ".*"
+    assert "$experiment" in variables["run"]["query"]
+    # Every Prometheus panel query filters on the selected run(s).
+    for panel in dashboard_panels(dashboard):
+        for t in panel.get("targets", []):
+            if _uid(t.get("datasource")) == "prometheus":
+                assert "$run" in t["expr"], (panel["title"], t["expr"])
+
+
+def _panel(dashboard, title):
+    matches = [p for p in dashboard_panels(dashboard) if p["title"] == title]
+    assert len(matches) == 1, f"panel {title!r} not found"
+    return matches[0]
+
+
+def test_reward_and_kl_share_a_panel_with_two_axes(dashboard):
+    p = _panel(dashboard, "Reward and KL")
+    exprs = {t["refId"]: t["expr"] for t in p["targets"]}
+    assert "verl_training_reward" in exprs["A"] and "verl_training_kl" in exprs["B"]
+    (ov,) = [o for o in p["fieldConfig"]["overrides"] if o["matcher"] == {"id": "byFrameRefID", "options": "B"}]
+    assert {"id": "custom.axisPlacement", "value": "right"} in ov["properties"]
+
+
+def test_required_panels(dashboard):
+    titles = {p["title"] for p in dashboard_panels(dashboard)}
+    for t in (
+        "Losses",
+        "Entropy",
+        "Gradient norm",
+        "Tokens/s per GPU",
+        "Step time",
+        "Time per step by stage (stacked)",
+        "Trajectory latency",
+        "Slowest trajectories",
+        "GPU utilisation per rank",
+        "GPU memory per rank",
+        "Sample generations",
+    ):
+        assert t in titles, t
+
+
+def test_stage_breakdown_is_stacked(dashboard):
+    p = _panel(dashboard, "Time per step by stage (stacked)")
+    assert p["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+    assert "verl_stage" in p["targets"][0]["legendFormat"]
+
+
+def test_slowest_trajectories_is_a_traceql_table(dashboard):
+    p = _panel(dashboard, "Slowest trajectories")
+    assert p["type"] == "table" and _uid(p["datasource"]) == "tempo"
+    (t,) = p["targets"]
+    assert t["queryType"] == "traceql" and "duration >" in t["query"] and "resource.verl.run.id" in t["query"]
+
+
+def test_sample_generations_come_from_loki(dashboard):
+    p = _panel(dashboard, "Sample generations")
+    assert p["type"] == "logs" and _uid(p["datasource"]) == "loki"
+    assert "verl_sample_reward" in p["targets"][0]["expr"]
+
+
+def test_alert_annotations(dashboard):
+    anns = [a for a in dashboard["annotations"]["list"] if _uid(a["datasource"]) == "prometheus"]
+    assert anns and all("ALERTS" in a["expr"] and "$run" in a["expr"] for a in anns)
+
+
+def _substitute_grafana_vars(expr: str) -> str:
+    expr = expr.replace("$$", "$")
+    expr = expr.replace("{$__tags}", '{verl_run_id="x"}')
+    expr = re.sub(r"\$__(rate_)?interval|\$__range", "5m", expr)
+    expr = re.sub(r"\$\{(\w+)(:\w+)?\}|\$(\w+)", ".*", expr)
+    return expr
+
+
+def test_dashboard_promql_parses(tmp_path):
+    """Every Prometheus query of the dashboard and the data-source links is
+    valid PromQL (checked by promtool, Grafana variables substituted)."""
+    promtool = require_tool("promtool")
+    exprs = [e for _, kind, e in dashboard_prom_exprs() if kind == "expr"]
+    exprs += [e for _, e in datasource_prom_exprs()]
+    assert len(exprs) >= 25
+    rules = [{"record": f"dashboard:expr_{i}", "expr": _substitute_grafana_vars(e)} for i, e in enumerate(exprs)]
+    f = tmp_path / "dashboard-exprs.yaml"
+    f.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    res = run_tool([promtool, "check", "rules", str(f)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in res.stdout
+
+
+def test_promql_parse_check_can_fail(tmp_path):
+    promtool = require_tool("promtool")
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "g",
+                        "rules": [
+                            {
+                                "record": "x:y",
+                                "expr": _substitute_grafana_vars(
+                                    'sum by (le (rate(foo_bucket{a=~"$run"}[$__rate_interval]))'
+                                ),
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    assert run_tool([promtool, "check", "rules", str(f)]).returncode != 0

@@ -1,0 +1,170 @@
+"""collector/metric_names.txt and label_names.txt against what the rules,
+dashboard and data-source links use, and against the OTel instruments that
+otel-verl emits (translated the way Prometheus 3's OTLP receiver does)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from opskit import (
+    DASHBOARD_FILES,
+    LABEL_NAMES_FILE,
+    METRIC_NAMES_FILE,
+    RULE_FILES,
+    all_used_names,
+    dashboard_panels,
+    load_json,
+    load_yaml,
+    otlp_to_prometheus_name,
+    promql_names,
+    read_name_list,
+    verl_key_to_otel_name,
+)
+
+# (OTel name, unit, kind) of what otel-verl emits or will emit.
+OTEL_INSTRUMENTS = [
+    ("verl.training.step", "{step}", "gauge"),
+    ("verl.training.steps", "{step}", "counter"),
+    ("verl.training.last_step.timestamp", "s", "gauge"),
+    ("verl.stage.duration", "s", "histogram"),
+    ("verl.training.kl", "", "gauge"),
+    ("verl.training.reward", "", "gauge"),
+    ("verl.training.throughput", "{token}/s", "gauge"),
+    ("verl.training.nonfinite", "{value}", "counter"),
+    ("verl.rollout.trajectory.duration", "s", "histogram"),
+    ("verl.rollout.llm_call.duration", "s", "histogram"),
+    ("verl.rollout.response.tokens", "{token}", "histogram"),
+    ("verl.rollout.tail_ratio", "", "gauge"),
+    ("hw.gpu.memory.usage", "By", "gauge"),
+    ("hw.gpu.memory.limit", "By", "gauge"),
+    ("hw.gpu.utilization", "1", "gauge"),
+]
+# verl metric keys (Tracking.log) that the kit reads through otel-verl's
+# generic gauges ("verl." + key, unit-less).
+VERL_KEYS = [
+    "actor/entropy",
+    "actor/grad_norm",
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "critic/vf_loss",
+    "critic/grad_norm",
+    "perf/time_per_step",
+    "perf/mfu/actor",
+    "response_length/mean",
+]
+PROMETHEUS_INTERNAL = {"ALERTS", "ALERTS_FOR_STATE", "up"}
+DERIVED_LABELS = {"metric", "severity"}
+
+
+def translated_names() -> set[str]:
+    out = set()
+    for name, unit, kind in OTEL_INSTRUMENTS:
+        base = otlp_to_prometheus_name(name, unit, kind)
+        if kind == "histogram":
+            out |= {base + "_bucket", base + "_sum", base + "_count"}
+        else:
+            out.add(base)
+    for key in VERL_KEYS:
+        out.add(otlp_to_prometheus_name(verl_key_to_otel_name(key), "", "gauge"))
+    return out
+
+
+@pytest.mark.parametrize(
+    "name,unit,kind,expected",
+    [
+        # The examples given for otel-verl, and the rules they exercise in
+        # prometheus/otlptranslator (metric_namer.go, unit_namer.go).
+        ("verl.training.last_step.timestamp", "s", "gauge", "verl_training_last_step_timestamp_seconds"),
+        ("verl.stage.duration", "s", "histogram", "verl_stage_duration_seconds"),
+        ("verl.training.kl", "", "gauge", "verl_training_kl"),
+        ("verl.training.steps", "{step}", "counter", "verl_training_steps_total"),
+        ("verl.training.throughput", "{token}/s", "gauge", "verl_training_throughput_per_second"),
+        ("hw.gpu.memory.usage", "By", "gauge", "hw_gpu_memory_usage_bytes"),
+        ("hw.gpu.utilization", "1", "gauge", "hw_gpu_utilization_ratio"),
+        ("verl.rollout.response.tokens", "{token}", "histogram", "verl_rollout_response_tokens"),
+        # unit already part of the name, "total" moved to the end, "1" on a counter
+        ("x.duration.seconds", "s", "gauge", "x_duration_seconds"),
+        ("x.total.bytes", "By", "counter", "x_bytes_total"),
+        ("x.count", "1", "counter", "x_count_total"),
+        ("x.rate", "By/s", "gauge", "x_rate_bytes_per_second"),
+    ],
+)
+def test_translation(name, unit, kind, expected):
+    assert otlp_to_prometheus_name(name, unit, kind) == expected
+
+
+def test_generic_key_mapping():
+    assert verl_key_to_otel_name("actor/entropy") == "verl.actor.entropy"
+    assert verl_key_to_otel_name("perf/mfu/actor") == "verl.perf.mfu.actor"
+    assert verl_key_to_otel_name("timing_s/gen") == "verl.timing_s.gen"
+    assert otlp_to_prometheus_name(verl_key_to_otel_name("critic/score/mean"), "", "gauge") == "verl_critic_score_mean"
+    assert (
+        otlp_to_prometheus_name(verl_key_to_otel_name("timing_per_token_ms/gen"), "", "gauge")
+        == "verl_timing_per_token_ms_gen"
+    )
+
+
+def test_metric_names_file_matches_usage():
+    listed = read_name_list(METRIC_NAMES_FILE)
+    assert len(listed) == len(set(listed)), "duplicate names"
+    used = all_used_names().metrics
+    assert used - set(listed) == set(), "used but not listed in collector/metric_names.txt"
+    assert set(listed) - used == set(), "listed in collector/metric_names.txt but not used"
+
+
+def test_metric_names_come_from_otel_verl_instruments():
+    listed = set(read_name_list(METRIC_NAMES_FILE)) - PROMETHEUS_INTERNAL
+    unknown = listed - translated_names()
+    assert unknown == set(), f"not produced by any otel-verl instrument: {unknown}"
+
+
+def _template_labels(text: str) -> set[str]:
+    return set(re.findall(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)", text)) | set(
+        re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", text)
+    )
+
+
+def test_label_names_file_matches_usage():
+    listed = read_name_list(LABEL_NAMES_FILE)
+    assert len(listed) == len(set(listed))
+    used = set(all_used_names().labels)
+    for path in RULE_FILES:
+        for group in load_yaml(path)["groups"]:
+            for rule in group["rules"]:
+                used |= set((rule.get("labels") or {}).keys())
+                for text in (rule.get("annotations") or {}).values():
+                    used |= _template_labels(text)
+    for path in DASHBOARD_FILES:
+        dash = load_json(path)
+        for panel in dashboard_panels(dash):
+            for t in panel.get("targets", []):
+                used |= _template_labels(t.get("legendFormat", ""))
+        for ann in dash["annotations"]["list"]:
+            for key in ("titleFormat", "textFormat"):
+                used |= _template_labels(ann.get(key, ""))
+            used |= {k.strip() for k in ann.get("tagKeys", "").split(",") if k.strip()}
+    assert used - set(listed) == set(), "used but not listed in collector/label_names.txt"
+    assert set(listed) - used == set(), "listed in collector/label_names.txt but not used"
+
+
+def test_promoted_labels_match_prometheus_config():
+    from opskit import PROM_CONFIG
+
+    promoted = {re.sub(r"[^A-Za-z0-9_]", "_", a) for a in load_yaml(PROM_CONFIG)["otlp"]["promote_resource_attributes"]}
+    listed = set(read_name_list(LABEL_NAMES_FILE))
+    run_labels = {"verl_run_id", "verl_experiment", "verl_project"}
+    assert run_labels <= promoted and run_labels <= listed
+
+
+def test_extractor_on_known_expressions():
+    n = promql_names(
+        'sum by (le, verl_stage) (rate(verl_stage_duration_seconds_bucket{verl_run_id=~"$run"}[$__rate_interval]))'
+        ' / on () group_left () sum(increase(foo_total[5m] offset 10m)) > bool 2 and bar unless baz{a="}"}'
+    )
+    assert n.metrics == {"verl_stage_duration_seconds_bucket", "foo_total", "bar", "baz"}
+    assert n.labels == {"le", "verl_stage", "verl_run_id", "a"}
+    n = promql_names('label_replace({__name__=~"a_b|c_d"}, "m", "$1", "__name__", "(.+)") * 0 != 0')
+    assert n.metrics == {"a_b", "c_d"}
+    with pytest.raises(ValueError):
+        promql_names('{__name__=~"verl_.*"}')

@@ -1,0 +1,261 @@
+"""collector/otelcol-config.yaml: structure, component names, routing."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+
+import pytest
+from opskit import COMPOSE_FILE, OTELCOL_CONFIG, load_yaml, run_tool
+
+# Component types of otelcol-contrib 0.159.0 that this kit may use, by
+# kind. From distributions/otelcol-contrib/manifest.yaml in
+# open-telemetry/opentelemetry-collector-releases (2026-08-20) and each
+# component's metadata.yaml `type`. A subset on purpose: adding a component
+# to the config means adding it here after checking that it is current.
+ALLOWED_TYPES = {
+    "receivers": {"otlp", "prometheus", "filelog", "hostmetrics", "nop"},
+    "processors": {
+        "memory_limiter",
+        "batch",
+        "resource",
+        "transform",
+        "attributes",
+        "filter",
+        "resourcedetection",
+        "tail_sampling",
+        "probabilistic_sampler",
+        "cumulativetodelta",
+        "deltatocumulative",
+        "groupbyattrs",
+    },
+    "exporters": {"otlp_grpc", "otlp_http", "debug", "nop", "prometheus", "prometheusremotewrite", "file"},
+    "connectors": {"spanmetrics", "servicegraph", "forward", "count", "routing"},
+    "extensions": {"health_check", "file_storage", "pprof", "zpages", "basicauth", "bearertokenauth"},
+}
+
+# Names that still load (deprecated alias) or that are gone; the config must
+# use the current name.
+DEPRECATED_OR_REMOVED = {
+    (
+        "exporters",
+        "loki",
+    ): "deprecated (contrib#33916) and no longer in otelcol-contrib: use otlp_http to http://loki:3100/otlp",
+    ("exporters", "otlp"): "renamed to otlp_grpc in v0.144.0 (deprecated alias)",
+    ("exporters", "otlphttp"): "renamed to otlp_http in v0.144.0 (deprecated alias)",
+    ("exporters", "logging"): "removed: use debug",
+    ("processors", "spanmetrics"): "removed: use the spanmetrics connector",
+}
+
+KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
+
+
+def component_type(component_id: str) -> str:
+    return component_id.split("/", 1)[0]
+
+
+def check_collector_config(cfg: dict) -> list[str]:
+    """Return a list of problems (empty when the config is consistent)."""
+    problems: list[str] = []
+    defined = {kind: set((cfg.get(kind) or {}).keys()) for kind in KINDS}
+
+    for kind in KINDS:
+        for cid in defined[kind]:
+            ctype = component_type(cid)
+            if (kind, ctype) in DEPRECATED_OR_REMOVED:
+                problems.append(f"{kind}.{cid}: {DEPRECATED_OR_REMOVED[(kind, ctype)]}")
+            elif ctype not in ALLOWED_TYPES[kind]:
+                problems.append(f"{kind}.{cid}: type {ctype!r} is not in the allow-list of current components")
+
+    service = cfg.get("service") or {}
+    pipelines = service.get("pipelines") or {}
+    if not pipelines:
+        problems.append("service.pipelines is empty")
+    used = {kind: set() for kind in KINDS}
+    for pname, p in pipelines.items():
+        signal = component_type(pname)
+        if signal not in ("traces", "metrics", "logs", "profiles"):
+            problems.append(f"pipeline {pname}: unknown signal {signal!r}")
+        if not p.get("receivers"):
+            problems.append(f"pipeline {pname}: no receivers")
+        if not p.get("exporters"):
+            problems.append(f"pipeline {pname}: no exporters")
+        for r in p.get("receivers") or []:
+            if r in defined["receivers"]:
+                used["receivers"].add(r)
+            elif r in defined["connectors"]:
+                used["connectors"].add(r)
+            else:
+                problems.append(f"pipeline {pname}: receiver {r!r} is not defined")
+        for pr in p.get("processors") or []:
+            if pr in defined["processors"]:
+                used["processors"].add(pr)
+            else:
+                problems.append(f"pipeline {pname}: processor {pr!r} is not defined")
+        for e in p.get("exporters") or []:
+            if e in defined["exporters"]:
+                used["exporters"].add(e)
+            elif e in defined["connectors"]:
+                used["connectors"].add(e)
+            else:
+                problems.append(f"pipeline {pname}: exporter {e!r} is not defined")
+        procs = p.get("processors") or []
+        if procs and component_type(procs[0]) != "memory_limiter":
+            problems.append(f"pipeline {pname}: memory_limiter must be the first processor, got {procs[0]!r}")
+        if not procs or "memory_limiter" not in map(component_type, procs):
+            problems.append(f"pipeline {pname}: no memory_limiter")
+
+    # A connector must be an exporter in one pipeline and a receiver in another.
+    for c in defined["connectors"]:
+        as_exp = any(c in (p.get("exporters") or []) for p in pipelines.values())
+        as_rcv = any(c in (p.get("receivers") or []) for p in pipelines.values())
+        if not (as_exp and as_rcv):
+            problems.append(f"connector {c!r} must be used as exporter and as receiver")
+
+    enabled_ext = list(service.get("extensions") or [])
+    for e in enabled_ext:
+        if e not in defined["extensions"]:
+            problems.append(f"service.extensions: {e!r} is not defined")
+    # Extensions referenced from component settings (persistent queues).
+    for kind in ("exporters", "receivers"):
+        for cid, ccfg in (cfg.get(kind) or {}).items():
+            storage = ((ccfg or {}).get("sending_queue") or {}).get("storage")
+            if storage is not None:
+                if storage not in defined["extensions"]:
+                    problems.append(f"{kind}.{cid}: sending_queue.storage {storage!r} is not a defined extension")
+                elif storage not in enabled_ext:
+                    problems.append(f"{kind}.{cid}: extension {storage!r} is not enabled in service.extensions")
+
+    # Defined but unused components are dead configuration.
+    for kind in ("receivers", "processors", "exporters"):
+        for cid in defined[kind] - used[kind]:
+            problems.append(f"{kind}.{cid} is defined but not used in any pipeline")
+    for e in defined["extensions"] - set(enabled_ext):
+        problems.append(f"extensions.{e} is defined but not enabled")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_yaml(OTELCOL_CONFIG)
+
+
+def test_config_is_consistent(cfg):
+    assert check_collector_config(cfg) == []
+
+
+def test_checker_catches_broken_configs(cfg):
+    # Undefined exporter in a pipeline.
+    broken = copy.deepcopy(cfg)
+    broken["service"]["pipelines"]["logs"]["exporters"] = ["otlp_http/missing"]
+    assert any("'otlp_http/missing' is not defined" in p for p in check_collector_config(broken))
+    # The deprecated loki exporter is rejected.
+    broken = copy.deepcopy(cfg)
+    broken["exporters"]["loki"] = {"endpoint": "http://loki:3100/loki/api/v1/push"}
+    broken["service"]["pipelines"]["logs"]["exporters"] = ["loki"]
+    assert any(p.startswith("exporters.loki: deprecated") for p in check_collector_config(broken))
+    # Old otlphttp alias is rejected.
+    broken = copy.deepcopy(cfg)
+    broken["exporters"]["otlphttp/x"] = broken["exporters"].pop("otlp_http/loki")
+    broken["service"]["pipelines"]["logs"]["exporters"] = ["otlphttp/x"]
+    assert any("renamed to otlp_http" in p for p in check_collector_config(broken))
+    # memory_limiter not first.
+    broken = copy.deepcopy(cfg)
+    broken["processors"]["resource"] = {"attributes": []}
+    broken["service"]["pipelines"]["traces"]["processors"] = ["resource", "memory_limiter"]
+    assert any("must be the first processor" in p for p in check_collector_config(broken))
+    # Persistent queue pointing at an extension that is not enabled.
+    broken = copy.deepcopy(cfg)
+    broken["service"]["extensions"] = ["health_check"]
+    problems = check_collector_config(broken)
+    assert any("is not enabled in service.extensions" in p for p in problems)
+    # Unknown component type.
+    broken = copy.deepcopy(cfg)
+    broken["receivers"]["opencensus"] = {}
+    broken["service"]["pipelines"]["traces"]["receivers"].append("opencensus")
+    assert any("not in the allow-list" in p for p in check_collector_config(broken))
+
+
+def test_no_loki_exporter_and_current_exporter_names(cfg):
+    types = {component_type(e) for e in cfg["exporters"]}
+    assert "loki" not in types
+    assert types <= {"otlp_grpc", "otlp_http"}
+
+
+def test_receivers_listen_on_standard_ports(cfg):
+    protocols = cfg["receivers"]["otlp"]["protocols"]
+    assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"
+    assert protocols["http"]["endpoint"] == "0.0.0.0:4318"
+
+
+def test_signal_routing(cfg):
+    pipes = cfg["service"]["pipelines"]
+    exps = cfg["exporters"]
+
+    (m,) = pipes["metrics"]["exporters"]
+    assert component_type(m) == "otlp_http"
+    assert exps[m]["endpoint"] == "http://prometheus:9090/api/v1/otlp"
+
+    (t,) = pipes["traces"]["exporters"]
+    assert component_type(t) == "otlp_grpc"
+    assert exps[t]["endpoint"] == "tempo:4317"
+    assert exps[t]["tls"]["insecure"] is True
+
+    (lg,) = pipes["logs"]["exporters"]
+    assert component_type(lg) == "otlp_http"
+    assert exps[lg]["endpoint"] == "http://loki:3100/otlp"
+
+
+def test_every_exporter_retries_and_queues_on_disk(cfg):
+    storage_ids = [e for e in cfg["extensions"] if component_type(e) == "file_storage"]
+    assert storage_ids, "a file_storage extension is needed for persistent queues"
+    for name, exp in cfg["exporters"].items():
+        retry = exp["retry_on_failure"]
+        assert retry["enabled"] is True, name
+        q = exp["sending_queue"]
+        assert q.get("enabled", True) is True, name
+        assert q["storage"] in storage_ids, name
+        # Batching lives in the exporter queue, not in a batch processor.
+        b = q["batch"]
+        assert b["sizer"] in ("items", "bytes"), name
+        assert b["flush_timeout"], name
+        if b.get("max_size"):
+            assert b["max_size"] >= b["min_size"], name
+        if q.get("sizer", "requests") == b["sizer"]:
+            assert b["min_size"] <= q["queue_size"], name
+        # wait_for_result is not supported with a persistent queue.
+        assert not q.get("wait_for_result", False), name
+
+
+def test_no_batch_processor(cfg):
+    types = {component_type(p) for p in cfg.get("processors") or {}}
+    assert "batch" not in types
+
+
+def test_health_check_enabled(cfg):
+    assert "health_check" in cfg["service"]["extensions"]
+    assert cfg["extensions"]["health_check"]["endpoint"].endswith(":13133")
+
+
+def test_compose_mounts_this_config_and_queue_directory(cfg):
+    compose = load_yaml(COMPOSE_FILE)
+    svc = compose["services"]["otelcol"]
+    cmd = " ".join(svc["command"])
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+    config_in_container = cmd.split("--config=")[1].split()[0]
+    assert mounts[config_in_container] == "./otelcol-config.yaml"
+    storage_dir = cfg["extensions"]["file_storage/queue"]["directory"]
+    assert storage_dir in mounts and not mounts[storage_dir].startswith("."), (
+        "the persistent queue directory must be a named volume"
+    )
+
+
+def test_otelcol_validate():
+    binary = shutil.which("otelcol-contrib")
+    if binary is None:
+        pytest.skip(
+            "otelcol-contrib is not on PATH (no collector binary can be installed on this "
+            "machine); structure and component names are checked by the other tests instead"
+        )
+    res = run_tool([binary, "validate", f"--config={OTELCOL_CONFIG}"])
+    assert res.returncode == 0, res.stdout + res.stderr

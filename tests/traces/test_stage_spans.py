@@ -1,0 +1,96 @@
+"""Stage spans from verl's real timers (``marked_timer``/``simple_timer`` -> ``_timer``)."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+from otel_verl import semconv
+
+
+def _by_name(spans):
+    return {s.name: s for s in spans}
+
+
+def test_step_trace_has_stage_children_and_exact_durations(captured, v0_trainer):
+    from verl.utils.profiler import marked_timer
+
+    timing: dict[str, float] = {}
+    with marked_timer("step", timing):
+        for stage in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights"):
+            with marked_timer(stage, timing):
+                sum(range(20_000))
+    with marked_timer("testing", timing):  # verl runs validation after the step timer
+        pass
+
+    spans = _by_name(captured.finished())
+    step = spans[semconv.SPAN_STEP]
+    assert step.parent is None
+    assert step.attributes[semconv.ATTR_STEP] == 3
+    assert step.attributes[semconv.ATTR_EPOCH] == 1  # (3 - 1) // 2 steps per epoch
+    for stage in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "testing"):
+        span = spans["verl." + stage]
+        assert span.attributes[semconv.ATTR_STAGE] == stage
+        assert span.parent.span_id == step.context.span_id
+        assert span.context.trace_id == step.context.trace_id
+        seconds = (span.end_time - span.start_time) / 1e9
+        assert abs(seconds - timing[stage]) <= max(0.005, 0.05 * timing[stage])
+
+    hist = {p.attributes[semconv.ATTR_STAGE]: p for p in captured.metric_points()[semconv.M_STAGE_DURATION]}
+    assert hist["gen"].count == 1
+    assert hist["gen"].sum == pytest.approx(timing["gen"], rel=1e-12)
+    points = captured.metric_points()
+    assert points[semconv.M_TRAINING_STEP][0].value == 3
+    assert points[semconv.M_TRAINING_STEPS][0].value == 1
+
+
+def test_each_step_is_its_own_trace(captured, v0_trainer):
+    from verl.utils.profiler import marked_timer
+
+    for step in (1, 2):
+        v0_trainer.global_steps = step
+        with marked_timer("step", {}):
+            pass
+    first, second = captured.finished()
+    assert first.context.trace_id != second.context.trace_id
+    assert [first.attributes[semconv.ATTR_STEP], second.attributes[semconv.ATTR_STEP]] == [1, 2]
+
+
+def test_stage_exception_is_recorded_and_reraised_unchanged(captured, v0_trainer):
+    from verl.utils.profiler import marked_timer
+
+    timing: dict[str, float] = {}
+    err = RuntimeError("rollout server died")
+    with pytest.raises(RuntimeError) as info:
+        with marked_timer("step", timing):
+            with marked_timer("gen", timing):
+                raise err
+    assert info.value is err
+    assert timing == {}  # verl skips its timing update on error; we do not change that
+    spans = _by_name(captured.finished())
+    for name in ("verl.gen", "verl.step"):
+        assert spans[name].status.status_code is StatusCode.ERROR
+        assert spans[name].events[0].name == "exception"
+        assert spans[name].events[0].attributes["exception.message"] == "rollout server died"
+
+
+def test_no_spans_without_a_trainer_in_the_process(captured):
+    """Agent-loop workers time every sample; those timers must not become spans."""
+    from verl.utils.profiler import simple_timer
+
+    timing: dict[str, float] = {}
+    with simple_timer("generate_sequences", timing):
+        pass
+    assert "generate_sequences" in timing
+    assert captured.finished() == []
+
+
+def test_uninstrument_leaves_no_spans(captured, v0_trainer):
+    from verl.utils.profiler import marked_timer
+
+    from otel_verl import VerlInstrumentor
+
+    VerlInstrumentor().uninstrument()
+    with marked_timer("step", {}):
+        pass
+    assert captured.finished() == []
