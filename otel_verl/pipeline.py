@@ -127,12 +127,37 @@ class Telemetry:
         self._step_readers = step_readers or []
         self._owned = owned
         self._shut_down = False
+        self._flush_wanted = threading.Event()
+        self._flusher: threading.Thread | None = None
 
     def mark_step(self) -> None:
         if not settings().step_export:
             return
         for reader in self._step_readers:
             reader.mark_step()
+
+    def request_flush(self) -> None:
+        """Ask for spans to be exported soon, without waiting.
+
+        Ray may kill worker processes at the end of a job without running ``atexit``;
+        flushing after each unit of work keeps the last step's spans. Requests coalesce
+        in one background thread, so the caller never blocks on the exporter.
+        """
+        if not self._owned or self._shut_down:
+            return
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="otel-verl-flusher", daemon=True)
+            self._flusher.start()
+        self._flush_wanted.set()
+
+    def _flush_loop(self) -> None:
+        while not self._shut_down:
+            self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            try:
+                self.tracer_provider.force_flush()  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001
+                _log.debug("span flush failed", exc_info=True)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Flush spans and metrics, adding at most ``timeout_s`` to the caller."""

@@ -38,6 +38,7 @@ class Hook:
     target: str  # "func" or "Class.method"
     wrapper: Callable[..., Any]
     optional: bool = False  # absent in some supported verl versions: skip quietly
+    only_if: Callable[[], bool] | None = None  # checked when the module is imported
 
 
 class HookSet:
@@ -65,6 +66,8 @@ class HookSet:
             return
         for hook in self._hooks:
             if hook.module != module.__name__ or hook in self.applied:
+                continue
+            if hook.only_if is not None and not hook.only_if():
                 continue
             owner_path, _, attr = hook.target.rpartition(".")
             try:

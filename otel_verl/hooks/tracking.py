@@ -22,6 +22,7 @@ def _record(data: Any) -> None:
         return
     RUNTIME.metrics.record_log(data, forward_all=settings().forward_metrics)
     RUNTIME.telemetry.mark_step()
+    RUNTIME.telemetry.request_flush()  # the step's spans too, not 5 s later
 
 
 def _log_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

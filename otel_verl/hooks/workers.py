@@ -131,6 +131,7 @@ def _worker_end(state: tuple[Any, Any], error: BaseException | None) -> None:
     span, token = state
     otel_context.detach(token)
     _finish(span, error)
+    RUNTIME.telemetry.request_flush()
 
 
 def _make_worker_wrapper(method: str, is_async: bool) -> Any:
@@ -181,8 +182,25 @@ class _LazyWorkerWrapper:
         return self._impl(wrapped, instance, args, kwargs)
 
 
+def in_worker_actor() -> bool:
+    """True in a verl worker-group actor: verl gives each one ``WG_PREFIX`` in its env.
+
+    The worker classes are patched only there. The driver (TaskRunner) has no use for
+    those wrappers, and Ray pickles the worker classes from the driver by value-or-reference:
+    a wrapped method there would no longer resolve by reference and drag a module's globals
+    (torch config modules) into the pickle, which fails.
+    """
+    return "WG_PREFIX" in os.environ
+
+
 HOOKS = (
     [Hook("verl.single_controller.ray.base", "func_generator", _func_generator_wrapper)]
-    + [Hook(ENGINE, f"ActorRolloutRefWorker.{m}", _LazyWorkerWrapper(m), optional=True) for m in ARR_METHODS]
-    + [Hook(ENGINE, f"TrainingWorker.{m}", _LazyWorkerWrapper(m), optional=True) for m in TRAINING_METHODS]
+    + [
+        Hook(ENGINE, f"ActorRolloutRefWorker.{m}", _LazyWorkerWrapper(m), optional=True, only_if=in_worker_actor)
+        for m in ARR_METHODS
+    ]
+    + [
+        Hook(ENGINE, f"TrainingWorker.{m}", _LazyWorkerWrapper(m), optional=True, only_if=in_worker_actor)
+        for m in TRAINING_METHODS
+    ]
 )

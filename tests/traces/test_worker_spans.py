@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
 import torch
+import wrapt
 
 from otel_verl import propagation, semconv
 
 
-def test_wrapped_worker_methods_keep_verl_registration_and_coroutine_nature(captured):
+@pytest.fixture
+def in_worker_actor(monkeypatch):
+    monkeypatch.setenv("WG_PREFIX", "test")  # what verl sets in each worker-group actor
+
+
+def test_worker_classes_are_patched_only_in_worker_actors(captured):
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    # Ray pickles worker classes from the driver; wrapped methods there would break that.
+    assert not isinstance(ActorRolloutRefWorker.__dict__["update_actor"], wrapt.FunctionWrapper)
+
+
+def test_wrapped_worker_methods_keep_verl_registration_and_coroutine_nature(in_worker_actor, captured):
     from verl.single_controller.base.decorator import MAGIC_ATTR
     from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
@@ -19,7 +33,7 @@ def test_wrapped_worker_methods_keep_verl_registration_and_coroutine_nature(capt
         (TrainingWorker, "train_mini_batch"),
     ):
         method = getattr(cls, name)
-        assert hasattr(method, "__wrapped__"), name  # really wrapped
+        assert isinstance(cls.__dict__[name], wrapt.FunctionWrapper), name  # really wrapped
         assert getattr(method, MAGIC_ATTR) == getattr(method.__wrapped__, MAGIC_ATTR)
         assert inspect.iscoroutinefunction(method) == inspect.iscoroutinefunction(method.__wrapped__)
     assert inspect.iscoroutinefunction(ActorRolloutRefWorker.update_weights)

@@ -7,10 +7,17 @@ from typing import Literal
 
 from .assets import Assets
 
-# Logical CPUs for Ray (not cores): enough slots for the TaskRunner, agent-loop, reward,
-# load-balancer and TransferQueue actors on a 2-core machine. Ray's default (the core count,
-# 2) starves them; with 8 TransferQueue storage units even 8 slots hang (see below).
-RAY_NUM_CPUS = 8
+def ray_num_cpus(driver: str, n_gpus: int) -> int:
+    """Logical CPUs for Ray (slots, not cores), enough for what verl holds at once.
+
+    Held: TaskRunner 1 + the worker placement group 3 per GPU (max_colocate_count=3) +
+    TransferQueue controller and storage units 1 + 2 (v1 only); actors with default
+    resources (agent-loop, reward, load balancer) need one free slot to be scheduled.
+    Too few and verl hangs silently waiting for a placement group. Ray's default (the
+    core count, 2 here) is far too small.
+    """
+    held = 1 + 3 * n_gpus + (3 if driver == "v1" else 0)
+    return max(8, held + 2)
 
 
 def verl_args(
@@ -78,7 +85,7 @@ def verl_args(
         "trainer.resume_mode=disable",
         # Ray: fake GPUs so verl's resource check and placement groups work
         f"+ray_kwargs.ray_init.num_gpus={n_gpus}",
-        f"ray_kwargs.ray_init.num_cpus={RAY_NUM_CPUS}",
+        f"ray_kwargs.ray_init.num_cpus={ray_num_cpus(driver, n_gpus)}",
     ]
     if algo == "ppo":
         args += [
@@ -93,6 +100,7 @@ def verl_args(
             "actor_rollout_ref.actor.kl_loss_coef=0.01",
         ]
     if driver == "v1":
-        # The default 8 storage units hang in initialize_simple_storage on 8 logical CPUs.
+        # TransferQueue's default 8 storage units (1 CPU each) exhaust the Ray CPU slots and
+        # hang in initialize_simple_storage.
         args.append("transfer_queue.backend.SimpleStorage.num_data_storage_units=2")
     return args + list(extra)

@@ -94,6 +94,24 @@ def _resolve_launcher(launcher: str | Sequence[str] | None) -> list[str]:
     return words
 
 
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of the run's session: the launcher's process group (raylet,
+    GCS, dashboard) and the Ray workers, which have process groups of their own."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            session = int(stat.rsplit(")", 1)[1].split()[3])  # fields after "(comm)": state ppid pgrp session
+        except (OSError, ValueError, IndexError):
+            continue
+        if session == sid:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def build_command(args: Sequence[str], launcher: str | Sequence[str] | None = None) -> list[str]:
     return [*_resolve_launcher(launcher), sys.executable, "-m", "verl.trainer.main_ppo", *args]
 
@@ -116,7 +134,7 @@ def run_verl(
     """Make the assets in ``workdir`` and run the trainer there (cwd=workdir).
 
     Output is streamed to ``stream`` (None: silent), kept in the result and written to
-    ``workdir/run.log``. On timeout the whole process group is killed (returncode 124).
+    ``workdir/run.log``. On timeout every process of the run's session is killed (returncode 124).
     """
     workdir = Path(workdir).resolve()
     assets = make_assets(workdir)
@@ -160,7 +178,7 @@ def run_verl(
     try:
         returncode = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_session(proc.pid)
         proc.wait()
         returncode = 124
     reader.join(timeout=10)
