@@ -21,6 +21,20 @@ Variable                           Default      Meaning
                                                 step's values are lost between intervals).
 ``OTEL_VERL_RAY_RUNTIME_ENV``      ``true``     Add the ``OTEL_*`` settings to the job's Ray
                                                 ``runtime_env`` (needed on running clusters).
+``OTEL_VERL_LOG_LEVEL``            ``WARNING``  Lowest Python ``logging`` level exported as OTel
+                                                logs (``OTEL_LOGS_EXPORTER``); a name or number.
+``OTEL_VERL_SAMPLES``              ``false``    Export sampled generations (prompt, response,
+                                                reward) as ``verl.rollout.sample`` log records.
+                                                Off by default: prompts may be sensitive.
+``OTEL_VERL_SAMPLES_EVERY_N_STEPS`` ``10``      Sample every N-th training step.
+``OTEL_VERL_SAMPLES_PER_STEP``     ``4``        Samples exported per sampled step.
+``OTEL_VERL_SAMPLES_MAX_CHARS``    ``2000``     Prompt and response are each cut to this length.
+``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` ``64``     Trajectories per step and agent-loop worker
+                                                that get spans (``0`` none, ``-1`` all);
+                                                rollout histograms always count every one.
+``OTEL_VERL_GPU_METRICS``          ``true``     ``hw.gpu.*`` gauges in worker processes.
+``OTEL_VERL_PROCESS_METRICS``      ``true``     ``process.*`` CPU/memory gauges in worker
+                                                processes (system-metrics instrumentation).
 =================================  ===========  ==============================================
 """
 
@@ -40,6 +54,14 @@ SHUTDOWN_TIMEOUT = "OTEL_VERL_SHUTDOWN_TIMEOUT"
 FORWARD_METRICS = "OTEL_VERL_FORWARD_METRICS"
 STEP_EXPORT = "OTEL_VERL_STEP_EXPORT"
 RAY_RUNTIME_ENV = "OTEL_VERL_RAY_RUNTIME_ENV"
+LOG_LEVEL = "OTEL_VERL_LOG_LEVEL"
+SAMPLES = "OTEL_VERL_SAMPLES"
+SAMPLES_EVERY_N_STEPS = "OTEL_VERL_SAMPLES_EVERY_N_STEPS"
+SAMPLES_PER_STEP = "OTEL_VERL_SAMPLES_PER_STEP"
+SAMPLES_MAX_CHARS = "OTEL_VERL_SAMPLES_MAX_CHARS"
+ROLLOUT_SPANS_PER_STEP = "OTEL_VERL_ROLLOUT_SPANS_PER_STEP"
+GPU_METRICS = "OTEL_VERL_GPU_METRICS"
+PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 
@@ -79,6 +101,36 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
     return value
 
 
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        _warn(name, raw, default)
+        return default
+    if value < minimum:
+        _warn(name, raw, default)
+        return default
+    return value
+
+
+def env_log_level(name: str, default: int) -> int:
+    """A ``logging`` level given by name (``INFO``) or number (``20``)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().upper()
+    if value.isdigit():
+        return int(value)
+    level = logging.getLevelName(value)
+    if isinstance(level, int):
+        return level
+    _warn(name, raw, logging.getLevelName(default))
+    return default
+
+
 @dataclass(frozen=True)
 class Settings:
     run_id: str | None
@@ -87,6 +139,14 @@ class Settings:
     forward_metrics: bool
     step_export: bool
     ray_runtime_env: bool
+    rollout_spans_per_step: int = 64
+    gpu_metrics: bool = True
+    process_metrics: bool = True
+    log_level: int = logging.WARNING
+    samples: bool = False
+    samples_every_n_steps: int = 10
+    samples_per_step: int = 4
+    samples_max_chars: int = 2000
 
 
 @lru_cache(maxsize=1)
@@ -99,6 +159,14 @@ def settings() -> Settings:
         forward_metrics=env_bool(FORWARD_METRICS, True),
         step_export=env_bool(STEP_EXPORT, True),
         ray_runtime_env=env_bool(RAY_RUNTIME_ENV, True),
+        rollout_spans_per_step=env_int(ROLLOUT_SPANS_PER_STEP, 64, minimum=-1),
+        gpu_metrics=env_bool(GPU_METRICS, True),
+        process_metrics=env_bool(PROCESS_METRICS, True),
+        log_level=env_log_level(LOG_LEVEL, logging.WARNING),
+        samples=env_bool(SAMPLES, False),
+        samples_every_n_steps=env_int(SAMPLES_EVERY_N_STEPS, 10, minimum=1),
+        samples_per_step=env_int(SAMPLES_PER_STEP, 4, minimum=1),
+        samples_max_chars=env_int(SAMPLES_MAX_CHARS, 2000, minimum=1),
     )
 
 

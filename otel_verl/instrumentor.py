@@ -7,8 +7,9 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
+from otel_verl import logs
 from otel_verl.config import ensure_run_id
-from otel_verl.hooks import HookSet, ray_launch, timers, tracking, trainer, workers
+from otel_verl.hooks import HookSet, ray_launch, rollout, samples, timers, tracking, trainer, workers
 from otel_verl.package import _instruments
 from otel_verl.runtime import RUNTIME
 
@@ -33,12 +34,22 @@ class VerlInstrumentor(BaseInstrumentor):
         if tracer_provider is not None or meter_provider is not None:
             RUNTIME.use_providers(tracer_provider, meter_provider)
         ensure_run_id()
+        logs.use_logger_provider(kwargs.get("logger_provider"))  # else each process's own (pipeline.py)
         if self._hooks is None:
-            self._hooks = HookSet(timers.HOOKS + trainer.HOOKS + tracking.HOOKS + workers.HOOKS + ray_launch.HOOKS)
+            self._hooks = HookSet(
+                timers.HOOKS
+                + trainer.HOOKS
+                + tracking.HOOKS
+                + workers.HOOKS
+                + ray_launch.HOOKS
+                + samples.HOOKS
+                + rollout.HOOKS
+            )
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._hooks is not None:
             self._hooks.uninstall()
+        logs.detach()
         RUNTIME.trainer = None
         RUNTIME.last_step = None

@@ -73,19 +73,21 @@ def as_float(value: Any) -> float | None:
     """The number in ``value`` (Python/numpy scalar, one-element tensor), else None."""
     if isinstance(value, (str, bytes)):
         return None
+    # Any failure means "not a number we can record": an int beyond float range
+    # (OverflowError), a complex, an object whose ``item()`` raises... must cost only its own key.
     if isinstance(value, numbers.Number):
         try:
             return float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except Exception:  # noqa: BLE001
             return None
     # numpy arrays and torch tensors holding exactly one number
-    if not callable(getattr(value, "item", None)):
-        return None
     try:
+        if not callable(getattr(value, "item", None)):
+            return None
         numel = getattr(value, "numel", None)
         count = numel() if callable(numel) else getattr(value, "size", None)
         return float(value.item()) if count == 1 else None
-    except (TypeError, ValueError, RuntimeError):
+    except Exception:  # noqa: BLE001
         return None
 
 

@@ -9,11 +9,18 @@ Why otel-verl builds its own providers instead of using the global ones:
 * Ray 2.60 installs its own global MeterProvider in some of its processes.
 
 The pipelines honour the standard ``OTEL_*`` variables through the SDK's own exporter
-entry points (``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``, ``OTEL_EXPORTER_OTLP_*``,
+entry points (``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``, ``OTEL_LOGS_EXPORTER``,
+``OTEL_EXPORTER_OTLP_*``,
 ``OTEL_TRACES_SAMPLER``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``,
 ``OTEL_SDK_DISABLED``). They are built lazily, on the first telemetry in a process, so
 the 25+ Ray processes that never run verl code (Ray's own daemons) pay nothing.
 Exporters default to ``otlp`` as with ``opentelemetry-distro``.
+
+Logs: a ``LoggerProvider`` per process (``otel_verl.logs`` attaches the logging handler).
+Metrics with ``OTEL_METRICS_EXPORTER=prometheus``: a pull reader on
+``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` whose series carry the run's resource attributes as
+labels (``verl_run_id``...), like the collector's Prometheus set-up; only one process per
+host can own the port, the others log that once and go on without it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry._logs import get_logger_provider
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.environment_variables import OTEL_SDK_DISABLED, OTEL_SERVICE_NAME
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
@@ -43,6 +53,16 @@ from otel_verl.version import __version__
 _log = logging.getLogger(__name__)
 
 JSON_FILE_EXPORTER = "otlp_json_file"
+PROMETHEUS_EXPORTER = "prometheus"
+# Resource attributes the pull reader copies onto every series (collector: promote_resource_attributes).
+PROMOTED_RESOURCE_ATTRIBUTES = (
+    semconv.RES_RUN_ID,
+    semconv.RES_PROJECT,
+    semconv.RES_EXPERIMENT,
+    semconv.RES_ROLE,
+    semconv.RES_RANK,
+    "host.name",
+)
 
 
 @dataclass
@@ -87,14 +107,14 @@ def build_resource(identity: Identity) -> Resource:
 def _exporter_classes(signal: str) -> dict[str, type]:
     from opentelemetry.sdk._configuration import _get_exporter_names, _import_exporters
 
-    env = {"traces": "OTEL_TRACES_EXPORTER", "metrics": "OTEL_METRICS_EXPORTER"}[signal]
+    env = {"traces": "OTEL_TRACES_EXPORTER", "metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}[signal]
     if os.environ.get(env) is None:
         os.environ[env] = "otlp"  # the distro's default, also for processes it did not configure
     names = _get_exporter_names(signal)  # resolves "otlp" by OTEL_EXPORTER_OTLP_PROTOCOL
-    traces, metrics_, _ = _import_exporters(
-        names if signal == "traces" else [], names if signal == "metrics" else [], []
+    traces, metrics_, logs_ = _import_exporters(
+        names if signal == "traces" else [], names if signal == "metrics" else [], names if signal == "logs" else []
     )
-    return traces if signal == "traces" else metrics_
+    return {"traces": traces, "metrics": metrics_, "logs": logs_}[signal]
 
 
 def _file_path(signal: str, identity: Identity) -> str:
@@ -119,9 +139,12 @@ class Telemetry:
         meter_provider: metrics.MeterProvider,
         step_readers: list[StepMetricReader] | None = None,
         owned: bool = False,
+        logger_provider: Any = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
+        # None when logs are off (``OTEL_LOGS_EXPORTER=none``); the global one for given providers.
+        self.logger_provider = logger_provider if owned else (logger_provider or get_logger_provider())
         self.tracer = tracer_provider.get_tracer(semconv.SCOPE, __version__)
         self.meter = meter_provider.get_meter(semconv.SCOPE, __version__)
         self._step_readers = step_readers or []
@@ -164,8 +187,11 @@ class Telemetry:
         timeout_s = settings().shutdown_timeout_s if timeout_s is None else timeout_s
         _bounded(self._flush, timeout_s)
 
+    def _providers(self) -> tuple[Any, ...]:
+        return (self.tracer_provider, self.meter_provider, self.logger_provider)
+
     def _flush(self) -> None:
-        for provider in (self.tracer_provider, self.meter_provider):
+        for provider in self._providers():
             fn = getattr(provider, "force_flush", None)
             if fn is not None:
                 fn()
@@ -177,7 +203,7 @@ class Telemetry:
         timeout_s = settings().shutdown_timeout_s if timeout_s is None else timeout_s
 
         def _shutdown() -> None:
-            for provider in (self.tracer_provider, self.meter_provider):
+            for provider in self._providers():
                 fn = getattr(provider, "shutdown", None)
                 if fn is not None:
                     fn()
@@ -215,13 +241,49 @@ def build_own(identity: Identity) -> Telemetry:
     readers: list[MetricReader] = []
     step_readers: list[StepMetricReader] = []
     for name, cls in _exporter_classes("metrics").items():
-        if issubclass(cls, MetricReader):  # pull exporters (e.g. prometheus) are readers already
+        if name == PROMETHEUS_EXPORTER:
+            reader = _prometheus_reader()
+            if reader is not None:
+                readers.append(reader)
+        elif issubclass(cls, MetricReader):  # other pull exporters are readers already
             readers.append(cls())
         elif issubclass(cls, MetricExporter):
             reader = StepMetricReader(_make_exporter(name, cls, "metrics", identity))
             readers.append(reader)
             step_readers.append(reader)
     meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
-    telemetry = Telemetry(tracer_provider, meter_provider, step_readers, owned=True)
+    logger_provider = _build_logger_provider(resource, identity)
+    telemetry = Telemetry(tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider)
     atexit.register(telemetry.shutdown)
+    if logger_provider is not None:
+        from otel_verl import logs
+
+        logs.attach(logger_provider)
     return telemetry
+
+
+def _build_logger_provider(resource: Resource, identity: Identity) -> LoggerProvider | None:
+    exporters = _exporter_classes("logs")
+    if not exporters:  # OTEL_LOGS_EXPORTER=none
+        return None
+    provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+    for name, cls in exporters.items():
+        provider.add_log_record_processor(BatchLogRecordProcessor(_make_exporter(name, cls, "logs", identity)))
+    return provider
+
+
+def _prometheus_reader() -> MetricReader | None:
+    """The Prometheus pull reader, with the run's resource attributes as labels."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import start_http_server
+
+    port = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
+    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
+    try:
+        start_http_server(port=port, addr=host)
+    except OSError as exc:  # another verl process on this host owns the port
+        warn_once(
+            "prometheus-port", "Prometheus exporter: cannot listen on %s:%s (%s); no pull metrics here", host, port, exc
+        )
+        return None
+    return PrometheusMetricReader(resource_attribute_filter=PROMOTED_RESOURCE_ATTRIBUTES.__contains__)

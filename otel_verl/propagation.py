@@ -2,7 +2,7 @@
 
 Ray does not carry OpenTelemetry context across an actor call. verl's worker-group calls
 pass one data object per call (a ``TensorDict`` on the v0 driver, a TransferQueue
-``KVBatchMeta`` on v1, a ``DataProto`` elsewhere); the W3C ``traceparent`` rides in it
+``KVBatchMeta``/``BatchMeta`` on v1, a ``DataProto`` elsewhere); the W3C ``traceparent`` rides in it
 under ``CARRIER_KEY`` as a non-tensor entry / ``extra_info`` / ``meta_info`` item, the same
 places verl puts its own per-call options. The driver removes it again right after the
 call and the worker takes it out before verl's code sees the data, so verl never
@@ -24,7 +24,8 @@ def _kind(data: Any) -> str | None:
     name = type(data).__name__
     if name == "TensorDict":
         return "td"
-    if name == "KVBatchMeta" and isinstance(getattr(data, "extra_info", None), dict):
+    # v1: the driver passes a KVBatchMeta; verl's dispatch hands each rank a BatchMeta chunk
+    if name in ("KVBatchMeta", "BatchMeta") and isinstance(getattr(data, "extra_info", None), dict):
         return "kv"
     if name == "DataProto" and isinstance(getattr(data, "meta_info", None), dict):
         return "dp"

@@ -94,3 +94,76 @@ def metric_name(key: str) -> str:
     ``val-core/gsm8k/reward/mean@4`` -> ``verl.val-core.gsm8k.reward.mean_4``.
     """
     return (METRIC_PREFIX + _INVALID.sub("_", key.replace("/", ".")))[:_MAX_NAME]
+
+
+# ---------------------------------------------------------------- rollout (agent-loop workers)
+SPAN_ROLLOUT_BATCH = "verl.rollout.generate"  # v0: one AgentLoopWorker.generate_sequences call
+SPAN_ROLLOUT_TRAJECTORY = "verl.rollout.trajectory"  # one trajectory (prompt x rollout.n)
+SPAN_ROLLOUT_LLM_CALL = "verl.rollout.llm_call"  # one LLMServerClient.generate (engine call)
+SPAN_ROLLOUT_TAIL = "verl.rollout.tail"  # v1 only: where the slowest-trajectory event goes
+EVENT_SLOWEST_TRAJECTORY = "verl.rollout.slowest_trajectory"
+
+ATTR_ROLLOUT_SUBMIT_STEP = "verl.rollout.submit_step"  # global step when the trajectory was submitted
+ATTR_ROLLOUT_SAMPLE_INDEX = "verl.rollout.sample_index"
+ATTR_ROLLOUT_INDEX = "verl.rollout.index"  # 0..rollout.n-1 within the prompt's group
+ATTR_ROLLOUT_VALIDATE = "verl.rollout.validate"
+ATTR_ROLLOUT_STATUS = "verl.rollout.status"  # "ok" | "error" | "cancelled"
+ATTR_ROLLOUT_PROMPT_TOKENS = "verl.rollout.prompt.tokens"
+ATTR_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"  # incl. tool tokens (verl's response_length)
+ATTR_ROLLOUT_GENERATED_TOKENS = "verl.rollout.response.generated_tokens"  # sum(response_mask)
+ATTR_ROLLOUT_NUM_TURNS = "verl.rollout.num_turns"
+ATTR_ROLLOUT_REWARD = "verl.rollout.reward_score"
+ATTR_ROLLOUT_BATCH_SIZE = "verl.rollout.batch_size"
+ATTR_ROLLOUT_DURATION = "verl.rollout.duration"  # on the slowest-trajectory event (s)
+ATTR_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
+ATTR_ROLLOUT_TRAJECTORIES = "verl.rollout.trajectories"
+ATTR_ROLLOUT_SERVER_ID = "verl.rollout.server.id"
+ATTR_ROLLOUT_CACHED_TOKENS = "verl.rollout.cached_tokens"  # vLLM prefix-cache hits
+ATTR_ROLLOUT_PREEMPTIONS = "verl.rollout.preemptions"
+ATTR_ROLLOUT_WEIGHT_VERSION = "verl.rollout.weight_version"  # TokenOutput.extra_fields["global_steps"]
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_CANCELLED = "cancelled"
+
+# official GenAI conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"  # token ids in, token ids out
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"  # rollout backend: vllm, sglang, trtllm, ...
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+
+M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
+M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
+M_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"
+M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
+
+# ---------------------------------------------------------------- GPU (hw.gpu.* semconv) and process
+M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
+M_GPU_MEMORY_LIMIT = "hw.gpu.memory.limit"
+M_GPU_UTILIZATION = "hw.gpu.utilization"
+ATTR_HW_ID = "hw.id"
+ATTR_HW_NAME = "hw.name"
+ATTR_HW_VENDOR = "hw.vendor"
+GPU_SOURCE_NVML = "nvml"
+GPU_SOURCE_TORCH = "torch"
+# process.* metrics of opentelemetry-instrumentation-system-metrics kept in worker processes
+SYSTEM_METRICS_CONFIG = {
+    "process.cpu.time": ["user", "system"],
+    "process.cpu.utilization": None,
+    "process.memory.usage": None,
+    "process.memory.virtual": None,
+    "process.thread.count": None,
+}
+
+# ---------------------------------------------------------------- logs and sampled generations
+EVENT_ROLLOUT_SAMPLE = "verl.rollout.sample"  # log record event name, body {prompt, response}
+ATTR_SAMPLE_REWARD = "verl.sample.reward"  # the sample's sequence score (token_level_scores summed)
+ATTR_SAMPLE_INDEX = "verl.sample.index"  # position of the sample in the step's batch
+ATTR_DATA_SOURCE = "verl.data_source"  # the dataset's data_source column
+SAMPLE_BODY_PROMPT = "prompt"
+SAMPLE_BODY_RESPONSE = "response"

@@ -23,6 +23,8 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
+from otel_verl._safe import warn_once
+
 _log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 60_000.0
@@ -100,8 +102,15 @@ class StepMetricReader(MetricReader):
                 self._busy = True
             try:
                 self._exporter.export(batch)
-            except Exception:  # noqa: BLE001 - exporter failures are the exporter's to report
-                _log.debug("metric export failed", exc_info=True)
+            except Exception:  # noqa: BLE001 - never kill the export thread
+                # An exporter that raises (instead of returning FAILURE) would otherwise lose
+                # every step silently: say so once per process.
+                warn_once(
+                    "metric export",
+                    "metric export failed (%s); later failures are not logged",
+                    type(self._exporter).__name__,
+                    exc_info=True,
+                )
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         """Collect now and wait (at most ``timeout_millis``) until everything queued is exported."""

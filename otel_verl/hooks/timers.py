@@ -9,7 +9,8 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
 * ``verl.step``: the root span of one training step's trace (attributes ``verl.step``,
   ``verl.epoch``, ``verl.driver``);
 * ``verl.<stage>``: a child span per stage, attribute ``verl.stage``. Stages verl runs
-  after the ``step`` timer (``testing``) join the same step's trace;
+  after the ``step`` timer (``testing``, v0 ``stop_profile``) join the same step's trace;
+  one it runs before (v0 ``start_profile``) is a span of its own with the step number;
 * the ``verl.stage.duration`` histogram, fed with exactly the seconds verl adds to its
   ``timing_raw`` dict (so it equals ``timing_s/<stage>``);
 * at the end of each step: ``verl.training.step``, ``verl.training.steps`` and the

@@ -23,7 +23,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from otel_verl import propagation, semconv
+from otel_verl import gpu, propagation, semconv
 from otel_verl._safe import safe
 from otel_verl.hooks import Hook
 from otel_verl.runtime import RUNTIME
@@ -114,6 +114,7 @@ def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> tuple[A
         parent = otel_context.get_current()
     rank = _rank(instance)
     RUNTIME.identify(role=semconv.ROLE_WORKER, rank=rank)
+    gpu.ensure_worker_metrics(rank)  # hw.gpu.* / process.* gauges of this rank, once
     attrs: dict[str, Any] = {
         semconv.ATTR_WORKER_METHOD: method,
         semconv.ATTR_WORKER_CLASS: type(instance).__name__,

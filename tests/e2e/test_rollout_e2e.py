@@ -1,0 +1,165 @@
+"""End-to-end: rollout trajectory / LLM-call spans and histograms from the real trainer on CPU.
+
+Ground truth is verl's own console output for the same run (``response_length/{mean,max,min}``)
+and the configuration: ``train_batch_size=4`` prompts x ``rollout.n=2`` = 8 trajectories per step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 2
+PER_STEP = 4 * 2  # train_batch_size x rollout.n
+
+
+def _train_trajectories(run):
+    trajs = [
+        s
+        for s in run.spans
+        if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY and not s.attributes[semconv.ATTR_ROLLOUT_VALIDATE]
+    ]
+    by_step = defaultdict(list)
+    for s in trajs:
+        by_step[s.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]].append(s)
+    return by_step
+
+
+def _latest_histogram_count(run, name, **attrs):
+    """Cumulative histograms: the latest point of each (process, attribute set), summed."""
+    latest = {}
+    for p in run.points:
+        if p.name != name or any(p.attributes.get(k) != v for k, v in attrs.items()):
+            continue
+        key = (p.resource.get("process.pid"), tuple(sorted(p.attributes.items())))
+        if key not in latest or p.time_ns >= latest[key].time_ns:
+            latest[key] = p
+    return sum(p.count for p in latest.values())
+
+
+def _check_rollout(run, n_gpus):
+    assert run.returncode == 0, run.output[-4000:]
+    by_step = _train_trajectories(run)
+    assert sorted(by_step) == list(range(1, STEPS + 1))
+    step_spans = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
+    by_id = {s.span_id: s for s in run.spans}
+    llm_calls = defaultdict(list)
+    for s in run.spans:
+        if s.name == semconv.SPAN_ROLLOUT_LLM_CALL:
+            llm_calls[s.parent_id].append(s)
+    for step, trajs in by_step.items():
+        # every trajectory of the step has a span, each (sample, rollout) once
+        assert len(trajs) == PER_STEP
+        ids = {
+            (t.attributes[semconv.ATTR_ROLLOUT_SAMPLE_INDEX], t.attributes[semconv.ATTR_ROLLOUT_INDEX]) for t in trajs
+        }
+        assert len(ids) == PER_STEP
+        assert {t.attributes[semconv.ATTR_ROLLOUT_INDEX] for t in trajs} == {0, 1}
+        # token counts equal verl's own response_length statistics for that step
+        lengths = [t.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS] for t in trajs]
+        console = run.console[step]
+        assert sum(lengths) / len(lengths) == pytest.approx(console["response_length/mean"], rel=1e-6)
+        assert max(lengths) == console["response_length/max"]
+        assert min(lengths) == console["response_length/min"]
+        for t in trajs:
+            assert t.status != "ERROR"
+            assert t.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK
+            assert t.attributes[semconv.GEN_AI_AGENT_NAME] == "single_turn_agent"
+            assert t.attributes[semconv.ATTR_ROLLOUT_PROMPT_TOKENS] > 0
+            assert t.attributes[semconv.ATTR_ROLLOUT_NUM_TURNS] >= 2
+            assert isinstance(t.attributes[semconv.ATTR_ROLLOUT_REWARD], float)
+            assert t.resource[semconv.RES_ROLE] == semconv.ROLE_AGENT_LOOP
+            # v0: in the step's trace, under the driver's gen stage
+            assert t.trace_id == step_spans[step].trace_id
+            batch = by_id[t.parent_id]
+            assert batch.name == semconv.SPAN_ROLLOUT_BATCH
+            assert by_id[batch.parent_id].name == "verl.gen"
+            # single-turn agent: one LLM call whose output tokens are the response
+            (call,) = llm_calls[t.span_id]
+            assert (
+                call.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]
+                == t.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS]
+            )
+            assert (
+                call.attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] == t.attributes[semconv.ATTR_ROLLOUT_PROMPT_TOKENS]
+            )
+            assert call.attributes[semconv.GEN_AI_PROVIDER_NAME] == "hfcpu"
+            assert call.attributes[semconv.GEN_AI_OPERATION_NAME] == "text_completion"
+            assert call.attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS]
+            assert semconv.ATTR_ROLLOUT_SERVER_ID in call.attributes
+            assert t.start_ns <= call.start_ns and call.end_ns <= t.end_ns
+    # the histograms count every trajectory and call (train: 2 steps x 8)
+    n_train = STEPS * PER_STEP
+    assert (
+        _latest_histogram_count(run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
+        == n_train
+    )
+    assert (
+        _latest_histogram_count(run, semconv.M_ROLLOUT_RESPONSE_TOKENS, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
+        == n_train
+    )
+    assert (
+        _latest_histogram_count(run, semconv.M_ROLLOUT_LLM_CALL_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
+        == n_train
+    )
+    # validation (val_before_train) trajectories are flagged, not mixed into the steps
+    val = [
+        s
+        for s in run.spans
+        if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY and s.attributes[semconv.ATTR_ROLLOUT_VALIDATE]
+    ]
+    assert val
+    # long tail: a ratio >= 1 per step, and the slowest trajectory named on the batch span
+    ratios = [p.value for p in run.points if p.name == semconv.M_ROLLOUT_TAIL_RATIO]
+    assert ratios and all(r >= 1.0 for r in ratios)
+    batches = [
+        s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_BATCH and not s.attributes[semconv.ATTR_ROLLOUT_VALIDATE]
+    ]
+    assert len(batches) == STEPS  # num_workers=1
+    for b in batches:
+        (event,) = [e for e in b.events if e["name"] == semconv.EVENT_SLOWEST_TRAJECTORY]
+        attrs = event["attributes"]
+        slowest = by_id[attrs["verl.rollout.slowest.span_id"]]
+        same_step = [t for t in by_step[b.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]]]
+        assert slowest.seconds == pytest.approx(max(t.seconds for t in same_step), abs=0.05)
+        assert attrs[semconv.ATTR_ROLLOUT_TAIL_RATIO] >= 1.0
+        assert attrs[semconv.ATTR_ROLLOUT_TRAJECTORIES] == PER_STEP
+    return by_step
+
+
+def test_v0_rollout_spans_match_verl(verl_runs):
+    run = verl_runs.get("v0", "grpo", steps=STEPS)
+    _check_rollout(run, 1)
+
+
+def test_v0_rollout_spans_two_ranks(verl_runs):
+    run = verl_runs.get("v0", "grpo", steps=STEPS, n_gpus=2)
+    by_step = _check_rollout(run, 2)
+    # two rollout replicas behind the load balancer: calls may go to either
+    servers = {
+        s.attributes[semconv.ATTR_ROLLOUT_SERVER_ID] for s in run.spans if s.name == semconv.SPAN_ROLLOUT_LLM_CALL
+    }
+    assert servers
+    assert by_step
+
+
+def test_v1_trajectories_carry_submit_step_without_parent(verl_runs):
+    run = verl_runs.get("v1", "grpo", steps=STEPS)
+    assert run.returncode == 0, run.output[-4000:]
+    by_step = _train_trajectories(run)
+    # v1 submits ahead; every trajectory consumed by steps 1..2 was submitted at a step <= 2
+    assert sum(len(v) for v in by_step.values()) >= STEPS * PER_STEP
+    for trajs in by_step.values():
+        for t in trajs:
+            assert t.parent_id == ""
+            assert t.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK
+            assert t.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS] > 0
+    counted = _latest_histogram_count(
+        run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False}
+    )
+    assert counted == sum(len(v) for v in by_step.values())

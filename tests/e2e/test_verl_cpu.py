@@ -1,0 +1,165 @@
+"""End-to-end: the real verl trainer (both drivers, GRPO and PPO) under opentelemetry-instrument.
+
+What a user gets is checked against what verl itself printed for the same run:
+one trace per step with a span for every stage verl timed (durations equal to
+``timing_s/<stage>``), worker spans from the ranks inside that trace, and every logged
+metric exported with the value verl logged for that step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 2
+CONFIGS = [("v0", "grpo"), ("v0", "ppo"), ("v1", "grpo"), ("v1", "ppo")]
+CORE_STAGES = {"gen", "old_log_prob", "adv", "update_actor", "update_weights"}
+PPO_STAGES = {"ref", "values", "update_critic"}
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=[f"{d}-{a}" for d, a in CONFIGS])
+def run(request, verl_runs):
+    driver, algo = request.param
+    result = verl_runs.get(driver, algo, steps=STEPS)
+    assert result.returncode == 0, result.output[-4000:]
+    return result
+
+
+def _same(exported: float, logged: float) -> bool:
+    """Equal, allowing for verl printing float32 values in float32 precision."""
+    if exported == logged:
+        return True
+    return bool(np.float32(exported) == np.float32(logged))
+
+
+def _step_traces(run):
+    steps = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
+    by_trace = defaultdict(list)
+    for s in run.spans:
+        by_trace[s.trace_id].append(s)
+    return steps, by_trace
+
+
+def test_one_trace_per_step_with_every_stage_verl_timed(run):
+    steps, by_trace = _step_traces(run)
+    assert sorted(steps) == list(range(1, STEPS + 1))
+    assert len({s.trace_id for s in steps.values()}) == STEPS
+    for n, step in steps.items():
+        assert step.parent_id == ""
+        assert step.attributes[semconv.ATTR_DRIVER] == run.driver
+        assert step.attributes[semconv.ATTR_EPOCH] == 0
+        stages = {s.attributes[semconv.ATTR_STAGE]: s for s in by_trace[step.trace_id] if semconv.ATTR_STAGE in s.attributes}
+        timed = {k.split("/", 1)[1] for k in run.console[n] if k.startswith("timing_s/") and k.count("/") == 1}
+        timed.discard("step")
+        # v0 runs ``start_profile`` before the ``step`` timer: it cannot join a trace that does
+        # not exist yet, so it is a span of its own carrying the step number.
+        before_step = {"start_profile"} & timed
+        timed -= before_step
+        for name in before_step:
+            own = [s for s in run.spans if s.attributes.get(semconv.ATTR_STAGE) == name
+                   and s.attributes.get(semconv.ATTR_STEP) == n]
+            assert len(own) == 1
+        expected = CORE_STAGES | (PPO_STAGES if run.algo == "ppo" else set())
+        assert expected <= timed, "the harness config no longer runs these stages"
+        assert timed <= set(stages), f"step {n}: verl timed {sorted(timed)}, spans {sorted(stages)}"
+        for name in timed:
+            logged = run.console[n][f"timing_s/{name}"]
+            assert abs(stages[name].seconds - logged) <= max(0.005, 0.05 * logged), (name, stages[name].seconds, logged)
+        assert abs(step.seconds - run.console[n]["timing_s/step"]) <= max(0.005, 0.05 * run.console[n]["timing_s/step"])
+
+
+def test_worker_ranks_report_into_the_step_trace(run):
+    steps, by_trace = _step_traces(run)
+    roles = {s.resource.get(semconv.RES_ROLE) for s in run.spans}
+    pids = {s.resource.get("process.pid") for s in run.spans}
+    assert {semconv.ROLE_TASKRUNNER, semconv.ROLE_WORKER} <= roles and len(pids) >= 2
+    for step in steps.values():
+        members = {s.span_id: s for s in by_trace[step.trace_id]}
+        workers = [s for s in members.values() if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
+        assert {"verl.worker.compute_log_prob", "verl.worker.update_actor"} <= {s.name for s in workers}
+        for w in workers:
+            assert w.resource[semconv.RES_ROLE] == semconv.ROLE_WORKER
+            assert w.attributes[semconv.RES_RANK] == 0
+            # walk up to the step root through the driver's stage span
+            node, hops = w, 0
+            while node.parent_id and hops < 10:
+                node, hops = members[node.parent_id], hops + 1
+            assert node.span_id == step.span_id
+
+
+def test_process_identity_and_run_id(run):
+    runner = [s for s in run.spans if s.resource.get(semconv.RES_ROLE) == semconv.ROLE_TASKRUNNER]
+    assert runner[0].resource["service.name"] == "verl-e2e"
+    assert runner[0].resource[semconv.RES_PROJECT] == "verl_cpu_harness"
+    assert runner[0].resource[semconv.RES_EXPERIMENT] == f"{run.driver}_{run.algo}"
+    assert len({s.resource[semconv.RES_RUN_ID] for s in run.spans}) == 1  # one run id across processes
+    names = {s.name for s in run.spans}
+    assert {semconv.SPAN_INIT, semconv.SPAN_VALIDATION} <= names
+
+
+def _exports_by_step(run):
+    """Group metric points by collection (one per step boundary) and key them by step."""
+    batches = defaultdict(dict)
+    for p in run.points:
+        if p.resource.get(semconv.RES_ROLE) != semconv.ROLE_TASKRUNNER:
+            continue
+        key = p.name if not p.attributes else (p.name, tuple(sorted(p.attributes.items())))
+        batches[p.time_ns][key] = p
+    by_step = {}
+    for t in sorted(batches):
+        step_point = batches[t].get(semconv.M_TRAINING_STEP)
+        if step_point is not None:
+            by_step.setdefault(int(step_point.value), batches[t])  # the first export after the step
+    return by_step
+
+
+def test_every_logged_metric_is_exported_with_the_logged_value(run):
+    by_step = _exports_by_step(run)
+    assert sorted(by_step) == list(range(1, STEPS + 1))
+    for n in range(1, STEPS + 1):
+        logged = run.console[n]
+        exported = by_step[n]
+        checked = 0
+        for key, value in logged.items():
+            if not math.isfinite(value):
+                continue
+            point = exported.get(semconv.metric_name(key))
+            assert point is not None, f"step {n}: {key} not exported"
+            assert _same(point.value, value), (key, point.value, value)
+            checked += 1
+        assert checked >= 50  # verl logs ~100 keys per step
+
+        # the named instruments users alert on
+        assert _same(exported[(semconv.M_REWARD, ((semconv.ATTR_REWARD_SOURCE, "score"),))].value,
+                     logged["critic/score/mean"])
+        assert _same(exported[semconv.M_THROUGHPUT].value, logged["perf/throughput"])
+        kl_key = "actor/kl_loss" if run.algo == "ppo" else "actor/ppo_kl"
+        source = semconv.KL_KEYS[kl_key]
+        assert _same(exported[(semconv.M_KL, ((semconv.ATTR_KL_SOURCE, source),))].value, logged[kl_key])
+        assert exported[semconv.M_TRAINING_STEPS].value == n
+        assert exported[semconv.M_LAST_STEP_TIMESTAMP].value > 1.7e9
+
+
+def test_stage_duration_histogram_matches_verl_timing(run):
+    last = _exports_by_step(run)[STEPS]
+    hist = {dict(k[1])[semconv.ATTR_STAGE]: p for k, p in last.items()
+            if isinstance(k, tuple) and k[0] == semconv.M_STAGE_DURATION}
+    total = {stage: sum(run.console[n].get(f"timing_s/{stage}", 0.0) for n in range(1, STEPS + 1))
+             for stage in ("gen", "update_actor", "step")}
+    for stage, seconds in total.items():
+        assert hist[stage].count == STEPS
+        assert hist[stage].value == pytest.approx(seconds, rel=1e-6, abs=1e-6)
+
+
+def test_disabled_switch_leaves_no_telemetry(verl_runs):
+    off = verl_runs.get("v0", "grpo", steps=1, env={"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "verl"})
+    assert off.returncode == 0, off.output[-4000:]
+    assert 1 in off.console  # verl itself ran and logged
+    assert off.spans == [] and off.points == []

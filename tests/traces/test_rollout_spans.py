@@ -1,0 +1,371 @@
+"""Rollout spans with verl's real agent-loop classes.
+
+The real ``AgentLoopWorker.generate_sequences`` / ``_run_agent_loop`` / ``_compute_score``,
+``LLMServerClient.generate`` / ``_acquire_server`` and ``AgentLoopManager.generate_sequences``
+(verl's ``auto_await``) run here; only the Ray boundary (load balancer and server handles) and
+the agent loop itself (a registered test agent) are stand-ins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from opentelemetry import trace
+
+from otel_verl import propagation, semconv
+from otel_verl.config import settings
+from otel_verl.hooks import rollout
+from otel_verl.runtime import RUNTIME
+
+pytest.importorskip("verl.experimental.agent_loop.agent_loop")
+
+from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
+    AgentLoopManager,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    AgentLoopWorker,
+    register,
+)
+from verl.protocol import DataProto  # noqa: E402
+from verl.workers.rollout.llm_server import LLMServerClient  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+PROMPT = [11, 12, 13]
+
+
+@register("otel_test_agent")
+class EchoAgentLoop:
+    """One LLM turn; response length = 2 + sample index (so lengths differ per trajectory)."""
+
+    def __init__(self, server_manager, **kwargs):
+        self.server_manager = server_manager
+
+    async def run(self, sampling_params, **kwargs):
+        n = 2 + int(kwargs["index"])
+        out = await self.server_manager.generate(
+            "req", prompt_ids=PROMPT, sampling_params={**sampling_params, "max_tokens": n}
+        )
+        if kwargs.get("fail"):
+            raise RuntimeError("agent failed")
+        return AgentLoopOutput(
+            prompt_ids=PROMPT,
+            response_ids=out.token_ids,
+            response_mask=[1] * len(out.token_ids),
+            num_turns=2,
+            reward_score=0.25 * n,
+            metrics=AgentLoopMetrics(),
+        )
+
+
+class _Remote:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+class FakeServer:
+    def __init__(self, delays=None):
+        self.delays = delays or {}
+
+        async def generate(*, request_id, prompt_ids, sampling_params, image_data=None, video_data=None, **kw):
+            n = sampling_params["max_tokens"]
+            await asyncio.sleep(self.delays.get(n, 0.0))
+            return TokenOutput(
+                token_ids=[7] * n,
+                stop_reason="completed",
+                num_preempted=0,
+                extra_fields={"global_steps": 3, "num_cached_tokens": 2},
+            )
+
+        self.generate = _Remote(generate)
+
+
+class FakeBalancer:
+    def __init__(self, server):
+        async def fields():
+            return []
+
+        async def acquire_server(request_id):
+            return "replica-0", server
+
+        self.require_acquire_fields = _Remote(fields)
+        self.require_release_fields = _Remote(fields)
+        self.acquire_server = _Remote(acquire_server)
+        self.release_server = _Remote(lambda **kw: None)
+
+
+CONFIG = OmegaConf.create(
+    {
+        "data": {},
+        "actor_rollout_ref": {
+            "rollout": {
+                "name": "vllm",
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "top_k": -1,
+                "calculate_log_probs": False,
+                "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0},
+                "agent": {"default_agent_loop": "otel_test_agent"},
+            }
+        },
+    }
+)
+
+
+class StubbedWorker(AgentLoopWorker):
+    """The real worker with verl's padding/postprocessing (tokenizer work) left out."""
+
+    async def _agent_loop_postprocess(self, output, validate, **kwargs):
+        await self._compute_score([output], kwargs=kwargs)
+        return output
+
+    def _postprocess(self, outputs, input_non_tensor_batch, validate):
+        return outputs
+
+
+def make_worker(delays=None):
+    client = LLMServerClient.__new__(LLMServerClient)
+    LLMServerClient.__init__(client, CONFIG, FakeBalancer(FakeServer(delays)))
+    worker = StubbedWorker.__new__(StubbedWorker)
+    worker.config = CONFIG
+    worker.rollout_config = CONFIG.actor_rollout_ref.rollout
+    worker.llm_client = client
+    worker.tokenizer = worker.processor = worker.hf_model_type = worker.dataset_cls = None
+    worker.tools = []
+    worker.reward_loop_worker_handles = None
+    return worker
+
+
+def make_batch(step=3, validate=False, prompts=2, n=2, **extra):
+    index = np.repeat(np.arange(prompts), n)
+    non_tensor = {"index": index, "raw_prompt": np.array(["p"] * len(index), dtype=object)}
+    non_tensor.update(extra)
+    return DataProto(non_tensor_batch=non_tensor, meta_info={"global_steps": step, "validate": validate})
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    monkeypatch.setenv("OTEL_VERL_PROCESS_METRICS", "false")  # covered in tests/metrics/test_gpu_metrics.py
+    settings.cache_clear()
+    rollout.reset()
+    yield
+    rollout.reset()
+    monkeypatch.delenv("OTEL_VERL_PROCESS_METRICS")
+    settings.cache_clear()
+
+
+def by_name(captured, name):
+    return [s for s in captured.finished() if s.name == name]
+
+
+def hist(captured, name):
+    return captured.metric_points().get(name, [])
+
+
+def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
+    worker = make_worker()
+    outputs = asyncio.run(worker.generate_sequences(make_batch()))
+    assert len(outputs) == 4
+
+    trajs = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    assert len(trajs) == 4
+    seen = set()
+    for t in trajs:
+        a = t.attributes
+        seen.add((a[semconv.ATTR_ROLLOUT_SAMPLE_INDEX], a[semconv.ATTR_ROLLOUT_INDEX]))
+        n = 2 + a[semconv.ATTR_ROLLOUT_SAMPLE_INDEX]
+        assert a[semconv.ATTR_ROLLOUT_SUBMIT_STEP] == 3
+        assert a[semconv.ATTR_ROLLOUT_VALIDATE] is False
+        assert a[semconv.GEN_AI_AGENT_NAME] == "otel_test_agent"
+        assert a[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK
+        assert a[semconv.ATTR_ROLLOUT_PROMPT_TOKENS] == len(PROMPT)
+        assert a[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS] == n
+        assert a[semconv.ATTR_ROLLOUT_GENERATED_TOKENS] == n
+        assert a[semconv.ATTR_ROLLOUT_NUM_TURNS] == 2
+        assert a[semconv.ATTR_ROLLOUT_REWARD] == 0.25 * n
+    assert seen == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+    calls = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    assert len(calls) == 4
+    parents = {t.context.span_id: t for t in trajs}
+    for c in calls:
+        traj = parents[c.parent.span_id]  # child of its trajectory
+        a = c.attributes
+        assert c.kind == trace.SpanKind.CLIENT
+        assert a[semconv.GEN_AI_OPERATION_NAME] == "text_completion"
+        assert a[semconv.GEN_AI_PROVIDER_NAME] == "vllm"
+        assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == len(PROMPT)
+        assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == traj.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS]
+        assert a[semconv.GEN_AI_REQUEST_MAX_TOKENS] == a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]
+        assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("completed",)
+        assert a[semconv.ATTR_ROLLOUT_CACHED_TOKENS] == 2
+        assert a[semconv.ATTR_ROLLOUT_PREEMPTIONS] == 0
+        assert a[semconv.ATTR_ROLLOUT_WEIGHT_VERSION] == 3
+        assert a[semconv.ATTR_ROLLOUT_SERVER_ID] == "replica-0"
+
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.count == 4
+    (tokens,) = hist(captured, semconv.M_ROLLOUT_RESPONSE_TOKENS)
+    assert tokens.count == 4 and tokens.sum == 2 + 2 + 3 + 3
+    assert tokens.attributes == {semconv.ATTR_ROLLOUT_VALIDATE: False, semconv.GEN_AI_AGENT_NAME: "otel_test_agent"}
+    (llm,) = hist(captured, semconv.M_ROLLOUT_LLM_CALL_DURATION)
+    assert llm.count == 4
+    assert list(llm.explicit_bounds)[:3] == [0.005, 0.01, 0.025]
+
+
+def test_sampling_limits_spans_but_histograms_count_every_trajectory(captured, monkeypatch):
+    monkeypatch.setenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP", "3")
+    settings.cache_clear()
+    try:
+        worker = make_worker()
+        asyncio.run(worker.generate_sequences(make_batch(step=1, prompts=3)))  # 6 trajectories
+        asyncio.run(worker.generate_sequences(make_batch(step=2, prompts=3)))
+    finally:
+        monkeypatch.delenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP")
+        settings.cache_clear()
+    trajs = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    steps = [t.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP] for t in trajs]
+    assert sorted(steps) == [1, 1, 1, 2, 2, 2]  # the budget is per step
+    assert len(by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)) == 6  # only under sampled trajectories
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.count == 12
+    (llm,) = hist(captured, semconv.M_ROLLOUT_LLM_CALL_DURATION)
+    assert llm.count == 12
+
+
+def test_zero_budget_means_no_spans(captured, monkeypatch):
+    monkeypatch.setenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP", "0")
+    settings.cache_clear()
+    try:
+        asyncio.run(make_worker().generate_sequences(make_batch()))
+    finally:
+        monkeypatch.delenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP")
+        settings.cache_clear()
+    assert not [s for s in captured.finished() if s.name.startswith("verl.rollout.")]
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.count == 4
+
+
+def test_v0_trajectories_join_the_driver_gen_span_and_carrier_never_reaches_verl(captured, v0_trainer):
+    worker = make_worker()
+    batch = make_batch(step=3)
+    tracer = RUNTIME.telemetry.tracer
+    with tracer.start_as_current_span("verl.gen") as gen:
+        assert propagation.inject(batch)
+    sent = pickle.loads(pickle.dumps(batch))  # what Ray hands the worker
+    assert propagation.CARRIER_KEY in sent.meta_info
+    asyncio.run(worker.generate_sequences(sent))
+    assert propagation.CARRIER_KEY not in sent.meta_info
+
+    (batch_span,) = by_name(captured, semconv.SPAN_ROLLOUT_BATCH)
+    assert batch_span.parent.span_id == gen.get_span_context().span_id
+    assert batch_span.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP] == 3
+    assert batch_span.attributes[semconv.ATTR_ROLLOUT_BATCH_SIZE] == 4
+    trajs = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    assert {t.parent.span_id for t in trajs} == {batch_span.context.span_id}
+    assert {t.context.trace_id for t in trajs} == {gen.get_span_context().trace_id}
+
+
+def test_manager_injects_for_the_call_only_and_keeps_auto_await_semantics(captured, v0_trainer):
+    """``AgentLoopManager.generate_sequences`` (verl's auto_await) called plainly and awaited."""
+    chunks = []
+
+    class Stop(Exception):
+        pass
+
+    async def remote(chunk):
+        chunks.append(pickle.loads(pickle.dumps(chunk)))
+        raise Stop
+
+    manager = AgentLoopManager.__new__(AgentLoopManager)
+    manager.agent_loop_workers = [type("W", (), {"generate_sequences": _Remote(remote)})()]
+    tracer = RUNTIME.telemetry.tracer
+    prompts = make_batch()
+    with tracer.start_as_current_span("verl.gen") as gen:
+        with pytest.raises(Stop):
+            manager.generate_sequences(prompts)  # sync caller: auto_await runs it
+    assert propagation.CARRIER_KEY not in prompts.meta_info  # driver's batch left as it was
+    parent = propagation.take(chunks[0])
+    assert trace.get_current_span(parent).get_span_context().span_id == gen.get_span_context().span_id
+
+    async def caller():
+        with tracer.start_as_current_span("verl.gen") as gen2:
+            coro = manager.generate_sequences(prompts)  # awaiting caller: must get a coroutine
+            assert asyncio.iscoroutine(coro)
+            with pytest.raises(Stop):
+                await coro
+            return gen2
+
+    gen2 = asyncio.run(caller())
+    parent = propagation.take(chunks[1])
+    assert trace.get_current_span(parent).get_span_context().span_id == gen2.get_span_context().span_id
+    assert propagation.CARRIER_KEY not in prompts.meta_info
+
+
+def test_failed_trajectory_is_recorded_and_the_error_reaches_verl(captured):
+    worker = make_worker()
+    with pytest.raises(RuntimeError, match="agent failed"):
+        asyncio.run(worker.generate_sequences(make_batch(prompts=1, n=1, fail=np.array([True]))))
+    (t,) = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    assert t.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_ERROR
+    assert t.status.status_code == trace.StatusCode.ERROR
+    assert semconv.ATTR_ROLLOUT_RESPONSE_TOKENS not in t.attributes
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_ERROR
+
+
+def test_long_tail_ratio_and_slowest_trajectory(captured, v0_trainer):
+    worker = make_worker(delays={2: 0.01, 3: 0.01, 4: 0.2})  # sample 2 (4 tokens) is slow
+    batch = make_batch(step=5, prompts=3, n=1)
+    with RUNTIME.telemetry.tracer.start_as_current_span("verl.gen"):
+        propagation.inject(batch)
+    asyncio.run(worker.generate_sequences(batch))
+    (ratio,) = captured.metric_points()[semconv.M_ROLLOUT_TAIL_RATIO]
+    assert ratio.value > 3  # ~0.2 s / ~0.01 s
+    (batch_span,) = by_name(captured, semconv.SPAN_ROLLOUT_BATCH)
+    (event,) = [e for e in batch_span.events if e.name == semconv.EVENT_SLOWEST_TRAJECTORY]
+    assert event.attributes[semconv.ATTR_ROLLOUT_SAMPLE_INDEX] == 2
+    assert event.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP] == 5
+    assert event.attributes[semconv.ATTR_ROLLOUT_TRAJECTORIES] == 3
+    assert event.attributes[semconv.ATTR_ROLLOUT_DURATION] >= 0.2
+
+
+def test_v1_style_call_without_dispatch_context_is_a_root_with_submit_step(captured):
+    """v1's worker passes session_id and global_steps per prompt; no parent, a tail span per step."""
+    worker = make_worker()
+
+    async def run():
+        traj = {"step": 7, "sample_index": 4, "rollout_n": 0, "validate": False}
+        await asyncio.gather(
+            *[
+                worker._run_agent_loop(
+                    {"temperature": 1.0}, trajectory=traj, agent_name="otel_test_agent", session_id=i, index=1
+                )
+                for i in range(2)
+            ]
+        )
+
+    asyncio.run(run())
+    trajs = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    assert sorted(t.attributes[semconv.ATTR_ROLLOUT_INDEX] for t in trajs) == [0, 1]
+    assert all(t.parent is None and t.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP] == 7 for t in trajs)
+    (tail,) = by_name(captured, semconv.SPAN_ROLLOUT_TAIL)
+    assert tail.parent is None and tail.events[0].name == semconv.EVENT_SLOWEST_TRAJECTORY
+
+
+def test_wrappers_stay_coroutine_functions(captured):
+    import inspect
+
+    import wrapt
+
+    for owner, name in (
+        (AgentLoopWorker, "_run_agent_loop"),
+        (AgentLoopWorker, "_compute_score"),
+        (AgentLoopWorker, "generate_sequences"),
+        (LLMServerClient, "generate"),
+    ):
+        assert isinstance(owner.__dict__[name], wrapt.FunctionWrapper), name
+        assert inspect.iscoroutinefunction(getattr(owner, name)), name
