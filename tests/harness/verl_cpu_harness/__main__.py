@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-gpus", type=int, default=1)
     parser.add_argument("--no-val-before-train", dest="val_before_train", action="store_false")
     parser.add_argument("--test-freq", type=int, default=-1)
-    parser.add_argument("--launcher", default=None, help='command words placed before python, e.g. "opentelemetry-instrument"')
+    parser.add_argument("--launcher", default=None, help="words placed before python, e.g. opentelemetry-instrument")
     parser.add_argument("--timeout", type=float, default=None, help="seconds; on expiry the run is killed (exit 124)")
     ns = parser.parse_args(argv)
     result = run_verl(

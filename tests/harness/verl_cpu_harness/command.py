@@ -7,6 +7,7 @@ from typing import Literal
 
 from .assets import Assets
 
+
 def ray_num_cpus(driver: str, n_gpus: int) -> int:
     """Logical CPUs for Ray (slots, not cores), enough for what verl holds at once.
 

@@ -179,9 +179,7 @@ class HFCPUServerAdapter(BaseRollout):
     def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
         super().__init__(config, model_config, device_mesh)
         cfg = self.config
-        rollout_world_size = (
-            cfg.tensor_model_parallel_size * cfg.data_parallel_size * cfg.pipeline_model_parallel_size
-        )
+        rollout_world_size = cfg.tensor_model_parallel_size * cfg.data_parallel_size * cfg.pipeline_model_parallel_size
         rank = int(os.environ["RANK"])
         self.replica_rank = rank // rollout_world_size if replica_rank == -1 else replica_rank
         self._is_leader = rank % rollout_world_size == 0

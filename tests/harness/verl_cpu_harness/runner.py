@@ -86,11 +86,10 @@ def _resolve_launcher(launcher: str | Sequence[str] | None) -> list[str]:
     if not launcher:
         return []
     words = shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
-    # an unactivated venv: find e.g. "opentelemetry-instrument" next to this interpreter
-    if "/" not in words[0] and shutil.which(words[0]) is None:
-        candidate = Path(sys.executable).parent / words[0]
-        if candidate.exists():
-            words[0] = str(candidate)
+    # prefer the tool of this interpreter's venv (works when the venv is not activated)
+    if "/" not in words[0]:
+        sibling = Path(sys.executable).parent / words[0]
+        words[0] = str(sibling) if sibling.exists() else (shutil.which(words[0]) or words[0])
     return words
 
 
@@ -133,8 +132,9 @@ def run_verl(
 ) -> RunResult:
     """Make the assets in ``workdir`` and run the trainer there (cwd=workdir).
 
-    Output is streamed to ``stream`` (None: silent), kept in the result and written to
-    ``workdir/run.log``. On timeout every process of the run's session is killed (returncode 124).
+    ``env`` is the child's whole environment, as for ``subprocess`` (None: inherit this
+    process's). Output is streamed to ``stream`` (None: silent), kept in the result and
+    written to ``workdir/run.log``. On timeout every process of the run's session is killed (returncode 124).
     """
     workdir = Path(workdir).resolve()
     assets = make_assets(workdir)
@@ -149,7 +149,7 @@ def run_verl(
         extra=extra,
     )
     command = build_command(args, launcher)
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     lines: list[str] = []
     start = time.monotonic()
     proc = subprocess.Popen(

@@ -1,0 +1,69 @@
+"""Fast checks of the CPU harness itself (no trainer run)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+
+
+def test_parse_console_metrics_reads_verl_console_lines():
+    import numpy as np
+    from verl.utils.logger.aggregate_logger import concat_dict_to_str
+
+    data = {
+        "actor/entropy": 5.75,
+        "val-core/tiny_add/acc/mean@1": np.float64(0.5),
+        "num_turns/min": np.int32(2),
+        "actor/pg_loss": -2.79e-08,
+        "critic/vf_explained_var": float("nan"),
+        "training/global_step": 2,
+        "note": "text is not logged",
+    }
+    line = "\x1b[36m(TaskRunner pid=1)\x1b[0m " + concat_dict_to_str(data, step=2)
+    parsed = verl_cpu_harness.parse_console_metrics(f"noise\n{line}\n(pid=2) step:2 - extra:1.0\n")
+    values = parsed[2]
+    assert values["actor/entropy"] == 5.75
+    assert values["val-core/tiny_add/acc/mean@1"] == 0.5
+    assert values["num_turns/min"] == 2.0
+    assert values["actor/pg_loss"] == -2.79e-08
+    assert math.isnan(values["critic/vf_explained_var"])
+    assert values["training/global_step"] == 2.0
+    assert values["extra"] == 1.0  # lines of one step are merged
+    assert "note" not in values
+
+
+def test_verl_args(tmp_path):
+    assets = verl_cpu_harness.Assets(
+        tmp_path, tmp_path / "m", tmp_path / "t.parquet", tmp_path / "v.parquet", tmp_path / "r.py"
+    )
+    v1 = verl_cpu_harness.verl_args(assets, driver="v1", algo="ppo", n_gpus=2, extra=["trainer.save_freq=2"])
+    assert "trainer.use_v1=True" in v1 and "algorithm.adv_estimator=gae" in v1
+    assert "critic.enable=True" in v1 and "actor_rollout_ref.actor.use_kl_loss=True" in v1
+    assert "+ray_kwargs.ray_init.num_gpus=2" in v1 and "trainer.n_gpus_per_node=2" in v1
+    assert "transfer_queue.backend.SimpleStorage.num_data_storage_units=2" in v1
+    assert v1[-1] == "trainer.save_freq=2"
+    v0 = verl_cpu_harness.verl_args(assets, driver="v0", algo="grpo")
+    assert "trainer.use_v1=False" in v0 and not any(a.startswith("critic.") for a in v0)
+    with pytest.raises(ValueError):
+        verl_cpu_harness.verl_args(assets, driver="v2")
+
+
+def test_plugin_active_on_cpu_only_host():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("GPU host: the plugin is a no-op here")
+    import verl  # noqa: F401  (loads the plugin through the verl.plugins entry point)
+    from verl.plugin.platform import get_platform
+    from verl.utils.device import get_nccl_backend
+    from verl_cpu_harness import plugin
+
+    if not plugin.INSTALLED:
+        pytest.skip("plugin disabled (VERL_CPU_HARNESS=0 or a GPU on this host)")
+    assert get_platform().device_name == "cpu"
+    assert get_nccl_backend() == "gloo"
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    assert get_rollout_replica_class("hfcpu").__name__ == "HFCPUReplica"
