@@ -3,6 +3,10 @@
 ``otel-verl summary DIR`` prints what a run wrote with the ``otlp_json_file`` exporters
 (``OTEL_VERL_FILE_DIR``): the processes that reported, one line per step trace with its
 stage spans and worker spans, and the main training metrics per step.
+
+``otel-verl doctor`` prints what the instrumentation would do here (verl version and supported
+range, entry points, exporters and endpoint reachability, which hooks apply); exit code 1 on a
+problem (see ``otel_verl.doctor``).
 """
 
 from __future__ import annotations
@@ -87,9 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_sum = sub.add_parser("summary", help="summarise a run's OTLP JSON files")
     p_sum.add_argument("folder", type=Path)
+    sub.add_parser("doctor", help="check what the instrumentation would do in this environment")
     ns = parser.parse_args(argv)
     if ns.cmd == "summary":
         return summary(ns.folder)
+    if ns.cmd == "doctor":
+        from otel_verl.doctor import doctor
+
+        return doctor()
     return 2
 
 

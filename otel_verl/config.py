@@ -11,6 +11,9 @@ Variable                           Default      Meaning
 ``OTEL_VERL_RUN_ID``               generated    Run id shared by every process of one job
                                                 (resource attribute ``verl.run.id``). Set in
                                                 the launcher and handed to Ray workers.
+``OTEL_VERL_PROJECT``,             from verl's  ``verl.project`` / ``verl.experiment`` on every
+``OTEL_VERL_EXPERIMENT``           config       process's resource; the launcher reads them
+                                                from ``trainer.project_name``/``experiment_name``.
 ``OTEL_VERL_FILE_DIR``             ``./otel-    Folder the ``otlp_json_file`` exporters write
                                    verl-tele-   to: one JSON-lines file per signal and
                                    metry``      process (``traces-<role>-<pid>.jsonl``...).
@@ -49,6 +52,8 @@ from functools import lru_cache
 _log = logging.getLogger(__name__)
 
 RUN_ID = "OTEL_VERL_RUN_ID"
+PROJECT = "OTEL_VERL_PROJECT"
+EXPERIMENT = "OTEL_VERL_EXPERIMENT"
 FILE_DIR = "OTEL_VERL_FILE_DIR"
 SHUTDOWN_TIMEOUT = "OTEL_VERL_SHUTDOWN_TIMEOUT"
 FORWARD_METRICS = "OTEL_VERL_FORWARD_METRICS"
@@ -134,6 +139,8 @@ def env_log_level(name: str, default: int) -> int:
 @dataclass(frozen=True)
 class Settings:
     run_id: str | None
+    project: str | None
+    experiment: str | None
     file_dir: str
     shutdown_timeout_s: float
     forward_metrics: bool
@@ -154,6 +161,8 @@ def settings() -> Settings:
     """This process's settings (read once: the environment of a running job does not change)."""
     return Settings(
         run_id=os.environ.get(RUN_ID) or None,
+        project=os.environ.get(PROJECT) or None,
+        experiment=os.environ.get(EXPERIMENT) or None,
         file_dir=os.environ.get(FILE_DIR) or DEFAULT_FILE_DIR,
         shutdown_timeout_s=env_float(SHUTDOWN_TIMEOUT, 5.0),
         forward_metrics=env_bool(FORWARD_METRICS, True),

@@ -37,6 +37,7 @@ from otel_verl.config import settings
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _registered: set[int] = set()  # id() of meters that have the gauges
+_process_metrics: Any = None
 
 
 class _Device:
@@ -187,9 +188,23 @@ def _start_process_metrics(meter_provider: Any) -> None:
         from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
     except ImportError:
         return
-    instrumentor = SystemMetricsInstrumentor(config=dict(semconv.SYSTEM_METRICS_CONFIG))
-    if not instrumentor.is_instrumented_by_opentelemetry:  # a process-wide singleton
-        instrumentor.instrument(meter_provider=meter_provider)
+
+    class _ProcessMetrics(SystemMetricsInstrumentor):  # type: ignore[misc]
+        # Its own singleton: ``opentelemetry-instrument`` may already have instrumented the
+        # contrib class (entry point ``system_metrics``) with the global provider.
+        _instance = None
+
+    global _process_metrics
+    if _process_metrics is None:
+        _process_metrics = _ProcessMetrics(config=dict(semconv.SYSTEM_METRICS_CONFIG))
+    if not _process_metrics.is_instrumented_by_opentelemetry:
+        _process_metrics.instrument(meter_provider=meter_provider, skip_dep_check=True)
+
+
+def stop_process_metrics() -> None:
+    """Undo the process metrics (tests)."""
+    if _process_metrics is not None and _process_metrics.is_instrumented_by_opentelemetry:
+        _process_metrics.uninstrument()
 
 
 def ensure_worker_metrics(rank: int | None = None) -> bool:

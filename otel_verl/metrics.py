@@ -108,8 +108,9 @@ class TrainingMetrics:
             description="Duration of each stage verl times",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
-        self.kl = meter.create_gauge(semconv.M_KL, unit="1", description="KL divergence as logged by verl")
-        self.reward = meter.create_gauge(semconv.M_REWARD, unit="1", description="Mean sequence reward of the batch")
+        # No unit: Prometheus 3 would name a unit-"1" gauge ``..._ratio``, and neither is a ratio.
+        self.kl = meter.create_gauge(semconv.M_KL, description="KL divergence as logged by verl")
+        self.reward = meter.create_gauge(semconv.M_REWARD, description="Mean sequence reward of the batch")
         self.throughput = meter.create_gauge(
             semconv.M_THROUGHPUT, unit="{token}/s", description="Tokens per second per GPU (perf/throughput)"
         )

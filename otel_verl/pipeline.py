@@ -19,8 +19,8 @@ Exporters default to ``otlp`` as with ``opentelemetry-distro``.
 Logs: a ``LoggerProvider`` per process (``otel_verl.logs`` attaches the logging handler).
 Metrics with ``OTEL_METRICS_EXPORTER=prometheus``: a pull reader on
 ``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` whose series carry the run's resource attributes as
-labels (``verl_run_id``...), like the collector's Prometheus set-up; only one process per
-host can own the port, the others log that once and go on without it.
+labels (``verl_run_id``...), like the collector's Prometheus set-up; each process takes the
+next free port from ``OTEL_EXPORTER_PROMETHEUS_PORT`` on (at most 32), so scrape that range.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,7 @@ _log = logging.getLogger(__name__)
 
 JSON_FILE_EXPORTER = "otlp_json_file"
 PROMETHEUS_EXPORTER = "prometheus"
+PROMETHEUS_PORTS = 32  # consecutive ports the pull readers of one host may take
 # Resource attributes the pull reader copies onto every series (collector: promote_resource_attributes).
 PROMOTED_RESOURCE_ATTRIBUTES = (
     semconv.RES_RUN_ID,
@@ -89,10 +91,12 @@ def build_resource(identity: Identity) -> Resource:
         attrs[semconv.RES_RUN_ID] = run_id
     if identity.rank is not None:
         attrs[semconv.RES_RANK] = identity.rank
-    if identity.project:
-        attrs[semconv.RES_PROJECT] = identity.project
-    if identity.experiment:
-        attrs[semconv.RES_EXPERIMENT] = identity.experiment
+    project = identity.project or settings().project
+    experiment = identity.experiment or settings().experiment
+    if project:
+        attrs[semconv.RES_PROJECT] = project
+    if experiment:
+        attrs[semconv.RES_EXPERIMENT] = experiment
     instance = f"{run_id or 'run'}-{identity.role}"
     if identity.rank is not None:
         instance += f"-{identity.rank}"
@@ -105,16 +109,17 @@ def build_resource(identity: Identity) -> Resource:
 
 
 def _exporter_classes(signal: str) -> dict[str, type]:
-    from opentelemetry.sdk._configuration import _get_exporter_names, _import_exporters
+    """Exporter classes named by ``OTEL_<SIGNAL>_EXPORTER`` (default ``otlp``, as the distro does)."""
+    from opentelemetry.sdk._configuration import _get_exporter_entry_point, _import_exporters
 
-    env = {"traces": "OTEL_TRACES_EXPORTER", "metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}[signal]
-    if os.environ.get(env) is None:
-        os.environ[env] = "otlp"  # the distro's default, also for processes it did not configure
-    names = _get_exporter_names(signal)  # resolves "otlp" by OTEL_EXPORTER_OTLP_PROTOCOL
-    traces, metrics_, logs_ = _import_exporters(
-        names if signal == "traces" else [], names if signal == "metrics" else [], names if signal == "logs" else []
-    )
-    return {"traces": traces, "metrics": metrics_, "logs": logs_}[signal]
+    raw = os.environ.get(f"OTEL_{signal.upper()}_EXPORTER")
+    raw = "otlp" if raw is None else raw
+    if raw.strip().lower() in ("", "none"):
+        return {}
+    # "otlp" resolves to grpc or http by OTEL_EXPORTER_OTLP_PROTOCOL, as in the SDK's own setup
+    names = [_get_exporter_entry_point(n.strip(), signal) for n in raw.split(",") if n.strip()]  # type: ignore[arg-type]
+    found = _import_exporters(*[names if signal == sig else [] for sig in ("traces", "metrics", "logs")])
+    return found[("traces", "metrics", "logs").index(signal)]
 
 
 def _file_path(signal: str, identity: Identity) -> str:
@@ -150,6 +155,7 @@ class Telemetry:
         self._step_readers = step_readers or []
         self._owned = owned
         self._shut_down = False
+        self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
         self._flush_wanted = threading.Event()
         self._flusher: threading.Thread | None = None
 
@@ -182,10 +188,23 @@ class Telemetry:
             except Exception:  # noqa: BLE001
                 _log.debug("span flush failed", exc_info=True)
 
+    def _wait(self, fn: Any, timeout_s: float | None) -> None:
+        """Run ``fn`` bounded. By default the end-of-training flush and the exit shutdown share
+        ``OTEL_VERL_SHUTDOWN_TIMEOUT``: what one waited (e.g. on a hung endpoint) the next does
+        not get again, so telemetry adds at most that to a process's exit."""
+        if timeout_s is not None:
+            _bounded(fn, timeout_s)
+            return
+        start = time.monotonic()
+        budget = settings().shutdown_timeout_s - self._exit_spent_s
+        if budget > 0:
+            _bounded(fn, budget)
+        self._exit_spent_s += time.monotonic() - start
+
     def flush(self, timeout_s: float | None = None) -> None:
-        """Flush spans and metrics, adding at most ``timeout_s`` to the caller."""
-        timeout_s = settings().shutdown_timeout_s if timeout_s is None else timeout_s
-        _bounded(self._flush, timeout_s)
+        """Flush spans and metrics, adding at most ``timeout_s`` to the caller (default: what is
+        left of ``OTEL_VERL_SHUTDOWN_TIMEOUT``)."""
+        self._wait(self._flush, timeout_s)
 
     def _providers(self) -> tuple[Any, ...]:
         return (self.tracer_provider, self.meter_provider, self.logger_provider)
@@ -200,7 +219,6 @@ class Telemetry:
         if not self._owned or self._shut_down:
             return
         self._shut_down = True
-        timeout_s = settings().shutdown_timeout_s if timeout_s is None else timeout_s
 
         def _shutdown() -> None:
             for provider in self._providers():
@@ -208,7 +226,7 @@ class Telemetry:
                 if fn is not None:
                     fn()
 
-        _bounded(_shutdown, timeout_s)
+        self._wait(_shutdown, timeout_s)
 
 
 def _bounded(fn: Any, timeout_s: float) -> None:
@@ -273,17 +291,32 @@ def _build_logger_provider(resource: Resource, identity: Identity) -> LoggerProv
 
 
 def _prometheus_reader() -> MetricReader | None:
-    """The Prometheus pull reader, with the run's resource attributes as labels."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import start_http_server
+    """The Prometheus pull reader, with the run's resource attributes as labels.
 
-    port = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
+    Every verl process of a host that builds telemetry (TaskRunner, worker ranks, agent-loop
+    workers...) needs its own port: the first free one from ``OTEL_EXPORTER_PROMETHEUS_PORT``
+    (default 9464) on, within ``PROMETHEUS_PORTS``; scrape that range.
+    """
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    first = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
     host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
-    try:
-        start_http_server(port=port, addr=host)
-    except OSError as exc:  # another verl process on this host owns the port
-        warn_once(
-            "prometheus-port", "Prometheus exporter: cannot listen on %s:%s (%s); no pull metrics here", host, port, exc
+    registry = CollectorRegistry(auto_describe=True)  # one per process: the pull reader owns it
+    for port in range(first, first + PROMETHEUS_PORTS):
+        try:
+            start_http_server(port=port, addr=host, registry=registry)
+        except OSError:  # another verl process on this host has this port: take the next one
+            continue
+        _log.debug("Prometheus exporter on %s:%s", host, port)
+        return PrometheusMetricReader(
+            resource_attribute_filter=PROMOTED_RESOURCE_ATTRIBUTES.__contains__, registry=registry
         )
-        return None
-    return PrometheusMetricReader(resource_attribute_filter=PROMOTED_RESOURCE_ATTRIBUTES.__contains__)
+    warn_once(
+        "prometheus-port",
+        "Prometheus exporter: ports %s-%s on %s are all taken; no pull metrics from this process",
+        first,
+        first + PROMETHEUS_PORTS - 1,
+        host,
+    )
+    return None

@@ -117,6 +117,7 @@ ATTR_ROLLOUT_BATCH_SIZE = "verl.rollout.batch_size"
 ATTR_ROLLOUT_DURATION = "verl.rollout.duration"  # on the slowest-trajectory event (s)
 ATTR_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
 ATTR_ROLLOUT_TRAJECTORIES = "verl.rollout.trajectories"
+ATTR_ROLLOUT_SLOWEST_SPAN_ID = "verl.rollout.slowest.span_id"  # on the slowest-trajectory event
 ATTR_ROLLOUT_SERVER_ID = "verl.rollout.server.id"
 ATTR_ROLLOUT_CACHED_TOKENS = "verl.rollout.cached_tokens"  # vLLM prefix-cache hits
 ATTR_ROLLOUT_PREEMPTIONS = "verl.rollout.preemptions"

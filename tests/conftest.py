@@ -1,9 +1,14 @@
-"""Shared fixtures: in-memory exporters and an instrumented process (hermetic)."""
+"""Shared fixtures: in-memory exporters and an instrumented process (hermetic), and
+``verl_runs``: real verl runs on CPU (used by tests/e2e and tests/faults, one cache per session)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -13,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_verl import VerlInstrumentor
+from otel_verl.files import MetricPoint, SpanRecord, read_metric_points, read_spans
 from otel_verl.runtime import RUNTIME
 
 
@@ -63,3 +69,103 @@ def v0_trainer():
     RUNTIME.trainer = trainer
     yield trainer
     RUNTIME.trainer = None
+
+
+# -- real verl runs on CPU (test-only ``verl_cpu_harness`` plugin), instrumented zero-code ---------
+# Each configuration runs once per session:
+# ``opentelemetry-instrument python -m verl.trainer.main_ppo ...`` as a subprocess, exporting
+# with the OTLP JSON file exporters into its own folder (unless ``env`` says otherwise).
+
+RUN_TIMEOUT_S = 900
+
+
+@dataclass
+class Run:
+    driver: str
+    algo: str
+    returncode: int
+    output: str
+    console: dict[int, dict[str, float]]  # verl's own console log: the ground truth
+    spans: list[SpanRecord]
+    points: list[MetricPoint]
+    telemetry_dir: Path
+    wall_s: float = 0.0  # the whole job, launcher start to exit
+    exit_tail_s: float | None = None  # from verl's last console step line to the job's exit
+
+
+class _LastStepClock:
+    """A text stream for run_verl that notes when verl's console logger printed a step."""
+
+    def __init__(self) -> None:
+        self.last_step: float | None = None
+
+    def write(self, text: str) -> int:
+        if " step:" in text and " - " in text:
+            self.last_step = time.monotonic()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def telemetry_env(folder: Path) -> dict[str, str]:
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp_json_file",
+        "OTEL_METRICS_EXPORTER": "otlp_json_file",
+        "OTEL_LOGS_EXPORTER": "otlp_json_file",  # logs-*.jsonl: python logging and samples
+        "OTEL_VERL_FILE_DIR": str(folder),
+        "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # only step-boundary exports in these runs
+        "OTEL_SERVICE_NAME": "verl-e2e",
+    }
+
+
+def run_instrumented(workdir: Path, driver: str, algo: str, *, env: dict[str, str] | None = None, **kwargs) -> Run:
+    import verl_cpu_harness
+
+    shutil.rmtree(workdir / "telemetry", ignore_errors=True)
+    folder = workdir / "telemetry"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    clock = _LastStepClock()
+    result = verl_cpu_harness.run_verl(
+        workdir,
+        driver=driver,
+        algo=algo,
+        launcher="opentelemetry-instrument",
+        env={**clean, **telemetry_env(folder), **(env or {})},
+        timeout=RUN_TIMEOUT_S,
+        stream=clock,
+        **kwargs,
+    )
+    ended = time.monotonic()
+    return Run(
+        driver,
+        algo,
+        result.returncode,
+        result.output,
+        result.metrics,
+        read_spans(folder) if folder.exists() else [],
+        read_metric_points(folder) if folder.exists() else [],
+        folder,
+        result.wall_s,
+        None if clock.last_step is None else ended - clock.last_step,
+    )
+
+
+class _Runs:
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._cache: dict[tuple, Run] = {}
+
+    def get(self, driver: str, algo: str, **kwargs) -> Run:
+        key = (driver, algo, tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+        if key not in self._cache:
+            workdir = self._root / f"{driver}-{algo}-{len(self._cache)}"  # Hydra-safe path
+            workdir.mkdir(parents=True, exist_ok=True)
+            self._cache[key] = run_instrumented(workdir, driver, algo, **kwargs)
+        return self._cache[key]
+
+
+@pytest.fixture(scope="session")
+def verl_runs(tmp_path_factory) -> _Runs:
+    pytest.importorskip("verl_cpu_harness")
+    return _Runs(tmp_path_factory.mktemp("verl"))

@@ -48,7 +48,9 @@ def test_bool_values(monkeypatch, raw, expected):
 
 
 def test_run_id_is_created_once_and_file_dir_made_absolute(monkeypatch, tmp_path):
-    monkeypatch.delenv(config.RUN_ID, raising=False)
+    # setenv then delenv: monkeypatch then restores "unset" after ensure_run_id() sets it
+    monkeypatch.setenv(config.RUN_ID, "placeholder")
+    monkeypatch.delenv(config.RUN_ID)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(config.FILE_DIR, "out")
     run_id = config.ensure_run_id()

@@ -19,6 +19,7 @@ def env(monkeypatch, tmp_path):
     monkeypatch.setenv("OTEL_VERL_FILE_DIR", str(tmp_path))
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")  # no root-logger handler left behind
     config.settings.cache_clear()
     yield monkeypatch, tmp_path
     config.settings.cache_clear()

@@ -11,8 +11,10 @@ user already put in ``runtime_env`` win. Turn off with ``OTEL_VERL_RAY_RUNTIME_E
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
+from otel_verl import config
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.hooks import Hook
@@ -22,10 +24,33 @@ def otel_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
 
 
+def _run_names_from_caller() -> None:
+    """Project and experiment for every process's resource, from verl's launcher.
+
+    verl's ``run_ppo(config, ...)`` calls ``ray.init``; its ``config`` is the only place the
+    launcher knows them before any Ray process starts. Best effort: variables the user set win.
+    """
+    frame = sys._getframe(1)
+    for _ in range(8):
+        if frame is None:
+            return
+        trainer_cfg = getattr(frame.f_locals.get("config"), "trainer", None)
+        get = getattr(trainer_cfg, "get", None)
+        if callable(get):
+            for key, var in (("project_name", config.PROJECT), ("experiment_name", config.EXPERIMENT)):
+                value = get(key)
+                if value and not os.environ.get(var):
+                    os.environ[var] = str(value)
+            config.settings.cache_clear()
+            return
+        frame = frame.f_back
+
+
 @safe("ray runtime_env")
 def _with_otel_env(kwargs: dict[str, Any]) -> dict[str, Any]:
     if not settings().ray_runtime_env:
         return kwargs
+    _run_names_from_caller()
     runtime_env = kwargs.get("runtime_env")
     if runtime_env is None:
         runtime_env = {}

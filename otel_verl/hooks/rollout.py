@@ -304,7 +304,7 @@ def _group_done(key: tuple[int, bool], group: _Group, inst: _Instruments) -> Non
                 event[attr] = value
         if st.span is not None:
             ctx = st.span.get_span_context()
-            event["verl.rollout.slowest.span_id"] = format(ctx.span_id, "016x")
+            event[semconv.ATTR_ROLLOUT_SLOWEST_SPAN_ID] = format(ctx.span_id, "016x")
         if batch_span is not None and batch_span.is_recording():
             batch_span.add_event(semconv.EVENT_SLOWEST_TRAJECTORY, event)
         elif settings().rollout_spans_per_step != 0:
@@ -573,6 +573,49 @@ async def _worker_generate_wrapper(wrapped: Any, instance: Any, args: Any, kwarg
     return result
 
 
+# ------------------------------------------------------------------------------ Ray actor classes
+# Ray's ``_inject_tracing_into_class`` puts a copy of every method into the actor class it
+# creates (``ray.remote(AgentLoopWorker)`` -> a subclass): in the TaskRunner that copy is
+# taken from verl's class and pickled by value, so in the agent-loop worker the actor's
+# methods are plain copies that the hooks on ``AgentLoopWorker`` never see. When the worker
+# loads the actor class, the copies of the methods we trace get our wrappers too.
+_ACTOR_METHODS = {
+    "generate_sequences": _worker_generate_wrapper,
+    "_run_agent_loop": _run_agent_loop_wrapper,
+    "_compute_score": _compute_score_wrapper,
+}
+
+
+def _is_agent_loop_worker(klass: Any) -> bool:
+    return klass.__name__ == "AgentLoopWorker" and klass.__module__ == AGENT_LOOP
+
+
+@safe("rollout actor class")
+def _patch_actor_class(cls: Any) -> None:
+    mro = getattr(cls, "__mro__", ())
+    base = next((k for k in mro if _is_agent_loop_worker(k) and k.__dict__.get("__ray_actor_class__") is None), None)
+    if base is None or base is cls:
+        return
+    import wrapt
+
+    for name, wrapper in _ACTOR_METHODS.items():
+        for klass in mro:
+            if klass is base:
+                break  # verl's own class: wrapped by the hooks below
+            own = klass.__dict__.get(name)
+            if own is None:
+                continue
+            if not isinstance(own, wrapt.FunctionWrapper):
+                wrapt.wrap_function_wrapper(klass, name, wrapper)
+            break
+
+
+def _load_actor_class_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)
+    _patch_actor_class(args[0] if args else kwargs.get("_cls"))
+    return result
+
+
 HOOKS = [
     Hook(AGENT_LOOP, "AgentLoopManager.generate_sequences", _manager_generate_wrapper, optional=True),
     Hook(AGENT_LOOP, "AgentLoopWorker.generate_sequences", _worker_generate_wrapper, optional=True),
@@ -580,4 +623,6 @@ HOOKS = [
     Hook(AGENT_LOOP, "AgentLoopWorker._compute_score", _compute_score_wrapper),
     Hook(LLM_SERVER, "LLMServerClient.generate", _generate_wrapper),
     Hook(LLM_SERVER, "LLMServerClient._acquire_server", _acquire_server_wrapper, optional=True),
+    # worker side of Ray's actor-class loading only (the driver side must stay unpatched: it pickles)
+    Hook("ray._private.function_manager", "_inject_tracing_into_class", _load_actor_class_wrapper, optional=True),
 ]

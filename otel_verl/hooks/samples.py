@@ -5,9 +5,10 @@ Every ``OTEL_VERL_SAMPLES_EVERY_N_STEPS``-th training step, the first
 (event name) with body ``{prompt, response}`` (each cut to ``OTEL_VERL_SAMPLES_MAX_CHARS``)
 and attributes ``verl.step``, ``verl.sample.reward`` (the sequence score verl dumps with
 ``trainer.rollout_data_dir``: ``token_level_scores`` summed), ``verl.data_source`` and
-``verl.sample.index``. They are emitted inside the current stage span, so they carry the
-step's trace id. Off by default because prompts and responses can be sensitive; when off,
-the hooks return at once and nothing is decoded.
+``verl.sample.index``. They carry the step's trace id (v0: emitted inside the ``adv``
+stage span; v1: after the ``step`` timer ended, so they join the step span that just ended).
+Off by default because prompts and responses can be sensitive; when off, the hooks return at
+once and nothing is decoded.
 
 Hook points, both in the TaskRunner, where the batch and the tokenizer already are:
 
@@ -22,10 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from opentelemetry import trace
+
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.hooks import Hook
+from otel_verl.hooks.trainer import step_attributes
 from otel_verl.runtime import RUNTIME
 
 V0 = "verl.trainer.ppo.ray_trainer"
@@ -55,6 +59,10 @@ def emit_samples(step: int, prompts: list[str], responses: list[str], rewards: l
     if provider is None:
         return 0
     logger = provider.get_logger(semconv.SCOPE)
+    context = None
+    if not trace.get_current_span().get_span_context().is_valid and RUNTIME.last_step is not None:
+        # v1 computes its step metrics after the ``step`` timer: join the step that just ended.
+        context = trace.set_span_in_context(trace.NonRecordingSpan(RUNTIME.last_step[1]))
     limit = settings().samples_max_chars
     n = 0
     for i, (prompt, response, reward, source) in enumerate(zip(prompts, responses, rewards, sources, strict=False)):
@@ -66,7 +74,7 @@ def emit_samples(step: int, prompts: list[str], responses: list[str], rewards: l
         if source is not None:
             attrs[semconv.ATTR_DATA_SOURCE] = str(source)
         body = {semconv.SAMPLE_BODY_PROMPT: _cut(prompt, limit), semconv.SAMPLE_BODY_RESPONSE: _cut(response, limit)}
-        logger.emit(event_name=semconv.EVENT_ROLLOUT_SAMPLE, body=body, attributes=attrs)
+        logger.emit(event_name=semconv.EVENT_ROLLOUT_SAMPLE, body=body, attributes=attrs, context=context)
         n += 1
     return n
 
@@ -78,6 +86,8 @@ def _decode(tokenizer: Any, rows: Any) -> list[str]:
 @safe("rollout samples (v0)")
 def _samples_v0(data: Any) -> None:
     trainer = RUNTIME.trainer
+    if step_attributes(trainer).get(semconv.ATTR_DRIVER) != semconv.DRIVER_V0:
+        return  # v1 reaches compute_advantage through its own path, with other fields
     step = _due(trainer)
     if step is None:
         return
@@ -108,17 +118,19 @@ def _samples_v1(trainer: Any, batch: Any) -> None:
     k = settings().samples_per_step
     keys = [key for key, tag in zip(batch.keys, batch.tags, strict=False) if not tag.get("is_padding", False)][:k]
     fields = ["prompts", "responses", "rm_scores"]
-    data = trainer_base.tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
+    try:
+        data = trainer_base.tq.kv_batch_get(
+            keys=keys, partition_id=batch.partition_id, select_fields=[*fields, "data_source"]
+        )
+    except Exception:  # noqa: BLE001 - a dataset without data_source
+        data = trainer_base.tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
     pad = trainer.tokenizer.pad_token_id
     prompts = _decode(trainer.tokenizer, data["prompts"].to_padded_tensor(padding=pad))
     responses = _decode(trainer.tokenizer, data["responses"].to_padded_tensor(padding=pad))
     rewards = data["rm_scores"].to_padded_tensor(padding=0.0).sum(-1).tolist()
-    sources = [_data_source(tag) for tag in batch.tags[: len(keys)]]
+    source = data.get("data_source", None) if "data_source" in data.keys() else None
+    sources = source.tolist() if source is not None else [None] * len(prompts)
     emit_samples(step, prompts, responses, rewards, sources)
-
-
-def _data_source(tag: Any) -> Any:
-    return tag.get("data_source") if isinstance(tag, dict) else None
 
 
 def _compute_metrics_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -55,7 +55,9 @@ def test_one_trace_per_step_with_every_stage_verl_timed(run):
         assert step.parent_id == ""
         assert step.attributes[semconv.ATTR_DRIVER] == run.driver
         assert step.attributes[semconv.ATTR_EPOCH] == 0
-        stages = {s.attributes[semconv.ATTR_STAGE]: s for s in by_trace[step.trace_id] if semconv.ATTR_STAGE in s.attributes}
+        stages = {
+            s.attributes[semconv.ATTR_STAGE]: s for s in by_trace[step.trace_id] if semconv.ATTR_STAGE in s.attributes
+        }
         timed = {k.split("/", 1)[1] for k in run.console[n] if k.startswith("timing_s/") and k.count("/") == 1}
         timed.discard("step")
         # v0 runs ``start_profile`` before the ``step`` timer: it cannot join a trace that does
@@ -63,8 +65,11 @@ def test_one_trace_per_step_with_every_stage_verl_timed(run):
         before_step = {"start_profile"} & timed
         timed -= before_step
         for name in before_step:
-            own = [s for s in run.spans if s.attributes.get(semconv.ATTR_STAGE) == name
-                   and s.attributes.get(semconv.ATTR_STEP) == n]
+            own = [
+                s
+                for s in run.spans
+                if s.attributes.get(semconv.ATTR_STAGE) == name and s.attributes.get(semconv.ATTR_STEP) == n
+            ]
             assert len(own) == 1
         expected = CORE_STAGES | (PPO_STAGES if run.algo == "ppo" else set())
         assert expected <= timed, "the harness config no longer runs these stages"
@@ -100,6 +105,10 @@ def test_process_identity_and_run_id(run):
     assert runner[0].resource[semconv.RES_PROJECT] == "verl_cpu_harness"
     assert runner[0].resource[semconv.RES_EXPERIMENT] == f"{run.driver}_{run.algo}"
     assert len({s.resource[semconv.RES_RUN_ID] for s in run.spans}) == 1  # one run id across processes
+    # every process, not only the TaskRunner, is labelled with the run's names (dashboards filter on them)
+    assert {(s.resource.get(semconv.RES_PROJECT), s.resource.get(semconv.RES_EXPERIMENT)) for s in run.spans} == {
+        ("verl_cpu_harness", f"{run.driver}_{run.algo}")
+    }
     names = {s.name for s in run.spans}
     assert {semconv.SPAN_INIT, semconv.SPAN_VALIDATION} <= names
 
@@ -137,8 +146,9 @@ def test_every_logged_metric_is_exported_with_the_logged_value(run):
         assert checked >= 50  # verl logs ~100 keys per step
 
         # the named instruments users alert on
-        assert _same(exported[(semconv.M_REWARD, ((semconv.ATTR_REWARD_SOURCE, "score"),))].value,
-                     logged["critic/score/mean"])
+        assert _same(
+            exported[(semconv.M_REWARD, ((semconv.ATTR_REWARD_SOURCE, "score"),))].value, logged["critic/score/mean"]
+        )
         assert _same(exported[semconv.M_THROUGHPUT].value, logged["perf/throughput"])
         kl_key = "actor/kl_loss" if run.algo == "ppo" else "actor/ppo_kl"
         source = semconv.KL_KEYS[kl_key]
@@ -149,10 +159,15 @@ def test_every_logged_metric_is_exported_with_the_logged_value(run):
 
 def test_stage_duration_histogram_matches_verl_timing(run):
     last = _exports_by_step(run)[STEPS]
-    hist = {dict(k[1])[semconv.ATTR_STAGE]: p for k, p in last.items()
-            if isinstance(k, tuple) and k[0] == semconv.M_STAGE_DURATION}
-    total = {stage: sum(run.console[n].get(f"timing_s/{stage}", 0.0) for n in range(1, STEPS + 1))
-             for stage in ("gen", "update_actor", "step")}
+    hist = {
+        dict(k[1])[semconv.ATTR_STAGE]: p
+        for k, p in last.items()
+        if isinstance(k, tuple) and k[0] == semconv.M_STAGE_DURATION
+    }
+    total = {
+        stage: sum(run.console[n].get(f"timing_s/{stage}", 0.0) for n in range(1, STEPS + 1))
+        for stage in ("gen", "update_actor", "step")
+    }
     for stage, seconds in total.items():
         assert hist[stage].count == STEPS
         assert hist[stage].value == pytest.approx(seconds, rel=1e-6, abs=1e-6)

@@ -13,6 +13,7 @@ import pickle
 
 import numpy as np
 import pytest
+import wrapt
 from omegaconf import OmegaConf
 from opentelemetry import trace
 
@@ -318,19 +319,19 @@ def test_failed_trajectory_is_recorded_and_the_error_reaches_verl(captured):
 
 
 def test_long_tail_ratio_and_slowest_trajectory(captured, v0_trainer):
-    worker = make_worker(delays={2: 0.01, 3: 0.01, 4: 0.2})  # sample 2 (4 tokens) is slow
+    worker = make_worker(delays={4: 0.6})  # sample 2 (4 tokens) is slow
     batch = make_batch(step=5, prompts=3, n=1)
     with RUNTIME.telemetry.tracer.start_as_current_span("verl.gen"):
         propagation.inject(batch)
     asyncio.run(worker.generate_sequences(batch))
     (ratio,) = captured.metric_points()[semconv.M_ROLLOUT_TAIL_RATIO]
-    assert ratio.value > 3  # ~0.2 s / ~0.01 s
+    assert ratio.value > 2  # ~0.6 s / a few ms (generous: CI machines are busy)
     (batch_span,) = by_name(captured, semconv.SPAN_ROLLOUT_BATCH)
     (event,) = [e for e in batch_span.events if e.name == semconv.EVENT_SLOWEST_TRAJECTORY]
     assert event.attributes[semconv.ATTR_ROLLOUT_SAMPLE_INDEX] == 2
     assert event.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP] == 5
     assert event.attributes[semconv.ATTR_ROLLOUT_TRAJECTORIES] == 3
-    assert event.attributes[semconv.ATTR_ROLLOUT_DURATION] >= 0.2
+    assert event.attributes[semconv.ATTR_ROLLOUT_DURATION] >= 0.6
 
 
 def test_v1_style_call_without_dispatch_context_is_a_root_with_submit_step(captured):
@@ -369,3 +370,30 @@ def test_wrappers_stay_coroutine_functions(captured):
     ):
         assert isinstance(owner.__dict__[name], wrapt.FunctionWrapper), name
         assert inspect.iscoroutinefunction(getattr(owner, name)), name
+
+
+def test_ray_actor_class_copies_get_the_wrappers_in_the_worker(captured):
+    """Ray copies every method into its actor subclass (``_inject_tracing_into_class``) and pickles
+    that subclass by value from the TaskRunner: in the worker the copies bypass the class hooks.
+    Loading the class through Ray's worker-side function manager must wrap the copies again."""
+    import ray._private.function_manager as fm
+    from ray import cloudpickle
+    from ray.actor import _modify_class
+    from ray.util.tracing.tracing_helper import _inject_tracing_into_class
+
+    Class = _modify_class(StubbedWorker)  # what ray.remote(...) builds in the TaskRunner
+    _inject_tracing_into_class(Class)  # driver side: copies of the methods in Class.__dict__
+    assert "_run_agent_loop" in Class.__dict__
+    loaded = cloudpickle.loads(cloudpickle.dumps(Class))  # what the agent-loop worker receives
+    assert not isinstance(loaded.__dict__["_run_agent_loop"], wrapt.FunctionWrapper)
+
+    fm._inject_tracing_into_class(loaded)  # the worker's load path (function_manager)
+    assert isinstance(loaded.__dict__["_run_agent_loop"], wrapt.FunctionWrapper)
+    assert isinstance(loaded.__dict__["generate_sequences"], wrapt.FunctionWrapper)
+
+    worker = make_worker()
+    worker.__class__ = loaded
+    asyncio.run(worker.generate_sequences(make_batch()))
+    assert len(by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)) == 4  # once each, not twice
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.count == 4

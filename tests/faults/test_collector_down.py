@@ -1,0 +1,124 @@
+"""The real verl trainer (CPU harness) with a Collector that is down or hung for the whole run.
+
+Training must not notice: rc=0, verl's own console metrics have the same keys as an
+instrumented run with the file exporters (same config), and the job's exit (from verl's last
+step line to the end of the job) takes at most ``OTEL_VERL_SHUTDOWN_TIMEOUT`` (+ slack) longer.
+The SDK's own flush/shutdown would block 10-25 s per process on such an endpoint (ENV_FACTS.md).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 2
+# What telemetry may add to the job's exit: the TaskRunner's end-of-training flush and its exit
+# shutdown share OTEL_VERL_SHUTDOWN_TIMEOUT. Measured from verl's last console step line to the
+# job's exit (Ray's own teardown is in both), so start-up noise on a shared machine stays out.
+SHUTDOWN_TIMEOUT_S = 2.0
+TAIL_SLACK_S = 3.0
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when this returns: connections are refused
+
+
+class HungCollector:
+    """Accepts TCP connections on 127.0.0.1 and never answers (reads and discards)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._conns: list[socket.socket] = []
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._conns.append(conn)
+            threading.Thread(target=self._drain, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _drain(conn: socket.socket) -> None:
+        try:
+            while conn.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+        for c in self._conns:
+            c.close()
+
+
+def _otlp_env(port: int) -> dict[str, str]:
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_METRIC_EXPORT_INTERVAL": "5000",
+        "OTEL_VERL_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT_S),
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(verl_runs):
+    """The same config with the file exporters (shared with tests/e2e: no extra run)."""
+    run = verl_runs.get("v0", "grpo", steps=STEPS)
+    assert run.returncode == 0, run.output[-4000:]
+    return run
+
+
+def _assert_unaffected(run, reference, what: str) -> None:
+    assert run.returncode == 0, run.output[-4000:]
+    steps = set(range(1, STEPS + 1))
+    assert steps <= set(run.console) and steps <= set(reference.console)
+    # step 0 (val_before_train) is compared when both consoles have it: Ray's log forwarding
+    # sometimes loses that line next to the progress bar, with or without telemetry.
+    for n in sorted(steps | (set(run.console) & set(reference.console) & {0})):
+        assert set(run.console[n]) == set(reference.console[n]), (n, set(run.console[n]) ^ set(reference.console[n]))
+    print(
+        f"\n{what}: exit tail {run.exit_tail_s:.1f} s vs file-exporter run {reference.exit_tail_s:.1f} s; "
+        f"job {run.wall_s:.1f} s vs {reference.wall_s:.1f} s; step time "
+        + ", ".join(
+            f"{run.console[n]['timing_s/step']:.2f}/{reference.console[n]['timing_s/step']:.2f} s"
+            for n in sorted(steps)
+        )
+    )
+    assert run.exit_tail_s is not None and reference.exit_tail_s is not None
+    assert run.exit_tail_s <= reference.exit_tail_s + SHUTDOWN_TIMEOUT_S + TAIL_SLACK_S, (
+        run.exit_tail_s,
+        reference.exit_tail_s,
+    )
+    assert run.spans == [] and run.points == []  # nothing went to files: the OTLP exporters were used
+
+
+def test_collector_refusing_connections_for_the_whole_run(verl_runs, reference):
+    run = verl_runs.get("v0", "grpo", steps=STEPS, env=_otlp_env(_closed_port()))
+    _assert_unaffected(run, reference, "collector down")
+
+
+def test_collector_hung_for_the_whole_run(verl_runs, reference):
+    server = HungCollector()
+    try:
+        run = verl_runs.get("v0", "grpo", steps=STEPS, env=_otlp_env(server.port))
+    finally:
+        server.close()
+    assert server.accepted > 0  # the exporters did reach it and were left hanging
+    _assert_unaffected(run, reference, "collector hung")
