@@ -24,6 +24,8 @@ Variable                           Default      Meaning
                                                 step's values are lost between intervals).
 ``OTEL_VERL_RAY_RUNTIME_ENV``      ``true``     Add the ``OTEL_*`` settings to the job's Ray
                                                 ``runtime_env`` (needed on running clusters).
+``OTEL_VERL_RAY_RUNTIME_ENV_       ``false``    Also put ``OTEL_EXPORTER_OTLP_*HEADERS`` (auth
+SECRETS``                                       tokens) there; Ray stores and shows runtime_env.
 ``OTEL_VERL_LOG_LEVEL``            ``WARNING``  Lowest Python ``logging`` level exported as OTel
                                                 logs (``OTEL_LOGS_EXPORTER``); a name or number.
 ``OTEL_VERL_SAMPLES``              ``false``    Export sampled generations (prompt, response,
@@ -59,6 +61,7 @@ SHUTDOWN_TIMEOUT = "OTEL_VERL_SHUTDOWN_TIMEOUT"
 FORWARD_METRICS = "OTEL_VERL_FORWARD_METRICS"
 STEP_EXPORT = "OTEL_VERL_STEP_EXPORT"
 RAY_RUNTIME_ENV = "OTEL_VERL_RAY_RUNTIME_ENV"
+RAY_RUNTIME_ENV_SECRETS = "OTEL_VERL_RAY_RUNTIME_ENV_SECRETS"
 LOG_LEVEL = "OTEL_VERL_LOG_LEVEL"
 SAMPLES = "OTEL_VERL_SAMPLES"
 SAMPLES_EVERY_N_STEPS = "OTEL_VERL_SAMPLES_EVERY_N_STEPS"
@@ -146,6 +149,7 @@ class Settings:
     forward_metrics: bool
     step_export: bool
     ray_runtime_env: bool
+    ray_runtime_env_secrets: bool
     rollout_spans_per_step: int = 64
     gpu_metrics: bool = True
     process_metrics: bool = True
@@ -168,6 +172,7 @@ def settings() -> Settings:
         forward_metrics=env_bool(FORWARD_METRICS, True),
         step_export=env_bool(STEP_EXPORT, True),
         ray_runtime_env=env_bool(RAY_RUNTIME_ENV, True),
+        ray_runtime_env_secrets=env_bool(RAY_RUNTIME_ENV_SECRETS, False),
         rollout_spans_per_step=env_int(ROLLOUT_SPANS_PER_STEP, 64, minimum=-1),
         gpu_metrics=env_bool(GPU_METRICS, True),
         process_metrics=env_bool(PROCESS_METRICS, True),

@@ -41,3 +41,21 @@ def test_switch_off(monkeypatch):
     finally:
         monkeypatch.delenv(config.RAY_RUNTIME_ENV)
         config.settings.cache_clear()
+
+
+def test_auth_headers_stay_out_of_the_runtime_env_unless_asked(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer s3cret")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=s3cret")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317")
+    config.settings.cache_clear()
+    env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+    assert "s3cret" not in repr(env_vars) and env_vars["OTEL_EXPORTER_OTLP_ENDPOINT"] == "https://collector:4317"
+
+    monkeypatch.setenv(config.RAY_RUNTIME_ENV_SECRETS, "true")
+    config.settings.cache_clear()
+    try:
+        env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+        assert env_vars["OTEL_EXPORTER_OTLP_HEADERS"] == "authorization=Bearer s3cret"
+    finally:
+        monkeypatch.delenv(config.RAY_RUNTIME_ENV_SECRETS)
+        config.settings.cache_clear()

@@ -6,6 +6,8 @@ running cluster (``ray start``, KubeRay, ``ray job submit``) they do not. Adding
 ``runtime_env.env_vars`` makes both cases equal. verl's ``verl.plugins`` entry point then
 turns the instrumentation on in each worker (see ``otel_verl._verl_plugin``). Variables the
 user already put in ``runtime_env`` win. Turn off with ``OTEL_VERL_RAY_RUNTIME_ENV=false``.
+Header variables (``OTEL_EXPORTER_OTLP_*HEADERS``: auth tokens) and client keys are left out
+unless ``OTEL_VERL_RAY_RUNTIME_ENV_SECRETS=true``: Ray stores and displays a job's runtime_env.
 """
 
 from __future__ import annotations
@@ -20,8 +22,15 @@ from otel_verl.config import settings
 from otel_verl.hooks import Hook
 
 
+def _secret(name: str) -> bool:
+    # OTLP headers carry auth tokens; Ray keeps a job's runtime_env in its GCS and shows it in
+    # the dashboard, so they travel only on request (fresh local clusters inherit them anyway).
+    return name.endswith("_HEADERS") or "CLIENT_KEY" in name
+
+
 def otel_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
+    with_secrets = settings().ray_runtime_env_secrets
+    return {k: v for k, v in os.environ.items() if k.startswith("OTEL_") and (with_secrets or not _secret(k))}
 
 
 def _run_names_from_caller() -> None:
