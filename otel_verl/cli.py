@@ -64,6 +64,15 @@ def summary(folder: Path, out=sys.stdout) -> int:
             f"{stage_txt}; {len(workers)} worker spans from ranks {ranks}",
             file=out,
         )
+    trajectories = [s for s in spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+    if trajectories:
+        slowest = max(trajectories, key=lambda s: s.seconds)
+        print(
+            f"\nrollout: {len(trajectories)} trajectory spans; slowest {slowest.seconds:.2f}s "
+            f"(submitted at step {slowest.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)}, "
+            f"trace {slowest.trace_id[:8]})",
+            file=out,
+        )
 
     print("\nmetrics (values exported at each step):", file=out)
     for name, attr in _MAIN_METRICS:
