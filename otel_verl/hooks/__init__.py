@@ -28,8 +28,17 @@ from typing import Any
 
 import wrapt
 from opentelemetry.instrumentation.utils import unwrap
+from opentelemetry.trace import Span, Status, StatusCode
 
 from otel_verl._safe import warn_once
+
+
+def end_span(span: Span, error: BaseException | None) -> None:
+    """End ``span``; a verl error is recorded on it (exception event, status ERROR)."""
+    if error is not None:
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    span.end()
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from otel_verl import gpu, propagation, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks import Hook
+from otel_verl.hooks import Hook, end_span
 from otel_verl.metrics import DURATION_BUCKETS
 from otel_verl.runtime import RUNTIME
 
@@ -550,10 +550,7 @@ def _batch_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, An
 def _batch_end(state: tuple[Any, Any], error: BaseException | None) -> None:
     span, token = state
     otel_context.detach(token)
-    if error is not None:
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-    span.end()
+    end_span(span, error)
     RUNTIME.telemetry.request_flush()
 
 

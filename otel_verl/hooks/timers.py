@@ -27,11 +27,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import Hook
+from otel_verl.hooks import Hook, end_span
 from otel_verl.hooks.trainer import step_attributes
 from otel_verl.runtime import RUNTIME
 
@@ -70,10 +69,7 @@ def _start(name: Any, timing_raw: Any) -> tuple[Any, Any, float] | None:
 def _end(state: tuple[Any, Any, float], name: str, timing_raw: Any, error: BaseException | None) -> None:
     span, token, before = state
     otel_context.detach(token)
-    if error is not None:
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-    span.end()
+    end_span(span, error)
     if error is not None:
         return
     metrics = RUNTIME.metrics

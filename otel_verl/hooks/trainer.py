@@ -15,11 +15,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import Hook
+from otel_verl.hooks import Hook, end_span
 from otel_verl.runtime import RUNTIME
 
 V0 = "verl.trainer.ppo.ray_trainer"
@@ -83,10 +82,7 @@ def _open(name: str, trainer: Any, extra: dict[str, Any] | None = None) -> tuple
 def _close(state: tuple[Any, Any], error: BaseException | None) -> None:
     span, token = state
     otel_context.detach(token)
-    if error is not None:
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-    span.end()
+    end_span(span, error)
 
 
 def _root_span_call(name: str, wrapped: Any, instance: Any, args: Any, kwargs: Any, extra: Any = None) -> Any:

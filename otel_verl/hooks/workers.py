@@ -21,11 +21,11 @@ from typing import Any
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
 from otel_verl import gpu, propagation, semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import Hook
+from otel_verl.hooks import Hook, end_span
 from otel_verl.runtime import RUNTIME
 
 ENGINE = "verl.workers.engine_workers"
@@ -61,7 +61,7 @@ def _dispatch_end(state: tuple[Any, Any, Any], error: BaseException | None) -> N
     if data is not None:
         propagation.take(data)  # verl reuses e.g. KVBatchMeta.extra_info across calls
     otel_context.detach(token)
-    _finish(span, error)
+    end_span(span, error)
 
 
 class _TracedWorkerGroupMethod(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -89,13 +89,6 @@ def _func_generator_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any)
 
 
 # ------------------------------------------------------------------------------ worker side
-def _finish(span: Any, error: BaseException | None) -> None:
-    if error is not None:
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-    span.end()
-
-
 def _rank(instance: Any) -> int | None:
     rank = getattr(instance, "rank", None)
     if isinstance(rank, int):
@@ -131,7 +124,7 @@ def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> tuple[A
 def _worker_end(state: tuple[Any, Any], error: BaseException | None) -> None:
     span, token = state
     otel_context.detach(token)
-    _finish(span, error)
+    end_span(span, error)
     RUNTIME.telemetry.request_flush()
 
 

@@ -105,7 +105,7 @@ def test_stage_error_reaches_verl_unchanged_even_when_our_span_end_fails(capture
     def broken_status(*args, **kwargs):
         raise ZeroDivisionError("bug in otel-verl's error recording")
 
-    monkeypatch.setattr("otel_verl.hooks.timers.Status", broken_status)
+    monkeypatch.setattr("otel_verl.hooks.Status", broken_status)  # where end_span records errors
     err = KeyError("verl bug")
     with pytest.raises(KeyError) as info:
         with marked_timer("gen", {}):
