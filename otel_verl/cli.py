@@ -4,6 +4,13 @@
 (``OTEL_VERL_FILE_DIR``): the processes that reported, one line per step trace with its
 stage spans and worker spans, and the main training metrics per step.
 
+``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page
+(stage breakdown per step, step timeline with the slowest trajectory, rollout latency, training
+curves; see ``otel_verl.report``).
+
+``otel-verl replay DIR --endpoint URL`` sends the stored OTLP JSON to an OTLP/HTTP endpoint
+(see ``otel_verl.replay``).
+
 ``otel-verl doctor`` prints what the instrumentation would do here (verl version and supported
 range, entry points, exporters and endpoint reachability, which hooks apply); exit code 1 on a
 problem (see ``otel_verl.doctor``).
@@ -87,6 +94,28 @@ def summary(folder: Path, out=sys.stdout) -> int:
     return 0
 
 
+def report(folder: Path, output: Path | None = None, out=None) -> int:
+    from otel_verl.report import NoTelemetry, write_report
+
+    out = out or sys.stdout
+    try:
+        path, rep = write_report(folder, output)
+    except NoTelemetry as exc:
+        print(str(exc), file=out)
+        return 1
+    except OSError as exc:  # e.g. a read-only run folder: pass -o
+        print(f"cannot write the report: {exc}", file=out)
+        return 1
+    print(
+        f"wrote {path}: {len(rep.steps)} steps, {rep.spans} spans, {rep.points} metric points"
+        + (f" (default timeline: step {rep.default_step}, the slowest)" if rep.default_step is not None else ""),
+        file=out,
+    )
+    for note in rep.notes:
+        print(f"  note: {note}", file=out)
+    return 0
+
+
 def _dedupe(values: list) -> list:
     out: list = []
     for v in values:
@@ -100,10 +129,26 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_sum = sub.add_parser("summary", help="summarise a run's OTLP JSON files")
     p_sum.add_argument("folder", type=Path)
+    p_rep = sub.add_parser("report", help="render a run's OTLP JSON files as one self-contained HTML page")
+    p_rep.add_argument("folder", type=Path)
+    p_rep.add_argument("-o", "--output", type=Path, help="HTML file to write (default: FOLDER/report.html)")
+    p_play = sub.add_parser("replay", help="send a run's OTLP JSON files to an OTLP/HTTP endpoint")
+    p_play.add_argument("folder", type=Path)
+    p_play.add_argument(
+        "--endpoint", help="OTLP/HTTP base URL, e.g. http://collector:4318 (default: OTEL_EXPORTER_OTLP_*ENDPOINT)"
+    )
+    p_play.add_argument("--headers", help="k=v,k2=v2 (default: OTEL_EXPORTER_OTLP_*HEADERS)")
+    p_play.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
     sub.add_parser("doctor", help="check what the instrumentation would do in this environment")
     ns = parser.parse_args(argv)
     if ns.cmd == "summary":
         return summary(ns.folder)
+    if ns.cmd == "report":
+        return report(ns.folder, ns.output)
+    if ns.cmd == "replay":
+        from otel_verl.replay import replay
+
+        return replay(ns.folder, endpoint=ns.endpoint, headers=ns.headers, timeout=ns.timeout)
     if ns.cmd == "doctor":
         from otel_verl.doctor import doctor
 

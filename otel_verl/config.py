@@ -40,6 +40,11 @@ SECRETS``                                       tokens) there; Ray stores and sh
 ``OTEL_VERL_GPU_METRICS``          ``true``     ``hw.gpu.*`` gauges in worker processes.
 ``OTEL_VERL_PROCESS_METRICS``      ``true``     ``process.*`` CPU/memory gauges in worker
                                                 processes (system-metrics instrumentation).
+``OTEL_VERL_RAY_SYSTEM_METRICS``   ``false``    Let ``opentelemetry-instrument`` also run the
+                                                generic system-metrics instrumentation in every
+                                                Ray process of the job (off: ~25 copies of the
+                                                host's ``system.*`` data, ~45 ms CPU each per
+                                                collection; verl processes report ``process.*``).
 =================================  ===========  ==============================================
 """
 
@@ -70,6 +75,7 @@ SAMPLES_MAX_CHARS = "OTEL_VERL_SAMPLES_MAX_CHARS"
 ROLLOUT_SPANS_PER_STEP = "OTEL_VERL_ROLLOUT_SPANS_PER_STEP"
 GPU_METRICS = "OTEL_VERL_GPU_METRICS"
 PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
+RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 
@@ -153,6 +159,7 @@ class Settings:
     rollout_spans_per_step: int = 64
     gpu_metrics: bool = True
     process_metrics: bool = True
+    ray_system_metrics: bool = False
     log_level: int = logging.WARNING
     samples: bool = False
     samples_every_n_steps: int = 10
@@ -176,6 +183,7 @@ def settings() -> Settings:
         rollout_spans_per_step=env_int(ROLLOUT_SPANS_PER_STEP, 64, minimum=-1),
         gpu_metrics=env_bool(GPU_METRICS, True),
         process_metrics=env_bool(PROCESS_METRICS, True),
+        ray_system_metrics=env_bool(RAY_SYSTEM_METRICS, False),
         log_level=env_log_level(LOG_LEVEL, logging.WARNING),
         samples=env_bool(SAMPLES, False),
         samples_every_n_steps=env_int(SAMPLES_EVERY_N_STEPS, 10, minimum=1),

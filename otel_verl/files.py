@@ -1,6 +1,8 @@
 """Read the OTLP JSON-lines files the ``otlp_json_file`` exporters write (one per process).
 
-Used by ``otel-verl summary`` and by the tests that check a real run's telemetry.
+Used by ``otel-verl summary``/``report``/``replay`` and by the tests that check a real run's telemetry.
+A line that is not valid JSON (the last line of a process killed while writing) is skipped; pass
+``bad=[]`` to the readers to learn which ones.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ def _attrs(items: list[dict[str, Any]] | None) -> dict[str, Any]:
 
 
 @dataclass
+class SpanLink:
+    """A span link (OTLP ``links`` entry): the linked span's ids and the link's attributes."""
+
+    trace_id: str
+    span_id: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class SpanRecord:
     name: str
     trace_id: str
@@ -38,6 +49,7 @@ class SpanRecord:
     resource: dict[str, Any]
     status: str
     events: list[dict[str, Any]] = field(default_factory=list)
+    links: list[SpanLink] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -53,18 +65,49 @@ class MetricPoint:
     attributes: dict[str, Any]
     resource: dict[str, Any]
     time_ns: int
+    # histograms only: explicit bucket bounds and per-bucket counts (len(bounds) + 1)
+    bounds: list[float] | None = None
+    bucket_counts: list[int] | None = None
+    start_ns: int = 0
+    temporality: int = 0  # OTLP AggregationTemporality: 1 delta, 2 cumulative, 0 unspecified/gauge
 
 
-def _lines(folder: Path, prefix: str) -> Iterator[dict[str, Any]]:
-    for path in sorted(Path(folder).glob(f"{prefix}-*.jsonl")):
-        for line in path.read_text().splitlines():
-            if line.strip():
-                yield json.loads(line)
+SIGNALS = ("traces", "metrics", "logs")
 
 
-def read_spans(folder: str | Path) -> list[SpanRecord]:
+def signal_files(folder: str | Path, signal: str) -> list[Path]:
+    """The OTLP JSON-lines files of one signal in ``folder``, sorted (``<signal>-*.jsonl``)."""
+    return sorted(Path(folder).glob(f"{signal}-*.jsonl"))
+
+
+def iter_lines(path: Path, bad: list[tuple[Path, int]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(raw line, decoded request) for each valid non-empty line of one file."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                batch = json.loads(line)
+            except ValueError:
+                if bad is not None:
+                    bad.append((path, lineno))
+                continue
+            if isinstance(batch, dict):
+                yield line, batch
+            elif bad is not None:
+                bad.append((path, lineno))
+
+
+def _lines(folder: Path, prefix: str, bad: list[tuple[Path, int]] | None = None) -> Iterator[dict[str, Any]]:
+    for path in signal_files(folder, prefix):
+        for _, batch in iter_lines(path, bad):
+            yield batch
+
+
+def read_spans(folder: str | Path, bad: list[tuple[Path, int]] | None = None) -> list[SpanRecord]:
     out: list[SpanRecord] = []
-    for batch in _lines(Path(folder), "traces"):
+    for batch in _lines(Path(folder), "traces", bad):
         for rs in batch.get("resourceSpans", []):
             resource = _attrs(rs.get("resource", {}).get("attributes"))
             for ss in rs.get("scopeSpans", []):
@@ -81,14 +124,18 @@ def read_spans(folder: str | Path) -> list[SpanRecord]:
                             resource=resource,
                             status=s.get("status", {}).get("code", "STATUS_CODE_UNSET"),
                             events=s.get("events", []),
+                            links=[
+                                SpanLink(lk.get("traceId", ""), lk.get("spanId", ""), _attrs(lk.get("attributes")))
+                                for lk in s.get("links", [])
+                            ],
                         )
                     )
     return out
 
 
-def read_metric_points(folder: str | Path) -> list[MetricPoint]:
+def read_metric_points(folder: str | Path, bad: list[tuple[Path, int]] | None = None) -> list[MetricPoint]:
     out: list[MetricPoint] = []
-    for batch in _lines(Path(folder), "metrics"):
+    for batch in _lines(Path(folder), "metrics", bad):
         for rm in batch.get("resourceMetrics", []):
             resource = _attrs(rm.get("resource", {}).get("attributes"))
             for sm in rm.get("scopeMetrics", []):
@@ -96,6 +143,7 @@ def read_metric_points(folder: str | Path) -> list[MetricPoint]:
                     for kind in ("gauge", "sum", "histogram"):
                         if kind not in m:
                             continue
+                        temporality = _temporality(m[kind].get("aggregationTemporality"))
                         for p in m[kind].get("dataPoints", []):
                             if kind == "histogram":
                                 value, count = p.get("sum"), int(p.get("count", 0))
@@ -111,6 +159,33 @@ def read_metric_points(folder: str | Path) -> list[MetricPoint]:
                                     _attrs(p.get("attributes")),
                                     resource,
                                     int(p.get("timeUnixNano", 0)),
+                                    [float(b) for b in p.get("explicitBounds", [])] if kind == "histogram" else None,
+                                    [int(c) for c in p.get("bucketCounts", [])] if kind == "histogram" else None,
+                                    int(p.get("startTimeUnixNano", 0)),
+                                    temporality,
                                 )
                             )
     return out
+
+
+def _temporality(value: Any) -> int:
+    if isinstance(value, str) and not value.isdigit():  # enum name, as protojson may write it
+        return {"AGGREGATION_TEMPORALITY_DELTA": 1, "AGGREGATION_TEMPORALITY_CUMULATIVE": 2}.get(value, 0)
+    return int(value or 0)
+
+
+def count_items(signal: str, batch: dict[str, Any]) -> int:
+    """Spans, metric data points or log records in one OTLP export request."""
+    if signal == "traces":
+        return sum(len(ss.get("spans", [])) for rs in batch.get("resourceSpans", []) for ss in rs.get("scopeSpans", []))
+    if signal == "logs":
+        return sum(
+            len(sl.get("logRecords", [])) for rl in batch.get("resourceLogs", []) for sl in rl.get("scopeLogs", [])
+        )
+    n = 0
+    for rm in batch.get("resourceMetrics", []):
+        for sm in rm.get("scopeMetrics", []):
+            for m in sm.get("metrics", []):
+                for kind in ("gauge", "sum", "histogram", "exponentialHistogram", "summary"):
+                    n += len(m.get(kind, {}).get("dataPoints", []))
+    return n

@@ -18,9 +18,10 @@ Exporters default to ``otlp`` as with ``opentelemetry-distro``.
 
 Logs: a ``LoggerProvider`` per process (``otel_verl.logs`` attaches the logging handler).
 Metrics with ``OTEL_METRICS_EXPORTER=prometheus``: a pull reader on
-``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` whose series carry the run's resource attributes as
-labels (``verl_run_id``...), like the collector's Prometheus set-up; each process takes the
-next free port from ``OTEL_EXPORTER_PROMETHEUS_PORT`` on (at most 32), so scrape that range.
+``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` (default ``127.0.0.1:9464``: loopback only) whose
+series carry the run's resource attributes as labels (``verl_run_id``...), like the
+collector's Prometheus set-up; each process takes the next free port from
+``OTEL_EXPORTER_PROMETHEUS_PORT`` on (at most 32), so scrape that range.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import os
 import socket
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +59,7 @@ _log = logging.getLogger(__name__)
 JSON_FILE_EXPORTER = "otlp_json_file"
 PROMETHEUS_EXPORTER = "prometheus"
 PROMETHEUS_PORTS = 32  # consecutive ports the pull readers of one host may take
+PROMETHEUS_DEFAULT_HOST = "127.0.0.1"  # OTEL_EXPORTER_PROMETHEUS_HOST unset: loopback only
 # Resource attributes the pull reader copies onto every series (collector: promote_resource_attributes).
 PROMOTED_RESOURCE_ATTRIBUTES = (
     semconv.RES_RUN_ID,
@@ -158,6 +162,57 @@ class Telemetry:
         self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
         self._flush_wanted = threading.Event()
         self._flusher: threading.Thread | None = None
+        # Step metrics are recorded off the training thread, in order (see record_step).
+        self._steps: deque[Callable[[], None]] = deque(maxlen=MAX_PENDING_STEPS)
+        self._steps_cv = threading.Condition()
+        self._steps_busy = False
+        self._recorder: threading.Thread | None = None
+        self.dropped_steps = 0
+
+    def record_step(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (record a step's metrics, then export them) in a background thread.
+
+        ``Tracking.log`` hands over ~100 values per step; recording them into the SDK's
+        instruments and collecting them costs a few ms, which the training thread does not wait
+        for. One thread runs the work in submission order, so every export holds exactly one
+        step's values. Bounded: ``MAX_PENDING_STEPS`` behind, the oldest step is dropped.
+        """
+        with self._steps_cv:
+            if len(self._steps) == self._steps.maxlen:
+                self.dropped_steps += 1
+            self._steps.append(work)
+            if self._recorder is None:
+                self._recorder = threading.Thread(target=self._record_loop, name="otel-verl-record", daemon=True)
+                self._recorder.start()
+            self._steps_cv.notify_all()
+
+    def _record_loop(self) -> None:
+        while True:
+            with self._steps_cv:
+                while not self._steps:
+                    self._steps_busy = False
+                    self._steps_cv.notify_all()
+                    self._steps_cv.wait()
+                work = self._steps.popleft()
+                self._steps_busy = True
+            try:
+                work()
+            except Exception:  # noqa: BLE001 - the work is @safe already; never lose the thread
+                _log.debug("step metrics failed", exc_info=True)
+
+    def export_soon(self) -> None:
+        """Collect and export metrics, and flush spans, from the background thread (the
+        collection runs observable callbacks such as ``process.*``: milliseconds)."""
+        self.record_step(self._export_now)
+
+    def _export_now(self) -> None:
+        self.mark_step()
+        self.request_flush()
+
+    def drain(self, timeout_s: float = 5.0) -> bool:
+        """Wait (at most ``timeout_s``) until every step handed to :meth:`record_step` is recorded."""
+        with self._steps_cv:
+            return self._steps_cv.wait_for(lambda: not self._steps and not self._steps_busy, timeout_s)
 
     def mark_step(self) -> None:
         if not settings().step_export:
@@ -210,6 +265,7 @@ class Telemetry:
         return (self.tracer_provider, self.meter_provider, self.logger_provider)
 
     def _flush(self) -> None:
+        self.drain(settings().shutdown_timeout_s)  # the last step's metrics first
         for provider in self._providers():
             fn = getattr(provider, "force_flush", None)
             if fn is not None:
@@ -221,12 +277,16 @@ class Telemetry:
         self._shut_down = True
 
         def _shutdown() -> None:
+            self.drain(settings().shutdown_timeout_s)
             for provider in self._providers():
                 fn = getattr(provider, "shutdown", None)
                 if fn is not None:
                     fn()
 
         self._wait(_shutdown, timeout_s)
+
+
+MAX_PENDING_STEPS = 64  # steps of metrics waiting to be recorded (normally 0 or 1)
 
 
 def _bounded(fn: Any, timeout_s: float) -> None:
@@ -301,7 +361,8 @@ def _prometheus_reader() -> MetricReader | None:
     from prometheus_client import CollectorRegistry, start_http_server
 
     first = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
-    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
+    # Loopback unless asked: nothing otel-verl opens listens beyond this host by default.
+    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or PROMETHEUS_DEFAULT_HOST
     registry = CollectorRegistry(auto_describe=True)  # one per process: the pull reader owns it
     for port in range(first, first + PROMETHEUS_PORTS):
         try:

@@ -7,15 +7,23 @@ under ``CARRIER_KEY`` as a non-tensor entry / ``extra_info`` / ``meta_info`` ite
 places verl puts its own per-call options. The driver removes it again right after the
 call and the worker takes it out before verl's code sees the data, so verl never
 observes the key; a call without a carrier works exactly as before.
+
+v1 rollouts link to the ``gen`` stage span of the step that dispatched them, but verl dispatches
+them (``prepare_step``) before that stage starts: ``promise_span_id`` fixes the id the next span of
+a given name in a trace will get, so the link can travel with the dispatch.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from opentelemetry import propagate
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import Sampler
 
 CARRIER_KEY = "_otel_verl_traceparent"
 
@@ -38,10 +46,10 @@ def find_data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return data if _kind(data) else None
 
 
-def inject(data: Any) -> bool:
-    """Put the current context into ``data``; returns whether it did."""
+def inject(data: Any, context: Context | None = None) -> bool:
+    """Put ``context`` (default: the current one) into ``data``; returns whether it did."""
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    propagate.inject(carrier, context=context)
     if not carrier:
         return False
     value = json.dumps(carrier)
@@ -72,9 +80,118 @@ def take(data: Any) -> Context | None:
         value = data.extra_info.pop(CARRIER_KEY, None)
     elif kind == "dp":
         value = data.meta_info.pop(CARRIER_KEY, None)
+    return extract(value)
+
+
+def extract(value: Any) -> Context | None:
+    """The context in a carrier value as ``inject`` wrote it (a JSON string), else None."""
     if not isinstance(value, str):
         return None
     try:
-        return propagate.extract(json.loads(value))
+        carrier = json.loads(value)
     except ValueError:
         return None
+    return propagate.extract(carrier) if isinstance(carrier, dict) else None
+
+
+# ---------------------------------------------------------------- span ids promised before the span starts
+_MAX_PROMISES = 16  # (trace, name) entries kept per tracer: a promise whose span never starts ages out
+
+
+class _Promises:
+    """Shared state of the sampler / id-generator shims on one SDK tracer.
+
+    The SDK's ``Tracer.start_span`` asks the sampler (which sees the new span's trace id and
+    name) and then, in the same call and thread, the id generator for the span id: the sampler
+    shim notes a watched (trace id, name), the id-generator shim hands that span its promised id.
+    """
+
+    def __init__(self, ids: IdGenerator) -> None:
+        self.ids = ids
+        self.lock = threading.Lock()
+        self.names: set[str] = set()
+        self.promised: OrderedDict[tuple[int, str], int] = OrderedDict()
+        self.started: OrderedDict[tuple[int, str], int] = OrderedDict()  # first span of a name per trace
+        self.local = threading.local()
+
+    @staticmethod
+    def _put(table: OrderedDict[tuple[int, str], int], key: tuple[int, str], span_id: int) -> None:
+        table[key] = span_id
+        while len(table) > _MAX_PROMISES:
+            table.popitem(last=False)
+
+    def promise(self, trace_id: int, name: str) -> int:
+        key = (trace_id, name)
+        with self.lock:
+            self.names.add(name)
+            span_id = self.started.get(key) or self.promised.get(key)
+            if span_id is None:
+                span_id = self.ids.generate_span_id()
+                self._put(self.promised, key, span_id)
+            return span_id
+
+    def span_id(self) -> int:
+        key = getattr(self.local, "pending", None)
+        if key is None:
+            return self.ids.generate_span_id()
+        self.local.pending = None
+        with self.lock:
+            span_id = self.promised.pop(key, None)
+            if span_id is None:
+                span_id = self.ids.generate_span_id()
+            if key not in self.started:
+                self._put(self.started, key, span_id)
+        return span_id
+
+
+class _PromiseSampler(Sampler):
+    def __init__(self, inner: Sampler, promises: _Promises) -> None:
+        self.inner = inner
+        self.promises = promises
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        promises = self.promises
+        promises.local.pending = (trace_id, name) if name in promises.names else None
+        return self.inner.should_sample(parent_context, trace_id, name, *args, **kwargs)
+
+    def get_description(self) -> str:
+        return self.inner.get_description()
+
+
+class _PromiseIds(IdGenerator):
+    def __init__(self, inner: IdGenerator, promises: _Promises) -> None:
+        self.inner = inner
+        self.promises = promises
+
+    def generate_span_id(self) -> int:
+        return self.promises.span_id()
+
+    def generate_trace_id(self) -> int:
+        return self.inner.generate_trace_id()
+
+    def is_trace_id_random(self) -> bool:
+        return bool(getattr(self.inner, "is_trace_id_random", lambda: False)())
+
+
+_install_lock = threading.Lock()
+
+
+def _promises(tracer: Any) -> _Promises | None:
+    with _install_lock:
+        sampler = getattr(tracer, "sampler", None)
+        if isinstance(sampler, _PromiseSampler):
+            return sampler.promises
+        ids = getattr(tracer, "id_generator", None)
+        if not isinstance(sampler, Sampler) or not isinstance(ids, IdGenerator):
+            return None  # not the SDK's tracer (no-op, proxy or another SDK): nothing to promise
+        promises = _Promises(ids)
+        tracer.id_generator = _PromiseIds(ids, promises)
+        tracer.sampler = _PromiseSampler(sampler, promises)
+        return promises
+
+
+def promise_span_id(tracer: Any, trace_id: int, name: str) -> int | None:
+    """The span id the first span called ``name`` in trace ``trace_id`` of ``tracer`` gets (or got,
+    if it started already). None when ``tracer`` is not an OpenTelemetry SDK tracer."""
+    promises = _promises(tracer)
+    return promises.promise(trace_id, name) if promises is not None else None

@@ -78,6 +78,7 @@ REWARD_KEYS = {
     "critic/rewards/mean": "rewards",
 }
 THROUGHPUT_KEY = "perf/throughput"
+TIMING_PREFIX = "timing_s/"  # verl's per-step stage seconds: feeds M_STAGE_DURATION
 
 # ---------------------------------------------------------------- generic metric name rule
 METRIC_PREFIX = "verl."
@@ -168,3 +169,11 @@ ATTR_SAMPLE_INDEX = "verl.sample.index"  # position of the sample in the step's 
 ATTR_DATA_SOURCE = "verl.data_source"  # the dataset's data_source column
 SAMPLE_BODY_PROMPT = "prompt"
 SAMPLE_BODY_RESPONSE = "response"
+
+# ---------------------------------------------------------------- run configuration (verl.init span)
+ATTR_CONFIG = "verl.config"  # verl's resolved config as nested JSON, secrets redacted (otel_verl.redact)
+CONFIG_MAX_BYTES = 32 * 1024  # cap of that attribute (verl 0.9.1's full PPO config is about 25 KB)
+CONFIG_TRUNCATED_KEY = "_otel_verl_dropped"  # in the JSON when entries had to be left out for the cap
+
+# ---------------------------------------------------------------- v1 rollout links
+SPAN_GEN = SPAN_STAGE_PREFIX + "gen"  # the stage span v1 trajectory spans link to (link attribute verl.step)

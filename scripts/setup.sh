@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything otel-verl's demo and tests need, from scratch, inside this clone:
 # a .venv with torch (CPU build), verl 0.9.1, otel-verl and the test-only CPU harness,
-# plus Debian's Prometheus/Alertmanager tools for the ops tests. Idempotent.
+# plus Debian's Prometheus/Alertmanager tools for the ops tests and Chromium for the report tests.
+# Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,13 +23,17 @@ pip install -q torch==2.13.0
 pip install -q 'verl[verl-core]==0.9.1' -e '.[test]' -e tests/harness
 .venv/bin/python -c "import torch, verl, otel_verl; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 
-if ! command -v promtool >/dev/null 2>&1 || ! command -v amtool >/dev/null 2>&1; then
+apt_pkgs=()
+command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 \
+  || apt_pkgs+=(prometheus prometheus-alertmanager)
+command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)  # renders `otel-verl report` pages in tests
+if [ "${#apt_pkgs[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      prometheus prometheus-alertmanager) >/dev/null \
-      || echo "setup: could not install prometheus/alertmanager; their tests will be skipped" >&2
+      "${apt_pkgs[@]}") >/dev/null \
+      || echo "setup: could not install ${apt_pkgs[*]}; their tests will be skipped" >&2
   else
-    echo "setup: not root; install 'prometheus prometheus-alertmanager' for the ops tests" >&2
+    echo "setup: not root; install '${apt_pkgs[*]}' for the ops and report tests" >&2
   fi
 fi
 # Debian starts the services it installs where systemd runs; tests start their own.

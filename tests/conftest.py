@@ -33,6 +33,7 @@ class Captured:
 
     def metric_points(self) -> dict[str, list]:
         """metric name -> its data points (last collection)."""
+        RUNTIME.telemetry.drain()  # step metrics are recorded in a background thread
         out: dict[str, list] = {}
         data = self.reader.get_metrics_data()
         for rm in data.resource_metrics if data else []:

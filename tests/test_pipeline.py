@@ -130,3 +130,35 @@ def test_flush_and_shutdown_are_bounded_whatever_the_endpoint(env, hung_endpoint
     tel.flush(1.0)
     tel.shutdown(1.0)
     assert time.monotonic() - started < 3.0
+
+
+def test_step_metrics_are_recorded_off_the_training_thread_in_order_and_bounded(env):
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from otel_verl.pipeline import MAX_PENDING_STEPS, Telemetry
+
+    tel = Telemetry(TracerProvider(), MeterProvider())
+    gate, started, seen, threads = threading.Event(), threading.Event(), [], set()
+
+    def work(i: int):
+        def run() -> None:
+            started.set()
+            gate.wait(10)
+            seen.append(i)
+            threads.add(threading.current_thread().name)
+
+        return run
+
+    tel.record_step(work(0))
+    assert started.wait(10)  # the recorder took step 0 and blocks on the gate
+    for i in range(1, MAX_PENDING_STEPS + 6):
+        tel.record_step(work(i))
+    assert seen == []  # record_step returned while the recorder was blocked
+    assert not tel.drain(timeout_s=0.2)
+    gate.set()
+    assert tel.drain(timeout_s=10)
+    assert tel.dropped_steps == 5  # bounded: the oldest waiting steps went
+    assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == MAX_PENDING_STEPS + 5
+    assert len(seen) == MAX_PENDING_STEPS + 1
+    assert threads == {"otel-verl-record"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from omegaconf import OmegaConf
 
 from otel_verl import config
@@ -59,3 +60,28 @@ def test_auth_headers_stay_out_of_the_runtime_env_unless_asked(monkeypatch):
     finally:
         monkeypatch.delenv(config.RAY_RUNTIME_ENV_SECRETS)
         config.settings.cache_clear()
+
+
+@pytest.fixture
+def no_disabled_list(monkeypatch):
+    monkeypatch.delenv(ray_launch.DISABLED_INSTRUMENTATIONS, raising=False)  # restored after the test
+    config.settings.cache_clear()
+    yield monkeypatch
+    config.settings.cache_clear()
+
+
+def test_ray_processes_skip_the_generic_system_metrics_instrumentation(no_disabled_list):
+    no_disabled_list.setenv(ray_launch.DISABLED_INSTRUMENTATIONS, "requests")
+    for _ in range(2):  # idempotent
+        env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+        assert env_vars[ray_launch.DISABLED_INSTRUMENTATIONS] == "requests,system_metrics"
+        # GCS, raylet and dashboard processes are children of the launcher: its env says it too
+        assert os.environ[ray_launch.DISABLED_INSTRUMENTATIONS] == "requests,system_metrics"
+
+
+def test_system_metrics_in_ray_processes_on_request(no_disabled_list):
+    no_disabled_list.setenv(config.RAY_SYSTEM_METRICS, "true")
+    config.settings.cache_clear()
+    env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+    assert ray_launch.DISABLED_INSTRUMENTATIONS not in env_vars
+    assert ray_launch.DISABLED_INSTRUMENTATIONS not in os.environ

@@ -27,10 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.instrumentation.utils import unwrap
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_verl._safe import warn_once
+from otel_verl.runtime import RUNTIME
+
+SpanState = tuple[Span, object]  # a started span and the context token that made it current
 
 
 def end_span(span: Span, error: BaseException | None) -> None:
@@ -39,6 +44,59 @@ def end_span(span: Span, error: BaseException | None) -> None:
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
     span.end()
+
+
+def open_span(
+    name: str,
+    *,
+    context: otel_context.Context | None = None,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: dict[str, Any] | None = None,
+) -> SpanState:
+    """Start ``name`` with this process's tracer and make it the current span."""
+    span = RUNTIME.telemetry.tracer.start_span(name, context=context, kind=kind, attributes=attributes)
+    return span, otel_context.attach(trace.set_span_in_context(span))
+
+
+def close_span(state: SpanState, error: BaseException | None) -> None:
+    """Undo :func:`open_span`: restore the previous context, then end the span."""
+    span, token = state
+    otel_context.detach(token)  # type: ignore[arg-type]
+    end_span(span, error)
+
+
+def call_traced(
+    state: Any, end: Callable[[Any, BaseException | None], None], fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """``fn(*args, **kwargs)``, then ``end(state, error)``: the one shape of every traced call.
+
+    ``state`` comes from a fail-safe (``@safe``) start function, None meaning "not traced";
+    ``end`` is fail-safe too. verl's result or exception passes through unchanged.
+    """
+    if state is None:
+        return fn(*args, **kwargs)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        end(state, exc)
+        raise
+    end(state, None)
+    return result
+
+
+async def call_traced_async(
+    state: Any, end: Callable[[Any, BaseException | None], None], fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """:func:`call_traced` for a coroutine function (the wrapper stays a coroutine)."""
+    if state is None:
+        return await fn(*args, **kwargs)
+    try:
+        result = await fn(*args, **kwargs)
+    except BaseException as exc:
+        end(state, exc)
+        raise
+    end(state, None)
+    return result
 
 
 @dataclass(frozen=True)

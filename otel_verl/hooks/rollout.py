@@ -9,8 +9,18 @@
 * v0: the TaskRunner puts the ``gen`` stage's context into the ``DataProto`` handed to
   ``AgentLoopManager.generate_sequences``; ``AgentLoopWorker.generate_sequences`` takes it out
   again (verl never sees it) and opens ``verl.rollout.generate``, so each step's trace holds its
-  trajectories. v1 dispatches fire-and-forget and its trajectories may be trained on at a later
-  step: they are not parented, ``verl.rollout.submit_step`` says which step submitted them.
+  trajectories.
+* v1 dispatches fire-and-forget (``AgentLoopManagerTQ.generate_sequences``) and may train on a
+  trajectory at a later step, so trajectories are roots of their own traces, each with one span
+  *link* (attribute ``verl.step`` = submit step) to the ``verl.gen`` span of the step that
+  submitted it. verl submits a step's prompts in ``prepare_step``, under ``verl.step`` and before
+  that step's ``gen`` stage starts: the TaskRunner fixes the id that ``verl.gen`` span will get
+  (``propagation.promise_span_id``) and sends it in the ``TensorDict`` as a carrier (refills during
+  ``gen`` send ``gen`` itself; validation sends the current span). The worker's
+  ``AgentLoopWorkerTQ.generate_sequences`` takes it out before verl's code runs (else the first
+  ``_run_agent_loop`` call that sees it as a keyword does); the spawned tasks inherit the link.
+  A dispatch outside any span (async warm-up before step 1) has no link;
+  ``verl.rollout.submit_step`` is always there.
 
 Only ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` trajectories per step (and validate flag) and worker get
 spans (their LLM calls too); the histograms count every trajectory and call. When a step's
@@ -32,16 +42,17 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 
 from otel_verl import gpu, propagation, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks import Hook, end_span
+from otel_verl.hooks import Hook, SpanState, call_traced_async, close_span, open_span
 from otel_verl.metrics import DURATION_BUCKETS
 from otel_verl.runtime import RUNTIME
 
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
+AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
 LLM_SERVER = "verl.workers.rollout.llm_server"
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -50,6 +61,8 @@ _MAX_GROUPS = 16  # (step, validate) groups remembered per process for the span 
 _traj_var: contextvars.ContextVar[_Trajectory | None] = contextvars.ContextVar("otel_verl_traj", default=None)
 _llm_var: contextvars.ContextVar[_LLMCall | None] = contextvars.ContextVar("otel_verl_llm", default=None)
 _batch_var: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_verl_rollout_batch", default=None)
+# v1: the span a dispatch links its trajectories to (set around AgentLoopWorkerTQ.generate_sequences)
+_link_var: contextvars.ContextVar[SpanContext | None] = contextvars.ContextVar("otel_verl_rollout_link", default=None)
 
 
 # ------------------------------------------------------------------------------ state
@@ -84,13 +97,14 @@ class _Instruments:
 class _Group:
     """The trajectories of one (submit step, validate) in this worker."""
 
-    __slots__ = ("spans", "in_flight", "done", "batch_span")
+    __slots__ = ("spans", "in_flight", "done", "batch_span", "link")
 
     def __init__(self) -> None:
         self.spans = 0
         self.in_flight = 0
         self.done: list[tuple[float, _Trajectory]] = []
         self.batch_span: Any = None
+        self.link: SpanContext | None = None  # v1: the dispatching span, for the tail span
 
 
 class _Trajectory:
@@ -209,7 +223,7 @@ def _finish(span: Any, error: BaseException | None) -> str:
 
 # ------------------------------------------------------------------------------ trajectory
 @safe("rollout trajectory start")
-def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Trajectory | None:
+def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any], link: SpanContext | None) -> _Trajectory | None:
     _identify()
     trajectory = kwargs.get("trajectory", args[1] if len(args) > 1 else None)
     if not isinstance(trajectory, dict):
@@ -231,6 +245,10 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Traject
     batch_span = _batch_var.get()
     if batch_span is not None:
         group.batch_span = batch_span
+    if link is None:
+        link = _link_var.get()
+    if link is not None:
+        group.link = link
     if _sampled(group):
         attrs: dict[str, Any] = {
             semconv.ATTR_ROLLOUT_SUBMIT_STEP: st.step,
@@ -242,7 +260,7 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Traject
         if st.rollout_index is not None:
             attrs[semconv.ATTR_ROLLOUT_INDEX] = st.rollout_index
         st.span = RUNTIME.telemetry.tracer.start_span(
-            semconv.SPAN_ROLLOUT_TRAJECTORY, kind=SpanKind.INTERNAL, attributes=attrs
+            semconv.SPAN_ROLLOUT_TRAJECTORY, kind=SpanKind.INTERNAL, attributes=attrs, links=_links(link, st.step)
         )
     st.start = time.perf_counter()
     return st
@@ -279,10 +297,15 @@ def _trajectory_end(st: _Trajectory, error: BaseException | None) -> None:
         _group_done(st.key, group, inst)
 
 
+def _links(link: SpanContext | None, step: int) -> list[Link] | None:
+    return [Link(link, {semconv.ATTR_STEP: step})] if link is not None else None
+
+
 def _group_done(key: tuple[int, bool], group: _Group, inst: _Instruments) -> None:
     """All of this worker's trajectories of a step are done: long-tail figures and an export."""
     done, group.done = group.done, []
     batch_span, group.batch_span = group.batch_span, None
+    link, group.link = group.link, None
     if done:
         slowest, st = max(done, key=lambda d: d[0])
         median = statistics.median(d for d, _ in done)
@@ -316,16 +339,17 @@ def _group_done(key: tuple[int, bool], group: _Group, inst: _Instruments) -> Non
                     semconv.ATTR_ROLLOUT_VALIDATE: key[1],
                     semconv.ATTR_ROLLOUT_TAIL_RATIO: ratio,
                 },
+                links=_links(link, key[0]),
             )
             tail.add_event(semconv.EVENT_SLOWEST_TRAJECTORY, event)
             tail.end()
-    telemetry = RUNTIME.telemetry
-    telemetry.mark_step()
-    telemetry.request_flush()
+    RUNTIME.telemetry.export_soon()  # not in the agent loop's event loop
 
 
 async def _run_agent_loop_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    st = _trajectory_start(args, kwargs)
+    # v1: every TensorDict key reaches here as a keyword; a carrier no hook took out must not go further
+    link = _link_from(kwargs.pop(propagation.CARRIER_KEY)) if propagation.CARRIER_KEY in kwargs else None
+    st = _trajectory_start(args, kwargs, link)
     if st is None:
         return await wrapped(*args, **kwargs)
     traj_token = _traj_var.set(st)
@@ -540,34 +564,90 @@ def _batch_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, An
         attrs[semconv.ATTR_ROLLOUT_BATCH_SIZE] = len(batch)
     except Exception:  # noqa: BLE001
         pass
-    span = RUNTIME.telemetry.tracer.start_span(
-        semconv.SPAN_ROLLOUT_BATCH, context=parent, kind=SpanKind.SERVER, attributes=attrs
-    )
-    return span, otel_context.attach(trace.set_span_in_context(span))
+    return open_span(semconv.SPAN_ROLLOUT_BATCH, context=parent, kind=SpanKind.SERVER, attributes=attrs)
 
 
 @safe("rollout batch end")
-def _batch_end(state: tuple[Any, Any], error: BaseException | None) -> None:
-    span, token = state
-    otel_context.detach(token)
-    end_span(span, error)
+def _batch_end(state: SpanState, error: BaseException | None) -> None:
+    close_span(state, error)
     RUNTIME.telemetry.request_flush()
 
 
 async def _worker_generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     state = _batch_start(args, kwargs)
     if state is None:
-        return await wrapped(*args, **kwargs)
+        link = _take_link(args, kwargs)  # v1 (TensorDict): the tasks verl spawns inherit the link
+        if link is None:
+            return await wrapped(*args, **kwargs)
+        link_token = _link_var.set(link)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _link_var.reset(link_token)
     batch_token = _batch_var.set(state[0])
     try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
+        return await call_traced_async(state, _batch_end, wrapped, *args, **kwargs)
+    finally:
         _batch_var.reset(batch_token)
-        _batch_end(state, exc)
-        raise
-    _batch_var.reset(batch_token)
-    _batch_end(state, None)
-    return result
+
+
+# ------------------------------------------------------------------------------ v1 hand-off (links)
+@safe("rollout v1 link target")
+def _v1_link_context() -> Any:
+    """The context a v1 dispatch sends: the ``verl.gen`` span of the current step (promised when
+    the dispatch runs under ``verl.step``, before that stage starts), else the current span."""
+    if RUNTIME.trainer is None:
+        return None
+    span = trace.get_current_span()
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None  # outside any span (async warm-up before the first step): no link
+    if getattr(span, "name", None) == semconv.SPAN_STEP:
+        span_id = propagation.promise_span_id(RUNTIME.telemetry.tracer, ctx.trace_id, semconv.SPAN_GEN)
+        if span_id is not None:
+            ctx = SpanContext(ctx.trace_id, span_id, False, ctx.trace_flags, ctx.trace_state)
+    return trace.set_span_in_context(NonRecordingSpan(ctx))
+
+
+@safe("rollout v1 carrier inject")
+def _inject_v1(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    prompts = kwargs.get("prompts", args[0] if args else None)
+    if type(prompts).__name__ != "TensorDict":
+        return None
+    context = _v1_link_context()
+    if context is None or not propagation.inject(prompts, context):
+        return None
+    return prompts
+
+
+def _manager_tq_generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``AgentLoopManagerTQ.generate_sequences`` (TaskRunner, plain method): the carrier rides in the
+    prompts for this call only (``prompts.chunk`` copies it into every worker's chunk)."""
+    prompts = _inject_v1(args, kwargs)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        if prompts is not None:
+            _take(prompts)
+
+
+@safe("rollout v1 carrier keyword")
+def _link_from(value: Any) -> SpanContext | None:
+    context = propagation.extract(value)
+    if context is None:
+        return None
+    link = trace.get_current_span(context).get_span_context()
+    return link if link.is_valid else None
+
+
+@safe("rollout v1 carrier take")
+def _take_link(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpanContext | None:
+    batch = kwargs.get("batch", args[0] if args else None)
+    if type(batch).__name__ != "TensorDict" or propagation.CARRIER_KEY not in batch.keys():
+        return None
+    context = propagation.take(batch)
+    link = trace.get_current_span(context).get_span_context() if context is not None else None
+    return link if link is not None and link.is_valid else None
 
 
 # ------------------------------------------------------------------------------ Ray actor classes
@@ -615,6 +695,7 @@ def _load_actor_class_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: An
 
 HOOKS = [
     Hook(AGENT_LOOP, "AgentLoopManager.generate_sequences", _manager_generate_wrapper, optional=True),
+    Hook(AGENT_LOOP_TQ, "AgentLoopManagerTQ.generate_sequences", _manager_tq_generate_wrapper, optional=True),
     Hook(AGENT_LOOP, "AgentLoopWorker.generate_sequences", _worker_generate_wrapper, optional=True),
     Hook(AGENT_LOOP, "AgentLoopWorker._run_agent_loop", _run_agent_loop_wrapper),
     Hook(AGENT_LOOP, "AgentLoopWorker._compute_score", _compute_score_wrapper),

@@ -3,22 +3,27 @@
 * ``__init__``: remembers the trainer (step counter, epoch) and names the process
   (``verl.process.role=taskrunner``, ``verl.project``, ``verl.experiment``);
 * ``init`` (v1) / ``init_workers`` (v0): a ``verl.init`` span for the run's start-up
-  (worker groups, models, rollout servers);
+  (worker groups, models, rollout servers), carrying the run's config as one attribute
+  ``verl.config`` (JSON, secrets redacted by ``otel_verl.redact``, at most 32 KiB);
 * ``_validate`` outside a timed stage (``val_before_train``): a ``verl.validation`` span;
-* ``fit``: flushes spans and metrics when training ends (bounded by
-  ``OTEL_VERL_SHUTDOWN_TIMEOUT``) so the last step always reaches the backend.
+* ``fit``: flushes spans and metrics when training ends, normally or with an error (e.g. a
+  worker actor died: ``tests/faults/test_worker_death.py``), bounded by
+  ``OTEL_VERL_SHUTDOWN_TIMEOUT``, so the last step and the failed call reach the backend before
+  Ray tears the job down.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from otel_verl import semconv
+from otel_verl import gpu, redact, semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import Hook, end_span
+from otel_verl.hooks import Hook, SpanState, call_traced, close_span, open_span
 from otel_verl.runtime import RUNTIME
 
 V0 = "verl.trainer.ppo.ray_trainer"
@@ -40,20 +45,31 @@ def epoch_of(trainer: Any, global_step: int) -> int | None:
         return None
 
 
+_attrs_cache: tuple[int, Any, dict[str, Any]] = (0, None, {})
+
+
 def step_attributes(trainer: Any) -> dict[str, Any]:
-    attrs: dict[str, Any] = {semconv.ATTR_DRIVER: _driver(trainer)}
+    """``verl.driver``/``verl.step``/``verl.epoch`` for spans of the current step (a new dict)."""
+    # A step opens ~10 stage spans: work these out once per step, not per span.
+    global _attrs_cache
     step = getattr(trainer, "global_steps", None)
-    if isinstance(step, int):
-        attrs[semconv.ATTR_STEP] = step
-        epoch = epoch_of(trainer, step)
-        if epoch is not None:
-            attrs[semconv.ATTR_EPOCH] = epoch
-    return attrs
+    cached_id, cached_step, attrs = _attrs_cache
+    if cached_id != id(trainer) or cached_step != step or not attrs:
+        attrs = {semconv.ATTR_DRIVER: _driver(trainer)}
+        if isinstance(step, int):
+            attrs[semconv.ATTR_STEP] = step
+            epoch = epoch_of(trainer, step)
+            if epoch is not None:
+                attrs[semconv.ATTR_EPOCH] = epoch
+        _attrs_cache = (id(trainer), step, attrs)
+    return dict(attrs)
 
 
 @safe("trainer identity")
 def _remember(trainer: Any) -> None:
+    global _attrs_cache
     RUNTIME.trainer = trainer
+    _attrs_cache = (0, None, {})
     cfg = getattr(getattr(trainer, "config", None), "trainer", None)
     get = getattr(cfg, "get", None)
     RUNTIME.identify(
@@ -66,41 +82,101 @@ def _remember(trainer: Any) -> None:
 def _init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)
     _remember(instance)
+    gpu.ensure_worker_metrics()  # the TaskRunner's process.* gauges (exported at step boundaries)
     return result
 
 
 @safe("span start")
-def _open(name: str, trainer: Any, extra: dict[str, Any] | None = None) -> tuple[Any, Any] | None:
+def _open(name: str, trainer: Any, extra: dict[str, Any] | None = None) -> SpanState | None:
     attrs = step_attributes(trainer)
     attrs[semconv.ATTR_TRAINER_CLASS] = type(trainer).__name__
     attrs.update(extra or {})
-    span = RUNTIME.telemetry.tracer.start_span(name, context=otel_context.Context(), attributes=attrs)
-    return span, otel_context.attach(trace.set_span_in_context(span))
+    return open_span(name, context=otel_context.Context(), attributes=attrs)  # a trace of its own
 
 
-@safe("span end")
-def _close(state: tuple[Any, Any], error: BaseException | None) -> None:
-    span, token = state
-    otel_context.detach(token)
-    end_span(span, error)
+_close = safe("span end")(close_span)
 
 
 def _root_span_call(name: str, wrapped: Any, instance: Any, args: Any, kwargs: Any, extra: Any = None) -> Any:
     _remember(instance)
-    state = _open(name, instance, extra)
-    if state is None:
-        return wrapped(*args, **kwargs)
+    return call_traced(_open(name, instance, extra), _close, wrapped, *args, **kwargs)
+
+
+def _plain(cfg: Any) -> Any:
     try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        _close(state, exc)
-        raise
-    _close(state, None)
-    return result
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - verl depends on omegaconf
+        DictConfig = None  # noqa: N806
+    if DictConfig is not None and isinstance(cfg, DictConfig):
+        try:
+            return OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # noqa: BLE001 - an interpolation that does not resolve: keep it as written
+            return OmegaConf.to_container(cfg, resolve=False)
+    return cfg
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if isinstance(value, Mapping) and value:
+        out: list[tuple[tuple[str, ...], Any]] = []
+        for key, item in value.items():
+            out += _leaves(item, (*path, str(key)))
+        return out
+    return [(path, value)]
+
+
+def _nest(leaves: list[tuple[tuple[str, ...], Any]]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for path, value in leaves:
+        node = root
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return root
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), default=str)
+
+
+def config_json(cfg: Any, limit: int = semconv.CONFIG_MAX_BYTES) -> str | None:
+    """verl's config as compact nested JSON with secrets redacted, at most ``limit`` bytes.
+
+    Too big: empty values are left out, then the longest values until it fits;
+    ``_otel_verl_dropped`` (top level) counts the entries left out.
+    """
+    data = _plain(cfg)
+    if not isinstance(data, Mapping):
+        return None
+    data = redact.redact(data)
+    text = _dumps(data)
+    if len(text.encode()) <= limit:
+        return text
+    leaves = [(p, v) for p, v in _leaves(data) if p]
+    kept = [(p, v) for p, v in leaves if not (v is None or (isinstance(v, (str, list, tuple, dict)) and not v))]
+    sizes = [len(_dumps(v).encode()) + len(p[-1].encode()) + 4 for p, v in kept]
+    order = sorted(range(len(kept)), key=sizes.__getitem__)  # shortest first
+    while order:
+        chosen = sorted(order)  # the config's own order
+        nested = _nest([kept[i] for i in chosen])
+        nested[semconv.CONFIG_TRUNCATED_KEY] = len(leaves) - len(chosen)
+        text = _dumps(nested)
+        excess = len(text.encode()) - limit
+        if excess <= 0:
+            return text
+        while order and excess > 0:  # drop the longest values worth at least the excess
+            excess -= sizes[order.pop()]
+    return None
+
+
+@safe("verl.config attribute")
+def _config_attribute(trainer: Any) -> dict[str, Any]:
+    text = config_json(getattr(trainer, "config", None))
+    return {semconv.ATTR_CONFIG: text} if text else {}
 
 
 def _init_workers_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return _root_span_call(semconv.SPAN_INIT, wrapped, instance, args, kwargs)
+    extra = _config_attribute(instance)
+    return _root_span_call(semconv.SPAN_INIT, wrapped, instance, args, kwargs, extra)
 
 
 def _validate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind
 
 from otel_verl import gpu, propagation, semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import Hook, end_span
+from otel_verl.hooks import Hook, SpanState, call_traced, call_traced_async, close_span, open_span
 from otel_verl.runtime import RUNTIME
 
 ENGINE = "verl.workers.engine_workers"
@@ -45,23 +45,21 @@ TRAINING_METHODS = ("train_mini_batch", "train_batch", "infer_batch", "save_chec
 def _dispatch_start(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     if RUNTIME.trainer is None or not trace.get_current_span().get_span_context().is_valid:
         return None
-    span = RUNTIME.telemetry.tracer.start_span(
+    opened = open_span(
         semconv.SPAN_WG_PREFIX + method, kind=SpanKind.CLIENT, attributes={semconv.ATTR_WORKER_METHOD: method}
     )
-    token = otel_context.attach(trace.set_span_in_context(span))
     data = propagation.find_data(args, kwargs)
     if data is not None and not propagation.inject(data):
         data = None
-    return span, token, data
+    return opened, data
 
 
 @safe("worker-group span end")
-def _dispatch_end(state: tuple[Any, Any, Any], error: BaseException | None) -> None:
-    span, token, data = state
+def _dispatch_end(state: tuple[SpanState, Any], error: BaseException | None) -> None:
+    opened, data = state
     if data is not None:
         propagation.take(data)  # verl reuses e.g. KVBatchMeta.extra_info across calls
-    otel_context.detach(token)
-    end_span(span, error)
+    close_span(opened, error)
 
 
 class _TracedWorkerGroupMethod(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -71,15 +69,7 @@ class _TracedWorkerGroupMethod(wrapt.ObjectProxy):  # type: ignore[misc]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = _dispatch_start(self._self_method, args, kwargs)
-        if state is None:
-            return self.__wrapped__(*args, **kwargs)
-        try:
-            result = self.__wrapped__(*args, **kwargs)
-        except BaseException as exc:
-            _dispatch_end(state, exc)
-            raise
-        _dispatch_end(state, None)
-        return result
+        return call_traced(state, _dispatch_end, self.__wrapped__, *args, **kwargs)
 
 
 def _func_generator_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -98,7 +88,7 @@ def _rank(instance: Any) -> int | None:
 
 
 @safe("worker span start")
-def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> SpanState | None:
     data = propagation.find_data(args, kwargs)
     parent = propagation.take(data) if data is not None else None
     if parent is None:
@@ -114,34 +104,27 @@ def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> tuple[A
     }
     if rank is not None:
         attrs[semconv.RES_RANK] = rank
-    span = RUNTIME.telemetry.tracer.start_span(
-        semconv.SPAN_WORKER_PREFIX + method, context=parent, kind=SpanKind.SERVER, attributes=attrs
-    )
-    return span, otel_context.attach(trace.set_span_in_context(span))
+    return open_span(semconv.SPAN_WORKER_PREFIX + method, context=parent, kind=SpanKind.SERVER, attributes=attrs)
 
 
 @safe("worker span end")
-def _worker_end(state: tuple[Any, Any], error: BaseException | None) -> None:
-    span, token = state
-    otel_context.detach(token)
-    end_span(span, error)
-    RUNTIME.telemetry.request_flush()
+def _worker_end(state: SpanState, error: BaseException | None) -> None:
+    close_span(state, error)
+    span = state[0]
+    telemetry = RUNTIME.telemetry
+    parent = getattr(span, "parent", None)
+    if parent is None or parent.is_remote:  # the driver's call, not a nested in-process one
+        telemetry.export_soon()  # this rank's process.* / hw.gpu.* gauges, collected in the background
+    else:
+        telemetry.request_flush()
 
 
 def _make_worker_wrapper(method: str, is_async: bool) -> Any:
     if is_async:
 
         async def run_async(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            state = _worker_start(instance, method, args, kwargs)
-            if state is None:
-                return await wrapped(*args, **kwargs)
-            try:
-                result = await wrapped(*args, **kwargs)
-            except BaseException as exc:
-                _worker_end(state, exc)
-                raise
-            _worker_end(state, None)
-            return result
+            state = _worker_start(instance, method, args, kwargs)  # when awaited, in the worker's loop
+            return await call_traced_async(state, _worker_end, wrapped, *args, **kwargs)
 
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
             return run_async(wrapped, instance, args, kwargs)
@@ -150,15 +133,7 @@ def _make_worker_wrapper(method: str, is_async: bool) -> Any:
 
     def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         state = _worker_start(instance, method, args, kwargs)
-        if state is None:
-            return wrapped(*args, **kwargs)
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            _worker_end(state, exc)
-            raise
-        _worker_end(state, None)
-        return result
+        return call_traced(state, _worker_end, wrapped, *args, **kwargs)
 
     return sync_wrapper
 

@@ -6,6 +6,7 @@ and the configuration: ``train_batch_size=4`` prompts x ``rollout.n=2`` = 8 traj
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 import pytest
@@ -83,8 +84,9 @@ def _check_rollout(run, n_gpus):
             assert t.attributes[semconv.ATTR_ROLLOUT_NUM_TURNS] >= 2
             assert isinstance(t.attributes[semconv.ATTR_ROLLOUT_REWARD], float)
             assert t.resource[semconv.RES_ROLE] == semconv.ROLE_AGENT_LOOP
-            # v0: in the step's trace, under the driver's gen stage
+            # v0: in the step's trace, under the driver's gen stage (a parent, so no link)
             assert t.trace_id == step_spans[step].trace_id
+            assert t.links == []
             batch = by_id[t.parent_id]
             assert batch.name == semconv.SPAN_ROLLOUT_BATCH
             assert by_id[batch.parent_id].name == "verl.gen"
@@ -155,20 +157,116 @@ def test_v0_rollout_spans_two_ranks(verl_runs):
     }
     assert servers
     assert by_step
+    # each step's trace holds the TaskRunner's spans and worker spans of BOTH data-parallel ranks
+    steps = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
+    assert sorted(steps) == list(range(1, STEPS + 1))
+    for step in steps.values():
+        members = [s for s in run.spans if s.trace_id == step.trace_id]
+        roles = {s.resource.get(semconv.RES_ROLE) for s in members}
+        assert {semconv.ROLE_TASKRUNNER, semconv.ROLE_WORKER, semconv.ROLE_AGENT_LOOP} <= roles
+        workers = [s for s in members if s.resource.get(semconv.RES_ROLE) == semconv.ROLE_WORKER]
+        ranks = defaultdict(set)
+        for w in workers:
+            assert w.name.startswith(semconv.SPAN_WORKER_PREFIX)
+            assert w.attributes[semconv.RES_RANK] == w.resource[semconv.RES_RANK]
+            ranks[w.resource[semconv.RES_RANK]].add(w.name)
+        assert sorted(ranks) == [0, 1]
+        for names in ranks.values():  # both ranks did the step's compute and update
+            assert {"verl.worker.compute_log_prob", "verl.worker.update_actor"} <= names
+        assert len({w.resource["process.pid"] for w in workers}) == 2
+    _check_process_metrics(run, worker_ranks={0, 1})
 
 
-def test_v1_trajectories_carry_submit_step_without_parent(verl_runs):
+def _gen_spans(run):
+    """The first ``verl.gen`` span of each step (what a v1 dispatch links to)."""
+    gens = {}
+    for s in sorted(run.spans, key=lambda s: s.start_ns):
+        if s.name == semconv.SPAN_GEN:
+            gens.setdefault(s.attributes[semconv.ATTR_STEP], s)
+    return gens
+
+
+def test_v1_trajectories_carry_submit_step_and_link_to_the_submitting_gen_span(verl_runs):
     run = verl_runs.get("v1", "grpo", steps=STEPS)
     assert run.returncode == 0, run.output[-4000:]
     by_step = _train_trajectories(run)
     # v1 submits ahead; every trajectory consumed by steps 1..2 was submitted at a step <= 2
     assert sum(len(v) for v in by_step.values()) >= STEPS * PER_STEP
-    for trajs in by_step.values():
+    step_spans = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
+    gens = _gen_spans(run)
+    assert sorted(gens) == sorted(step_spans) == list(range(1, STEPS + 1))
+    by_id = {s.span_id: s for s in run.spans}
+    for submit_step, trajs in by_step.items():
+        gen = gens[submit_step]
+        assert gen.trace_id == step_spans[submit_step].trace_id
+        assert gen.parent_id == step_spans[submit_step].span_id
+        assert gen.resource[semconv.RES_ROLE] == semconv.ROLE_TASKRUNNER
         for t in trajs:
-            assert t.parent_id == ""
+            assert t.parent_id == ""  # a root: the rollout outlives the dispatch call
+            assert t.trace_id != gen.trace_id
             assert t.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK
             assert t.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS] > 0
+            # exactly one link: the gen stage span of the step that submitted it (id fixed at dispatch,
+            # before that stage started), in that step's trace
+            (link,) = t.links
+            assert link.trace_id == step_spans[submit_step].trace_id
+            assert link.span_id == gen.span_id
+            assert link.attributes == {semconv.ATTR_STEP: submit_step}
+            # the stage it links to waited for this rollout: it ended after the trajectory did
+            assert gen.end_ns >= t.end_ns
+    # the per-step tail spans link there too
+    tails = [
+        s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_TAIL and not s.attributes[semconv.ATTR_ROLLOUT_VALIDATE]
+    ]
+    assert tails
+    for tail in tails:
+        (link,) = tail.links
+        assert link.span_id == gens[tail.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]].span_id
+    # validation rollouts link to the span that dispatched them (initial validation, final testing stage)
+    val = [
+        s
+        for s in run.spans
+        if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY and s.attributes[semconv.ATTR_ROLLOUT_VALIDATE]
+    ]
+    assert val
+    for t in val:
+        (link,) = t.links
+        assert by_id[link.span_id].name in (semconv.SPAN_VALIDATION, semconv.SPAN_STAGE_PREFIX + "testing")
     counted = _latest_histogram_count(
         run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False}
     )
     assert counted == sum(len(v) for v in by_step.values())
+    _check_process_metrics(run, worker_ranks={0})
+
+
+MB = 1024 * 1024
+
+
+def _check_process_metrics(run, worker_ranks):
+    """``process.*`` (opentelemetry-instrumentation-system-metrics) from the TaskRunner, every worker
+    rank and the agent-loop worker, each labelled with its process's role (and rank), values sane."""
+    by_process = defaultdict(lambda: defaultdict(list))
+    for p in run.points:
+        if p.name.startswith("process."):
+            by_process[(p.resource.get(semconv.RES_ROLE), p.resource.get(semconv.RES_RANK))][p.name].append(p)
+    expected = {(semconv.ROLE_TASKRUNNER, None), (semconv.ROLE_AGENT_LOOP, None)}
+    expected |= {(semconv.ROLE_WORKER, rank) for rank in worker_ranks}
+    assert expected <= set(by_process), sorted(by_process, key=str)
+    for who in expected:
+        names = by_process[who]
+        assert set(semconv.SYSTEM_METRICS_CONFIG) <= set(names), (who, sorted(names))
+        pids = {p.resource["process.pid"] for points in names.values() for p in points}
+        assert len(pids) == 1, (who, pids)  # one process each, its own resource
+        last = {name: max(points, key=lambda p: p.time_ns) for name, points in names.items()}
+        memory = last["process.memory.usage"].value
+        assert 10 * MB < memory < 64 * 1024 * MB, (who, memory)  # a Python process with torch: 10 MB .. 64 GB
+        assert last["process.memory.virtual"].value >= memory
+        cpu = {
+            p.attributes["type"]: p.value
+            for p in names["process.cpu.time"]
+            if p.time_ns == last["process.cpu.time"].time_ns
+        }
+        assert cpu["user"] > 0.1 and cpu["system"] >= 0, (who, cpu)  # seconds: each process did work
+        assert cpu["user"] + cpu["system"] < run.wall_s * (os.cpu_count() or 1) + 5  # bounded by the run
+        assert 1 <= last["process.thread.count"].value < 10_000
+        assert all(p.value >= 0 for p in names["process.cpu.utilization"])

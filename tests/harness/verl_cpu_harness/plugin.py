@@ -9,7 +9,9 @@ It does nothing when a GPU is present (or ``VERL_CPU_HARNESS=0``). Otherwise it:
 3. registers verl's FSDP engines for device "cpu" and drops pinned memory from FSDP2's
    CPUOffloadPolicy (pinning needs an accelerator);
 4. loads the critic with sdpa (verl hard-codes flash_attention_2 there);
-5. registers the ``hfcpu`` rollout backend (see ``verl_cpu_harness.hfcpu``).
+5. registers the ``hfcpu`` rollout backend (see ``verl_cpu_harness.hfcpu``);
+6. (fault tests, opt-in) ``VERL_CPU_HARNESS_KILL_AT=<method>:<n>`` kills a worker-group actor
+   (``os._exit(1)``) at its ``n``-th call of that ``verl.workers.engine_workers`` method.
 
 Patches that need a verl module are applied right after that module is first imported
 (``_when_imported``), so loading the plugin stays cheap and never imports
@@ -281,6 +283,49 @@ def _register_rollout_replica(mod: types.ModuleType) -> None:
     mod.RolloutReplicaRegistry.register("hfcpu", load)
 
 
+# --------------------------------------------------------------------------------------
+# 6. fault injection for tests (opt-in): VERL_CPU_HARNESS_KILL_AT=<method>:<n> makes a worker
+#    actor die (os._exit(1): no exception, no atexit, as an OOM kill or a segfault would) at the
+#    n-th call of <method> of the engine_workers classes. Only in worker-group actors (verl
+#    gives them WG_PREFIX); the driver keeps the classes untouched (Ray pickles them there).
+# --------------------------------------------------------------------------------------
+KILL_AT = "VERL_CPU_HARNESS_KILL_AT"
+
+
+def _kill_spec() -> tuple[str, int] | None:
+    raw = os.environ.get(KILL_AT, "").strip()
+    method, sep, count = raw.rpartition(":")
+    if not raw or not sep or not method or not count.isdigit() or int(count) < 1:
+        return None
+    return method, int(count)
+
+
+def _install_kill_switch(mod: types.ModuleType) -> None:
+    import functools
+
+    spec = _kill_spec()
+    if spec is None:
+        return
+    method, at = spec
+    calls = [0]
+    for cls in (getattr(mod, "ActorRolloutRefWorker", None), getattr(mod, "TrainingWorker", None)):
+        original = cls.__dict__.get(method) if cls is not None else None
+        if original is None or getattr(original, "_cpu_harness_kill", False):
+            continue
+
+        @functools.wraps(original)  # keeps verl's @register metadata
+        def dying(*args, _original=original, **kwargs):
+            calls[0] += 1
+            if calls[0] >= at:
+                sys.stderr.write(f"verl_cpu_harness: {KILL_AT}: killing this worker in {method} call {calls[0]}\n")
+                sys.stderr.flush()
+                os._exit(1)
+            return _original(*args, **kwargs)
+
+        dying._cpu_harness_kill = True
+        setattr(cls, method, dying)
+
+
 def install() -> bool:
     """Apply everything; returns False (and does nothing) when a GPU is present."""
     if not _enabled():
@@ -293,6 +338,13 @@ def install() -> bool:
     _when_imported("verl.utils.model", _patch_valuehead_loader)
     _when_imported("verl.workers.rollout.base", _register_rollout_adapter)
     _when_imported("verl.workers.rollout.replica", _register_rollout_replica)
+    if _kill_spec() is not None and "WG_PREFIX" in os.environ:
+        try:  # otel-verl hooks this module with wrapt: two chained import finders would recurse
+            import wrapt
+
+            wrapt.register_post_import_hook(_install_kill_switch, "verl.workers.engine_workers")
+        except ImportError:
+            _when_imported("verl.workers.engine_workers", _install_kill_switch)
     return True
 
 

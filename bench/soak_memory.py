@@ -1,0 +1,239 @@
+"""Memory soak: a long synthetic training run in one process with otel-verl active (prints a table).
+
+Each step drives verl's own code the way the TaskRunner does: ``marked_timer("step")`` around 10
+``marked_timer`` stages (-> ``verl.utils.profiler.performance._timer``, wrapped by otel-verl), three
+of them with a driver worker-group call (``verl.wg.*`` client span through otel-verl's
+``func_generator`` proxy) and ``Tracking.log`` of 100 numeric keys (gauges, stage histogram,
+step-boundary metric export). Per step: 14 spans, 100+ metric values, one metric batch.
+
+Cases, each in its own process (clean RSS):
+
+* ``dead``: OTLP/gRPC exporters (traces, metrics, logs) to a port that refuses connections;
+* ``file``: the ``otlp_json_file`` exporters (a temporary folder, removed afterwards);
+* ``off``: the same loop without otel-verl: verl's own growth (``codetiming``'s global ``Timer.timers``
+  keeps every timing verl measures, ~0.4 KiB per step here, instrumented or not).
+
+RSS (``/proc/self/statm``) and the length of every otel-verl/SDK queue are sampled every
+``--every`` steps. Usage: ``nice python bench/soak_memory.py [--steps 10000] [--every 1000]``.
+``--child CASE`` runs one case and prints one JSON line per sample (used by the parent and by
+``tests/faults/test_memory_bound.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+STAGES = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "update_weights",
+    "testing",
+)
+WG_CALLS = {  # stage -> driver worker-group method called inside it
+    "old_log_prob": "actor_rollout_compute_log_prob",
+    "ref": "actor_rollout_compute_ref_log_prob",
+    "update_actor": "actor_rollout_update_actor",
+}
+KEYS = 100
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(case: str, folder: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"OTEL_VERL_RUN_ID": f"soak-{case}", "OTEL_VERL_SHUTDOWN_TIMEOUT": "2"})
+    if case == "dead":
+        env.update(
+            {
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_METRICS_EXPORTER": "otlp",
+                "OTEL_LOGS_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_refused_port()}",
+            }
+        )
+    elif case == "file":
+        env.update(
+            {
+                "OTEL_TRACES_EXPORTER": "otlp_json_file",
+                "OTEL_METRICS_EXPORTER": "otlp_json_file",
+                "OTEL_LOGS_EXPORTER": "otlp_json_file",
+                "OTEL_VERL_FILE_DIR": folder,
+            }
+        )
+    elif case != "off":
+        raise SystemExit(f"unknown case {case!r}")
+    return env
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _queues(tel) -> dict[str, int]:
+    """Lengths (and bounds) of the queues between the training thread and the exporters."""
+    out: dict[str, int] = {}
+    if tel is None:
+        return out
+    for i, proc in enumerate(tel.tracer_provider._active_span_processor._span_processors):  # noqa: SLF001
+        bp = getattr(proc, "_batch_processor", None)
+        if bp is not None:
+            out[f"spans{i}"], out[f"spans{i}_max"] = len(bp._queue), bp._max_queue_size  # noqa: SLF001
+    lp = tel.logger_provider
+    for i, proc in enumerate(getattr(getattr(lp, "_multi_log_record_processor", None), "_log_record_processors", ())):
+        bp = getattr(proc, "_batch_processor", None)
+        if bp is not None:
+            out[f"logs{i}"], out[f"logs{i}_max"] = len(bp._queue), bp._max_queue_size  # noqa: SLF001
+    for i, reader in enumerate(tel._step_readers):  # noqa: SLF001
+        out[f"metrics{i}"], out[f"metrics{i}_max"] = len(reader._pending), reader._pending.maxlen  # noqa: SLF001
+        out[f"metrics{i}_dropped"] = reader.dropped
+    return out
+
+
+def child(case: str, steps: int, every: int) -> int:
+    """Run one case in this process; one JSON line per sample on stdout."""
+    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)  # dead-endpoint retries
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.utils.profiler import marked_timer
+    from verl.utils.tracking import Tracking
+
+    from otel_verl import VerlInstrumentor, semconv
+    from otel_verl.hooks.workers import _TracedWorkerGroupMethod
+    from otel_verl.runtime import RUNTIME
+
+    trainer = RayPPOTrainer.__new__(RayPPOTrainer)
+    trainer.global_steps, trainer.train_dataloader = 0, list(range(100))
+    tracking = Tracking(project_name="bench", experiment_name="soak", default_backend=[])
+    if case == "off":
+        calls = {m: (lambda *a, **k: None) for m in WG_CALLS.values()}
+        tel = None
+    else:
+        VerlInstrumentor().instrument()
+        RUNTIME.identify(role=semconv.ROLE_TASKRUNNER, project="bench", experiment="soak")
+        RUNTIME.trainer = trainer
+        calls = {m: _TracedWorkerGroupMethod(lambda *a, **k: None, m) for m in WG_CALLS.values()}
+        tel = RUNTIME.telemetry
+    generic = KEYS - len(STAGES) - 1 - 3
+    start = time.monotonic()
+    worst = {k: 0 for k in _queues(tel)}
+    for step in range(1, steps + 1):
+        trainer.global_steps = step
+        timing: dict[str, float] = {}
+        with marked_timer("step", timing):
+            for stage in STAGES:
+                with marked_timer(stage, timing):
+                    if stage in WG_CALLS:
+                        calls[WG_CALLS[stage]]()
+        data = {f"actor/key_{i:03d}": step * 1e-3 + i for i in range(generic)}
+        data.update({f"timing_s/{k}": v for k, v in timing.items()})
+        data.update({"actor/kl_loss": 0.01, "critic/score/mean": 0.5, "perf/throughput": 1234.0})
+        tracking.log(data=data, step=step)
+        queues = _queues(tel)
+        for k, v in queues.items():
+            worst[k] = max(worst.get(k, 0), v)
+        if step % every == 0 or step == 1:
+            sample = {"step": step, "rss_mib": round(_rss_mib(), 2), "s": round(time.monotonic() - start, 2)}
+            print(json.dumps({**sample, "queues": queues, "worst": worst}), flush=True)
+    if tel is not None:
+        tel.flush(2.0)
+    return 0
+
+
+def _run_case(case: str, steps: int, every: int) -> list[dict]:
+    folder = tempfile.mkdtemp(prefix=f"soak-{case}-")
+    try:
+        cmd = [sys.executable, __file__, "--child", case, "--steps", str(steps), "--every", str(every)]
+        proc = subprocess.run(cmd, env=_env(case, folder), capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(proc.stderr[-3000:])
+        size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) if case == "file" else 0
+        samples = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        for s in samples:
+            s["file_mib"] = size / 2**20
+        return samples
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--every", type=int, default=1000)
+    parser.add_argument("--cases", default="off,dead,file")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    if ns.child:
+        return child(ns.child, ns.steps, ns.every)
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _util import machine, table
+
+    rows, detail = [], []
+    for case in ns.cases.split(","):
+        samples = _run_case(case, ns.steps, ns.every)
+        by_step = {s["step"]: s for s in samples}
+        first, last = by_step[ns.every], by_step[ns.steps]
+        prev = by_step[ns.steps - ns.every]
+        peak = max(s["rss_mib"] for s in samples)
+        worst = last["worst"]
+        bounds = (
+            ", ".join(
+                f"{k} {worst[k]}/{worst[k + '_max']}" for k in sorted(worst) if not k.endswith(("_max", "_dropped"))
+            )
+            or "-"
+        )
+        rows.append(
+            [
+                case,
+                f"{by_step[1]['rss_mib']:.1f}",
+                f"{first['rss_mib']:.1f}",
+                f"{last['rss_mib']:.1f}",
+                f"{last['rss_mib'] - first['rss_mib']:+.1f}",
+                f"{last['rss_mib'] - prev['rss_mib']:+.1f}",
+                f"{peak:.1f}",
+                f"{last['s'] / ns.steps * 1e3:.2f}",
+                bounds,
+                str(sum(v for k, v in worst.items() if k.endswith("_dropped"))),
+            ]
+        )
+        detail.append(f"{case}: " + " ".join(f"{s['step']}:{s['rss_mib']:.1f}" for s in samples))
+    print(f"# bench/soak_memory.py  ({machine()}; {ns.steps} steps, sample every {ns.every})")
+    header = [
+        "case",
+        "RSS step 1 MiB",
+        f"RSS step {ns.every}",
+        f"RSS step {ns.steps}",
+        f"growth {ns.every}->{ns.steps}",
+        "growth last interval",
+        "peak",
+        "ms/step",
+        "queue worst/max",
+        "metric batches dropped",
+    ]
+    print(table(header, rows))
+    print("\n".join(detail))
+    print(os.popen("uptime").read().rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

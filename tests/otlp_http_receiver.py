@@ -1,0 +1,97 @@
+"""A minimal OTLP/HTTP receiver for tests: records every POST (path, lower-cased headers, JSON body)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class OtlpReceiver:
+    """``with OtlpReceiver() as rx: ... rx.url`` - answers 200 ``{}`` unless told otherwise.
+
+    ``status``: HTTP status to answer; ``answer``: JSON body to answer (e.g. a partialSuccess);
+    ``delay``: seconds to wait before answering; ``fail_first``: answer 503 to the first N requests.
+    """
+
+    def __init__(self, status: int = 200, answer: dict | None = None, delay: float = 0.0, fail_first: int = 0):
+        self.status = status
+        self.answer = answer or {}
+        self.delay = delay
+        self.fail_first = fail_first
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver._lock:
+                    receiver.requests.append(
+                        (self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(body))
+                    )
+                    n = len(receiver.requests)
+                if receiver.delay:
+                    time.sleep(receiver.delay)
+                status = 503 if n <= receiver.fail_first else receiver.status
+                payload = json.dumps(receiver.answer if status == 200 else {"message": "nope"}).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client gave up (timeout test)
+                    pass
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> OtlpReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def bodies(self, path: str | None = None) -> list[Any]:
+        return [body for p, _, body in self.requests if path is None or p == path]
+
+    def span_ids(self) -> list[str]:
+        return [
+            s["spanId"]
+            for body in self.bodies()
+            for rs in body.get("resourceSpans", [])
+            for ss in rs.get("scopeSpans", [])
+            for s in ss.get("spans", [])
+        ]
+
+    def metric_points(self) -> int:
+        return sum(
+            len(m[k]["dataPoints"])
+            for body in self.bodies()
+            for rm in body.get("resourceMetrics", [])
+            for sm in rm.get("scopeMetrics", [])
+            for m in sm.get("metrics", [])
+            for k in ("gauge", "sum", "histogram")
+            if k in m
+        )
+
+    def log_records(self) -> int:
+        return sum(
+            len(sl.get("logRecords", []))
+            for body in self.bodies()
+            for rl in body.get("resourceLogs", [])
+            for sl in rl.get("scopeLogs", [])
+        )
