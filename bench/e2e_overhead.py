@@ -25,6 +25,18 @@ from pathlib import Path
 from _util import machine, table
 
 VARIANTS = ("off", "file", "dead")
+EXTRA = {  # --variants: label, traces exporter, metrics exporter
+    "none": ("instrumented, no exporter", "none", "none"),
+    "traces": ("instrumented, span files only", "otlp_json_file", "none"),
+    "metrics": ("instrumented, metric files only", "none", "otlp_json_file"),
+}
+LABELS = {
+    "bare": "opentelemetry-instrument only (otel-verl off)",
+    "off": "not instrumented",
+    "file": "instrumented, file exporters",
+    "dead": "instrumented, OTLP collector down",
+    **{k: v[0] for k, v in EXTRA.items()},
+}
 
 
 def _closed_port() -> int:
@@ -38,6 +50,10 @@ def _env(variant: str, folder: Path) -> tuple[dict[str, str], str | None]:
     if variant == "off":
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "verl"
         return env, None
+    if variant == "bare":  # opentelemetry-instrument and the SDK in every process, otel-verl off
+        env.update({"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "verl", "OTEL_TRACES_EXPORTER": "none"})
+        env.update({"OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"})
+        return env, "opentelemetry-instrument"
     env.update(
         {
             "OTEL_LOGS_EXPORTER": "none",
@@ -47,6 +63,9 @@ def _env(variant: str, folder: Path) -> tuple[dict[str, str], str | None]:
     )
     if variant == "file":
         env.update({"OTEL_TRACES_EXPORTER": "otlp_json_file", "OTEL_METRICS_EXPORTER": "otlp_json_file"})
+    elif variant in EXTRA:  # to tell apart what the hooks, span export and metric export cost
+        traces, metrics = EXTRA[variant][1:]
+        env.update({"OTEL_TRACES_EXPORTER": traces, "OTEL_METRICS_EXPORTER": metrics})
     else:
         env.update(
             {
@@ -65,14 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver", default="v0")
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(LABELS)}; 'off' first")
     ns = parser.parse_args(argv)
+    variants = [v for v in ns.variants.split(",") if v in LABELS]
     from verl_cpu_harness import run_verl
 
     root = ns.workdir or Path(tempfile.mkdtemp(prefix="bench_e2e_"))
-    steps: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    walls: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    steps: dict[str, list[float]] = {v: [] for v in variants}
+    walls: dict[str, list[float]] = {v: [] for v in variants}
     for i in range(ns.runs):
-        for variant in VARIANTS:
+        for variant in variants:
             workdir = root / f"{variant}_{i}"
             env, launcher = _env(variant, workdir / "telemetry")
             result = run_verl(
@@ -102,11 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     base = statistics.median(steps["off"])
     base_wall = statistics.median(walls["off"])
     rows = []
-    for variant, label in (
-        ("off", "not instrumented"),
-        ("file", "instrumented, file exporters"),
-        ("dead", "instrumented, OTLP collector down"),
-    ):
+    for variant in variants:
+        label = LABELS[variant]
         if not steps[variant]:
             rows.append([label, "-", "-", "-", "-", "-", "0 (0 runs)"])
             continue
