@@ -102,6 +102,8 @@ SPAN_ROLLOUT_BATCH = "verl.rollout.generate"  # v0: one AgentLoopWorker.generate
 SPAN_ROLLOUT_TRAJECTORY = "verl.rollout.trajectory"  # one trajectory (prompt x rollout.n)
 SPAN_ROLLOUT_LLM_CALL = "verl.rollout.llm_call"  # one LLMServerClient.generate (engine call)
 SPAN_ROLLOUT_TAIL = "verl.rollout.tail"  # v1 only: where the slowest-trajectory event goes
+SPAN_ROLLOUT_REWARD = "verl.rollout.reward"  # AgentLoopWorker._compute_score of one trajectory
+SPAN_ROLLOUT_TOOL_PREFIX = "execute_tool "  # + tool name (GenAI convention span name)
 EVENT_SLOWEST_TRAJECTORY = "verl.rollout.slowest_trajectory"
 
 ATTR_ROLLOUT_SUBMIT_STEP = "verl.rollout.submit_step"  # global step when the trajectory was submitted
@@ -120,6 +122,8 @@ ATTR_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
 ATTR_ROLLOUT_TRAJECTORIES = "verl.rollout.trajectories"
 ATTR_ROLLOUT_SLOWEST_SPAN_ID = "verl.rollout.slowest.span_id"  # on the slowest-trajectory event
 ATTR_ROLLOUT_SERVER_ID = "verl.rollout.server.id"
+ATTR_ROLLOUT_SERVER_WAIT = "verl.rollout.server.acquire_wait"  # s in the load balancer before a server
+ATTR_ROLLOUT_TOOL_REWARD = "verl.rollout.tool.reward"
 ATTR_ROLLOUT_CACHED_TOKENS = "verl.rollout.cached_tokens"  # vLLM prefix-cache hits
 ATTR_ROLLOUT_PREEMPTIONS = "verl.rollout.preemptions"
 ATTR_ROLLOUT_WEIGHT_VERSION = "verl.rollout.weight_version"  # TokenOutput.extra_fields["global_steps"]
@@ -130,6 +134,9 @@ STATUS_CANCELLED = "cancelled"
 # official GenAI conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"  # token ids in, token ids out
+GEN_AI_OPERATION_EXECUTE_TOOL = "execute_tool"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"  # rollout backend: vllm, sglang, trtllm, ...
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"

@@ -5,7 +5,10 @@
   index, agent (``gen_ai.agent.name``), validate flag, status; token counts, turns and reward come
   from ``AgentLoopWorker._compute_score`` (its ``outputs[-1]`` is the unpadded ``AgentLoopOutput``).
 * ``LLMServerClient.generate`` (every engine call) -> ``verl.rollout.llm_call`` with ``gen_ai.*``
-  usage attributes; ``_acquire_server`` adds the server id.
+  usage attributes; ``_acquire_server`` adds the server id and the load balancer's wait.
+* ``AgentLoopWorker._compute_score`` -> ``verl.rollout.reward``; ``ToolAgentLoop._call_tool`` ->
+  ``execute_tool <name>`` (GenAI conventions; never the tool's arguments or result). Both are
+  children of a sampled trajectory's span and cost nothing for the others.
 * v0: the TaskRunner puts the ``gen`` stage's context into the ``DataProto`` handed to
   ``AgentLoopManager.generate_sequences``; ``AgentLoopWorker.generate_sequences`` takes it out
   again (verl never sees it) and opens ``verl.rollout.generate``, so each step's trace holds its
@@ -54,6 +57,7 @@ from otel_verl.runtime import RUNTIME
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
 AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
 LLM_SERVER = "verl.workers.rollout.llm_server"
+TOOL_AGENT_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
 
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 _MAX_GROUPS = 16  # (step, validate) groups remembered per process for the span budget
@@ -391,9 +395,77 @@ def _note_outputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         st.reward = float(reward)
 
 
+@safe("rollout child span start")
+def _child_start(name: str, attrs: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL) -> SpanState | None:
+    """A child span of the current trajectory, if that trajectory has one (sampled)."""
+    traj = _traj_var.get()
+    if traj is None or traj.span is None:
+        return None
+    return open_span(name, context=trace.set_span_in_context(traj.span), kind=kind, attributes=attrs)
+
+
+_child_end = safe("rollout child span end")(close_span)
+
+
+@safe("rollout reward span end")
+def _reward_end(state: SpanState, error: BaseException | None) -> None:
+    traj = _traj_var.get()
+    if traj is not None and traj.reward is not None:
+        state[0].set_attribute(semconv.ATTR_ROLLOUT_REWARD, traj.reward)
+    close_span(state, error)
+
+
 async def _compute_score_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    result = await wrapped(*args, **kwargs)
-    _note_outputs(args, kwargs)
+    state = _child_start(semconv.SPAN_ROLLOUT_REWARD, {})
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        if state is not None:
+            _reward_end(state, exc)
+        raise
+    _note_outputs(args, kwargs)  # reward and token counts onto the trajectory
+    if state is not None:
+        _reward_end(state, None)
+    return result
+
+
+# ------------------------------------------------------------------------------ tool calls
+@safe("rollout tool span start")
+def _tool_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpanState | None:
+    # the FunctionCall (name, arguments): first positional when bound, keyword ``tool_call`` otherwise
+    call = kwargs.get("tool_call") or next((a for a in args if hasattr(a, "arguments")), None)
+    name = getattr(call, "name", None)
+    if not isinstance(name, str):
+        return None
+    attrs: dict[str, Any] = {
+        semconv.GEN_AI_OPERATION_NAME: semconv.GEN_AI_OPERATION_EXECUTE_TOOL,
+        semconv.GEN_AI_TOOL_NAME: name,
+    }
+    call_id = getattr(call, "tool_call_id", None) or getattr(call, "id", None)
+    if isinstance(call_id, str) and call_id:
+        attrs[semconv.GEN_AI_TOOL_CALL_ID] = call_id
+    return _child_start(semconv.SPAN_ROLLOUT_TOOL_PREFIX + name, attrs)
+
+
+@safe("rollout tool span end")
+def _tool_end(state: SpanState, result: Any, error: BaseException | None) -> None:
+    # verl turns a failing tool into an error text with reward 0.0; arguments and results are
+    # never recorded (they may hold prompt or user data)
+    if isinstance(result, tuple) and len(result) > 1 and isinstance(result[1], (int, float)):
+        state[0].set_attribute(semconv.ATTR_ROLLOUT_TOOL_REWARD, float(result[1]))
+    close_span(state, error)
+
+
+async def _call_tool_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    state = _tool_start(args, kwargs)
+    if state is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _tool_end(state, None, exc)
+        raise
+    _tool_end(state, result, None)
     return result
 
 
@@ -489,15 +561,17 @@ async def _generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any)
 
 
 @safe("rollout server id")
-def _note_server(result: Any) -> None:
+def _note_server(result: Any, waited_s: float) -> None:
     call = _llm_var.get()
     if call is not None and call.span is not None and isinstance(result, tuple) and result:
         call.span.set_attribute(semconv.ATTR_ROLLOUT_SERVER_ID, str(result[0]))
+        call.span.set_attribute(semconv.ATTR_ROLLOUT_SERVER_WAIT, waited_s)
 
 
 async def _acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    start = time.perf_counter()  # the load balancer's answer: its queueing shows here
     result = await wrapped(*args, **kwargs)
-    _note_server(result)
+    _note_server(result, time.perf_counter() - start)
     return result
 
 
@@ -701,6 +775,7 @@ HOOKS = [
     Hook(AGENT_LOOP, "AgentLoopWorker._compute_score", _compute_score_wrapper),
     Hook(LLM_SERVER, "LLMServerClient.generate", _generate_wrapper),
     Hook(LLM_SERVER, "LLMServerClient._acquire_server", _acquire_server_wrapper, optional=True),
+    Hook(TOOL_AGENT_LOOP, "ToolAgentLoop._call_tool", _call_tool_wrapper, optional=True),
     # worker side of Ray's actor-class loading only (the driver side must stay unpatched: it pickles)
     Hook("ray._private.function_manager", "_inject_tracing_into_class", _load_actor_class_wrapper, optional=True),
 ]

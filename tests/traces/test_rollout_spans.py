@@ -90,6 +90,7 @@ class FakeBalancer:
             return []
 
         async def acquire_server(request_id):
+            await asyncio.sleep(0.02)  # queueing in the load balancer
             return "replica-0", server
 
         self.require_acquire_fields = _Remote(fields)
@@ -206,6 +207,15 @@ def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
         assert a[semconv.ATTR_ROLLOUT_PREEMPTIONS] == 0
         assert a[semconv.ATTR_ROLLOUT_WEIGHT_VERSION] == 3
         assert a[semconv.ATTR_ROLLOUT_SERVER_ID] == "replica-0"
+        assert 0.02 <= a[semconv.ATTR_ROLLOUT_SERVER_WAIT] < (c.end_time - c.start_time) / 1e9
+
+    rewards = by_name(captured, semconv.SPAN_ROLLOUT_REWARD)  # reward scoring: a child per trajectory
+    assert sorted(parents[r.parent.span_id].context.span_id for r in rewards) == sorted(parents)
+    for r in rewards:
+        assert (
+            r.attributes[semconv.ATTR_ROLLOUT_REWARD]
+            == parents[r.parent.span_id].attributes[semconv.ATTR_ROLLOUT_REWARD]
+        )
 
     (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
     assert duration.count == 4
@@ -215,6 +225,58 @@ def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
     (llm,) = hist(captured, semconv.M_ROLLOUT_LLM_CALL_DURATION)
     assert llm.count == 4
     assert list(llm.explicit_bounds)[:3] == [0.005, 0.01, 0.025]
+
+
+@register("otel_tool_agent")
+class ToolCallingAgentLoop(EchoAgentLoop):
+    """One LLM turn, then two calls through verl's real ``ToolAgentLoop._call_tool``: one tool
+    that works, one that raises (verl turns that into an error text with reward 0)."""
+
+    async def run(self, sampling_params, **kwargs):
+        from types import SimpleNamespace
+
+        from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+        from verl.experimental.agent_loop.tool_parser import FunctionCall
+        from verl.tools.function_tool import FunctionTool
+
+        async def add(x: int, y: int) -> tuple[str, float, dict]:
+            return f"{x + y}", 0.5, {}
+
+        async def broken() -> str:
+            raise ValueError("tool down")
+
+        tools = {
+            name: FunctionTool(name=name, fn=fn, tool_schema=None, is_async=True)
+            for name, fn in (("add", add), ("broken", broken))
+        }
+        loop = SimpleNamespace(tools=tools, max_tool_response_length=100, tool_response_truncate_side="right")
+        agent_data = SimpleNamespace()
+        ok = await ToolAgentLoop._call_tool(
+            loop, FunctionCall(name="add", arguments='{"x": 2, "y": 3}', tool_call_id="call-1"), {}, agent_data
+        )
+        failed = await ToolAgentLoop._call_tool(loop, FunctionCall(name="broken", arguments="{}"), {}, agent_data)
+        assert ok[0].text == "5" and ok[1] == 0.5 and failed[1] == 0.0  # verl's own results, unchanged
+        return await super().run(sampling_params, **kwargs)
+
+
+def test_tool_calls_are_spans_under_their_trajectory_without_arguments_or_results(captured):
+    worker = make_worker()
+    batch = make_batch(prompts=1, n=2, agent_name=np.array(["otel_tool_agent"] * 2, dtype=object))
+    asyncio.run(worker.generate_sequences(batch))
+    trajs = {t.context.span_id: t for t in by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)}
+    assert len(trajs) == 2
+    adds = by_name(captured, semconv.SPAN_ROLLOUT_TOOL_PREFIX + "add")
+    broken = by_name(captured, semconv.SPAN_ROLLOUT_TOOL_PREFIX + "broken")
+    assert len(adds) == len(broken) == 2
+    for span in adds + broken:
+        assert span.parent.span_id in trajs  # one per call, under the trajectory that made it
+        assert span.attributes[semconv.GEN_AI_OPERATION_NAME] == "execute_tool"
+    assert {s.attributes[semconv.GEN_AI_TOOL_NAME] for s in adds} == {"add"}
+    assert {s.attributes[semconv.GEN_AI_TOOL_CALL_ID] for s in adds} == {"call-1"}
+    assert {s.attributes[semconv.ATTR_ROLLOUT_TOOL_REWARD] for s in adds} == {0.5}
+    assert {s.attributes[semconv.ATTR_ROLLOUT_TOOL_REWARD] for s in broken} == {0.0}
+    for span in adds + broken:  # arguments and results may hold user data: never recorded
+        assert not any(v in repr(dict(span.attributes)) for v in ('"x"', "tool down", "'5'"))
 
 
 def test_sampling_limits_spans_but_histograms_count_every_trajectory(captured, monkeypatch):
