@@ -20,3 +20,7 @@ echo "== telemetry written to $work/telemetry =="
 ls -l "$work/telemetry"
 echo
 .venv/bin/otel-verl summary "$work/telemetry"
+echo
+# The same files as one self-contained HTML page (stage breakdown, the slowest step's trace
+# with its rollout trajectories, rollout latency, reward/KL/throughput curves).
+.venv/bin/otel-verl report "$work/telemetry" -o "$work/report.html"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from otel_verl import config
+from otel_verl import config, redact
 from otel_verl.package import _instruments
 
 CONNECT_TIMEOUT_S = 1.0
@@ -132,6 +132,17 @@ def _endpoint(signal: str, protocol: str) -> str:
     return base or _GRPC_DEFAULT
 
 
+def _shown(url: str) -> str:
+    """``url`` as printed: credentials in it (``user:pass@``, a query) are replaced."""
+    parts = urlsplit(url if "://" in url else f"//{url}")
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{redact.REDACTED}@{netloc.rsplit('@', 1)[1]}"
+    query = redact.REDACTED if parts.query else ""
+    shown = parts._replace(netloc=netloc, query=query).geturl()
+    return shown if "://" in url else shown.removeprefix("//")
+
+
 def _reachable(url: str) -> tuple[bool, str]:
     parts = urlsplit(url if "://" in url else f"http://{url}")
     host = parts.hostname or "localhost"
@@ -173,11 +184,11 @@ def check_exporters(r: Report) -> None:
                 if url not in probed:
                     probed[url], where = _reachable(url)
                     if probed[url]:
-                        r.ok(f"{signal}: {lookup} -> {url} (reachable: TCP connect to {where})")
+                        r.ok(f"{signal}: {lookup} -> {_shown(url)} (reachable: TCP connect to {where})")
                     else:
-                        r.bad(f"{signal}: {lookup} -> {url} NOT reachable: {where}")
+                        r.bad(f"{signal}: {lookup} -> {_shown(url)} NOT reachable: {where}")
                 else:
-                    r.ok(f"{signal}: {lookup} -> {url} (see above)")
+                    r.ok(f"{signal}: {lookup} -> {_shown(url)} (see above)")
                 continue
             r.ok(f"{signal}: exporter {name}")
 

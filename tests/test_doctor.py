@@ -62,6 +62,15 @@ def test_healthy_setup_passes(env, listener):
     assert text.rstrip().endswith("no problems found.")
 
 
+def test_credentials_in_the_endpoint_url_are_not_printed(env, listener):
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://alice:s3cret@127.0.0.1:{listener}/?api_key=s3cret")
+    env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    rc, text = _run()
+    assert rc == 0, text  # still probed (the host and port are what matters)
+    assert "s3cret" not in text and "alice" not in text
+    assert f"traces: otlp_proto_http -> http://[REDACTED]@127.0.0.1:{listener}/?[REDACTED] (reachable" in text
+
+
 def test_every_real_hook_resolves_in_the_installed_verl(env, listener):
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{listener}")
     rc, text = _run(hooks=None)
