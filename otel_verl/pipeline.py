@@ -203,9 +203,10 @@ class Telemetry:
     def export_soon(self) -> None:
         """Collect and export metrics, and flush spans, from the background thread (the
         collection runs observable callbacks such as ``process.*``: milliseconds)."""
-        self.record_step(self._export_now)
+        self.record_step(self.export_now)
 
-    def _export_now(self) -> None:
+    def export_now(self) -> None:
+        """Collect and export metrics now and ask for a span flush (in the caller's thread)."""
         self.mark_step()
         self.request_flush()
 

@@ -404,9 +404,6 @@ def _child_start(name: str, attrs: dict[str, Any], kind: SpanKind = SpanKind.INT
     return open_span(name, context=trace.set_span_in_context(traj.span), kind=kind, attributes=attrs)
 
 
-_child_end = safe("rollout child span end")(close_span)
-
-
 @safe("rollout reward span end")
 def _reward_end(state: SpanState, error: BaseException | None) -> None:
     traj = _traj_var.get()

@@ -21,9 +21,7 @@ from otel_verl.runtime import RUNTIME
 @safe("metrics from Tracking.log")
 def _record_now(data: Mapping[str, Any], forward_all: bool) -> None:
     RUNTIME.metrics.record_log(data, forward_all=forward_all)
-    telemetry = RUNTIME.telemetry
-    telemetry.mark_step()
-    telemetry.request_flush()  # the step's spans too, not 5 s later
+    RUNTIME.telemetry.export_now()  # the step's metrics, and its spans too, not 5 s later
 
 
 @safe("metrics from Tracking.log")
