@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_verl import VerlInstrumentor
-from otel_verl.pipeline import Telemetry
-from otel_verl.runtime import RUNTIME
-from otel_verl.step_reader import StepMetricReader
+from otel_verl.process.telemetry import Telemetry
+from otel_verl.process.state import PROCESS
+from otel_verl.process.step_reader import StepMetricReader
 
 
 class NoopSpanExporter(SpanExporter):
@@ -110,7 +110,7 @@ def bench_kind(kind: str, ns: argparse.Namespace, trainer, tracking, payload) ->
         def sample() -> float:
             if on:
                 instrumentor.instrument(skip_dep_check=True)
-                RUNTIME._telemetry, RUNTIME._metrics, RUNTIME.trainer = tel, None, trainer  # noqa: SLF001
+                PROCESS._telemetry, PROCESS._metrics, PROCESS.trainer = tel, None, trainer  # noqa: SLF001
             else:
                 instrumentor.uninstrument()
             try:
@@ -126,7 +126,7 @@ def bench_kind(kind: str, ns: argparse.Namespace, trainer, tracking, payload) ->
         # what one Tracking.log costs in all: the call plus the off-thread recording and collect
         def sample() -> float:
             instrumentor.instrument(skip_dep_check=True)
-            RUNTIME._telemetry, RUNTIME._metrics, RUNTIME.trainer = tel, None, trainer  # noqa: SLF001
+            PROCESS._telemetry, PROCESS._metrics, PROCESS.trainer = tel, None, trainer  # noqa: SLF001
             try:
 
                 def run() -> float:
@@ -144,7 +144,7 @@ def bench_kind(kind: str, ns: argparse.Namespace, trainer, tracking, payload) ->
 
     mark_n = max(ns.n // 20, 50)
     instrumentor.instrument(skip_dep_check=True)
-    RUNTIME._telemetry, RUNTIME._metrics, RUNTIME.trainer = tel, None, trainer  # noqa: SLF001
+    PROCESS._telemetry, PROCESS._metrics, PROCESS.trainer = tel, None, trainer  # noqa: SLF001
     tracking.log(data=payload, step=1)  # create the 100 gauges once
     stage_once()
     instrumentor.uninstrument()
@@ -189,7 +189,7 @@ def bench_kind(kind: str, ns: argparse.Namespace, trainer, tracking, payload) ->
         ],
     ]
     parent.end()
-    RUNTIME._telemetry, RUNTIME._metrics, RUNTIME.trainer = None, None, None  # noqa: SLF001
+    PROCESS._telemetry, PROCESS._metrics, PROCESS.trainer = None, None, None  # noqa: SLF001
     tel.shutdown(2)
 
     return rows

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # otel-verl: the same Tracking.log with no backend, instrumented, real per-process pipeline.
     from otel_verl import VerlInstrumentor, config
-    from otel_verl.runtime import RUNTIME
+    from otel_verl.process.state import PROCESS
 
     plain = Tracking(project_name="bench", experiment_name="post", default_backend=[])
     base, _ = _per_step_ms(lambda n: plain.log(data=payload, step=n), ns.steps)
@@ -164,13 +164,13 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         config.settings.cache_clear()
-        RUNTIME._given, RUNTIME._telemetry, RUNTIME._metrics = None, None, None  # noqa: SLF001
+        PROCESS._given, PROCESS._telemetry, PROCESS._metrics = None, None, None  # noqa: SLF001
         instrumentor = VerlInstrumentor()
         instrumentor.instrument(skip_dep_check=True)
         plain.log(data=payload, step=0)  # first call builds the pipeline and the 100 gauges
         med, worst = _per_step_ms(lambda n: plain.log(data=payload, step=n), ns.steps)
         instrumentor.uninstrument()
-        RUNTIME.telemetry.shutdown(1.0)
+        PROCESS.telemetry.shutdown(1.0)
         rows.append(
             [f"otel-verl: added to Tracking.log, OTLP endpoint {label}", f"{med - base:.2f}", f"{worst:.2f}", ns.steps]
         )

@@ -16,7 +16,7 @@ Cases, each in its own process (clean RSS):
 RSS (``/proc/self/statm``) and the length of every otel-verl/SDK queue are sampled every
 ``--every`` steps. Usage: ``nice python bench/soak_memory.py [--steps 10000] [--every 1000]``.
 ``--child CASE`` runs one case and prints one JSON line per sample (used by the parent and by
-``tests/faults/test_memory_bound.py``).
+``tests/unit/process/test_process_memory_bound.py``).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _queues(tel) -> dict[str, int]:
         if bp is not None:
             out[f"logs{i}"], out[f"logs{i}_max"] = len(bp._queue), bp._max_queue_size  # noqa: SLF001
     for i, reader in enumerate(tel._step_readers):  # noqa: SLF001
-        out[f"metrics{i}"], out[f"metrics{i}_max"] = len(reader._pending), reader._pending.maxlen  # noqa: SLF001
+        out[f"metrics{i}"], out[f"metrics{i}_max"] = reader.pending, reader.capacity
         out[f"metrics{i}_dropped"] = reader.dropped
     return out
 
@@ -118,7 +118,7 @@ def child(case: str, steps: int, every: int) -> int:
 
     from otel_verl import VerlInstrumentor, semconv
     from otel_verl.hooks.workers import _TracedWorkerGroupMethod
-    from otel_verl.runtime import RUNTIME
+    from otel_verl.process.state import PROCESS
 
     trainer = RayPPOTrainer.__new__(RayPPOTrainer)
     trainer.global_steps, trainer.train_dataloader = 0, list(range(100))
@@ -128,10 +128,10 @@ def child(case: str, steps: int, every: int) -> int:
         tel = None
     else:
         VerlInstrumentor().instrument()
-        RUNTIME.identify(role=semconv.ROLE_TASKRUNNER, project="bench", experiment="soak")
-        RUNTIME.trainer = trainer
+        PROCESS.identify(role=semconv.ROLE_TASKRUNNER, project="bench", experiment="soak")
+        PROCESS.trainer = trainer
         calls = {m: _TracedWorkerGroupMethod(lambda *a, **k: None, m) for m in WG_CALLS.values()}
-        tel = RUNTIME.telemetry
+        tel = PROCESS.telemetry
     generic = KEYS - len(STAGES) - 1 - 3
     start = time.monotonic()
     worst = {k: 0 for k in _queues(tel)}

@@ -1,51 +1,10 @@
-"""``OTEL_VERL_*`` settings: parsed once per process, never fatal.
+"""``OTEL_VERL_*`` settings, parsed once per process and never fatal, and the kill-switch rule.
 
-A bad value logs one warning naming the variable and the default used instead;
-nothing here can stop training. Standard ``OTEL_*`` variables (exporters, endpoint,
-headers, sampler, ``OTEL_METRIC_EXPORT_INTERVAL``, ``OTEL_SDK_DISABLED``, ...) are read by
-the OpenTelemetry SDK itself and keep their documented meaning.
-
-=================================  ===========  ==============================================
-Variable                           Default      Meaning
-=================================  ===========  ==============================================
-``OTEL_VERL_RUN_ID``               generated    Run id shared by every process of one job
-                                                (resource attribute ``verl.run.id``). Set in
-                                                the launcher and handed to Ray workers.
-``OTEL_VERL_PROJECT``,             from verl's  ``verl.project`` / ``verl.experiment`` on every
-``OTEL_VERL_EXPERIMENT``           config       process's resource; the launcher reads them
-                                                from ``trainer.project_name``/``experiment_name``.
-``OTEL_VERL_FILE_DIR``             ``./otel-    Folder the ``otlp_json_file`` exporters write
-                                   verl-tele-   to: one JSON-lines file per signal and
-                                   metry``      process (``traces-<role>-<pid>.jsonl``...).
-``OTEL_VERL_SHUTDOWN_TIMEOUT``     ``5``        Seconds the exit flush may add to a process's
-                                                exit, whatever the endpoint does.
-``OTEL_VERL_FORWARD_METRICS``      ``true``     Export every numeric key verl logs as a gauge.
-``OTEL_VERL_STEP_EXPORT``          ``true``     Export metrics at every step boundary (so no
-                                                step's values are lost between intervals).
-``OTEL_VERL_RAY_RUNTIME_ENV``      ``true``     Add the ``OTEL_*`` settings to the job's Ray
-                                                ``runtime_env`` (needed on running clusters).
-``OTEL_VERL_RAY_RUNTIME_ENV_       ``false``    Also put ``OTEL_EXPORTER_OTLP_*HEADERS`` (auth
-SECRETS``                                       tokens) there; Ray stores and shows runtime_env.
-``OTEL_VERL_LOG_LEVEL``            ``WARNING``  Lowest Python ``logging`` level exported as OTel
-                                                logs (``OTEL_LOGS_EXPORTER``); a name or number.
-``OTEL_VERL_SAMPLES``              ``false``    Export sampled generations (prompt, response,
-                                                reward) as ``verl.rollout.sample`` log records.
-                                                Off by default: prompts may be sensitive.
-``OTEL_VERL_SAMPLES_EVERY_N_STEPS`` ``10``      Sample every N-th training step.
-``OTEL_VERL_SAMPLES_PER_STEP``     ``4``        Samples exported per sampled step.
-``OTEL_VERL_SAMPLES_MAX_CHARS``    ``2000``     Prompt and response are each cut to this length.
-``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` ``64``     Trajectories per step and agent-loop worker
-                                                that get spans (``0`` none, ``-1`` all);
-                                                rollout histograms always count every one.
-``OTEL_VERL_GPU_METRICS``          ``true``     ``hw.gpu.*`` gauges in worker processes.
-``OTEL_VERL_PROCESS_METRICS``      ``true``     ``process.*`` CPU/memory gauges in worker
-                                                processes (system-metrics instrumentation).
-``OTEL_VERL_RAY_SYSTEM_METRICS``   ``false``    Let ``opentelemetry-instrument`` also run the
-                                                generic system-metrics instrumentation in every
-                                                Ray process of the job (off: ~25 copies of the
-                                                host's ``system.*`` data, ~45 ms CPU each per
-                                                collection; verl processes report ``process.*``).
-=================================  ===========  ==============================================
+A bad value logs one warning naming the variable and the default used instead; nothing here can
+stop training. Standard ``OTEL_*`` variables (exporters, endpoint, headers, sampler,
+``OTEL_METRIC_EXPORT_INTERVAL``, ...) are read by the OpenTelemetry SDK itself and keep their
+documented meaning. Every variable, its default and meaning: README.md, "Configuration"
+(``tests/unit/test_config.py`` fails when a variable here has no row there).
 """
 
 from __future__ import annotations
@@ -53,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -78,6 +38,11 @@ PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
+
+# The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
+DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+SDK_DISABLED = "OTEL_SDK_DISABLED"
+INSTRUMENTATION_NAME = "verl"  # our entry point name in ``opentelemetry_instrumentor``
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -202,3 +167,26 @@ def ensure_run_id() -> str:
     os.environ[FILE_DIR] = os.path.abspath(os.environ.get(FILE_DIR) or DEFAULT_FILE_DIR)
     settings.cache_clear()
     return run_id
+
+
+def disabled_instrumentations(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The names in ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``, in order."""
+    env = os.environ if environ is None else environ
+    return [n.strip() for n in env.get(DISABLED_INSTRUMENTATIONS, "").split(",") if n.strip()]
+
+
+def sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``OTEL_SDK_DISABLED=true``: the SDK makes no telemetry, and neither does otel-verl."""
+    env = os.environ if environ is None else environ
+    return env.get(SDK_DISABLED, "").strip().lower() == "true"
+
+
+def disabled_reason(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why otel-verl is switched off in this environment, or None: the one kill-switch rule
+    (the ``verl.plugins`` entry point obeys it, ``otel-verl doctor`` reports it)."""
+    names = set(disabled_instrumentations(environ))
+    if names & {INSTRUMENTATION_NAME, "*"}:
+        return f"{DISABLED_INSTRUMENTATIONS} disables {INSTRUMENTATION_NAME}"
+    if sdk_disabled(environ):
+        return f"{SDK_DISABLED}=true"
+    return None

@@ -7,20 +7,22 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_verl import logs
 from otel_verl.config import ensure_run_id
-from otel_verl.hooks import HookSet, ray_launch, rollout, samples, timers, tracking, trainer, workers
+from otel_verl.hooks import all_hooks
+from otel_verl.hooks.hookset import HookSet
 from otel_verl.package import _instruments
-from otel_verl.runtime import RUNTIME
+from otel_verl.process import logs
+from otel_verl.process.state import PROCESS
 
 
 class VerlInstrumentor(BaseInstrumentor):
     """Instruments every verl process it runs in.
 
     ``instrument()`` only registers import hooks: nothing of verl is imported and no
-    provider is built until verl code runs, so Ray's own processes pay nothing.
-    Pass ``tracer_provider=`` / ``meter_provider=`` to use your own providers; by default
-    each process builds its own from the ``OTEL_*`` environment (see ``otel_verl.pipeline``).
+    provider is built until verl code runs, so Ray's own processes pay nothing (the whole
+    start-up sequence: ``otel_verl.process``). Pass ``tracer_provider=`` / ``meter_provider=`` /
+    ``logger_provider=`` to use your own providers; by default each process builds its own from
+    the ``OTEL_*`` environment.
     """
 
     _hooks: HookSet | None = None
@@ -29,27 +31,16 @@ class VerlInstrumentor(BaseInstrumentor):
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
-        tracer_provider = kwargs.get("tracer_provider")
-        meter_provider = kwargs.get("meter_provider")
-        if tracer_provider is not None or meter_provider is not None:
-            RUNTIME.use_providers(tracer_provider, meter_provider)
+        given = [kwargs.get(k) for k in ("tracer_provider", "meter_provider", "logger_provider")]
+        if any(p is not None for p in given):
+            PROCESS.use_providers(*given)
         ensure_run_id()
-        logs.use_logger_provider(kwargs.get("logger_provider"))  # else each process's own (pipeline.py)
         if self._hooks is None:
-            self._hooks = HookSet(
-                timers.HOOKS
-                + trainer.HOOKS
-                + tracking.HOOKS
-                + workers.HOOKS
-                + ray_launch.HOOKS
-                + samples.HOOKS
-                + rollout.HOOKS
-            )
+            self._hooks = HookSet(all_hooks())
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._hooks is not None:
             self._hooks.uninstall()
         logs.detach()
-        RUNTIME.trainer = None
-        RUNTIME.last_step = None
+        PROCESS.forget_run()

@@ -9,7 +9,7 @@ tokenizer word precedes it (``pad_token``, ``eos_token``). Words only, never sub
 are not secrets. Only string values (and lists of strings) are replaced: a number or a bool under
 such a key carries no secret.
 
-Used for the ``verl.config`` span attribute (``hooks/trainer.py``) and for the ``OTEL_*``
+Used for the ``verl.config`` span attribute (``otel_verl.run_config``) and for the ``OTEL_*``
 variables handed to Ray's ``runtime_env`` (``hooks/ray_launch.py``).
 """
 
@@ -89,8 +89,3 @@ def redact(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
     return value
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Environment variables with the values of secret-looking names replaced."""
-    return {k: (REDACTED if is_secret_key(k) and v else v) for k, v in env.items()}

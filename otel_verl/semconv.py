@@ -3,6 +3,7 @@
 Official semantic conventions are used where they fit (``service.*``, ``host.*``,
 ``process.*``, ``gen_ai.*``, ``hw.gpu.*``); everything RL-specific lives in the
 ``verl.*`` namespace. Nothing else in the package spells a telemetry name as a literal.
+Units, kinds and buckets of the metrics: ``otel_verl.instruments.catalog``.
 """
 
 from __future__ import annotations
@@ -19,15 +20,11 @@ RES_PROJECT = "verl.project"
 RES_EXPERIMENT = "verl.experiment"
 RES_ROLE = "verl.process.role"
 RES_RANK = "verl.rank"
-RES_VERL_VERSION = "verl.version"
 
 # process roles (values of RES_ROLE)
-ROLE_LAUNCHER = "launcher"
 ROLE_TASKRUNNER = "taskrunner"
-ROLE_ACTOR_ROLLOUT = "actor_rollout"
 ROLE_WORKER = "worker"  # a verl WorkerDict actor: actor/rollout/ref/critic of one rank
 ROLE_AGENT_LOOP = "agent_loop_worker"
-ROLE_REWARD = "reward_worker"
 ROLE_UNKNOWN = "unknown"
 
 # ---------------------------------------------------------------- spans
@@ -51,7 +48,7 @@ ATTR_WORKER_CLASS = "verl.worker.class"
 DRIVER_V0 = "v0"
 DRIVER_V1 = "v1"
 
-# ---------------------------------------------------------------- metrics (named instruments)
+# ---------------------------------------------------------------- metrics (named instruments: instruments.catalog)
 M_TRAINING_STEP = "verl.training.step"
 M_TRAINING_STEPS = "verl.training.steps"
 M_LAST_STEP_TIMESTAMP = "verl.training.last_step.timestamp"
@@ -156,10 +153,7 @@ M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
 M_GPU_MEMORY_LIMIT = "hw.gpu.memory.limit"
 M_GPU_UTILIZATION = "hw.gpu.utilization"
 ATTR_HW_ID = "hw.id"
-ATTR_HW_NAME = "hw.name"
 ATTR_HW_VENDOR = "hw.vendor"
-GPU_SOURCE_NVML = "nvml"
-GPU_SOURCE_TORCH = "torch"
 # process.* metrics of opentelemetry-instrumentation-system-metrics kept in worker processes
 SYSTEM_METRICS_CONFIG = {
     "process.cpu.time": ["user", "system"],

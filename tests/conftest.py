@@ -1,5 +1,5 @@
 """Shared fixtures: in-memory exporters and an instrumented process (hermetic), and
-``verl_runs``: real verl runs on CPU (used by tests/e2e and tests/faults, one cache per session)."""
+``verl_runs``: real verl runs on CPU (used by tests/e2e, faults included, one cache per session)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_verl import VerlInstrumentor
-from otel_verl.files import MetricPoint, SpanRecord, read_metric_points, read_spans
-from otel_verl.runtime import RUNTIME
+from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
+from otel_verl.process.state import PROCESS
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Captured:
 
     def metric_points(self) -> dict[str, list]:
         """metric name -> its data points (last collection)."""
-        RUNTIME.telemetry.drain()  # step metrics are recorded in a background thread
+        PROCESS.telemetry.drain()  # step metrics are recorded in a background thread
         out: dict[str, list] = {}
         data = self.reader.get_metrics_data()
         for rm in data.resource_metrics if data else []:
@@ -57,7 +57,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
         yield Captured(spans, reader)
     finally:
         instrumentor.uninstrument()
-        RUNTIME.use_providers(None, None)
+        PROCESS.use_providers(None, None)
 
 
 @pytest.fixture
@@ -68,9 +68,9 @@ def v0_trainer():
     trainer = RayPPOTrainer.__new__(RayPPOTrainer)
     trainer.global_steps = 3
     trainer.train_dataloader = [0, 1]
-    RUNTIME.trainer = trainer
+    PROCESS.trainer = trainer
     yield trainer
-    RUNTIME.trainer = None
+    PROCESS.trainer = None
 
 
 # -- real verl runs on CPU (test-only ``verl_cpu_harness`` plugin), instrumented zero-code ---------

@@ -28,7 +28,8 @@ from typing import Any
 from otel_verl import config, redact
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks import Hook
+from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import Hook
 
 
 def _secret(name: str) -> bool:
@@ -49,7 +50,6 @@ def otel_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("OTEL_") and (with_secrets or not _secret(k))}
 
 
-DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
 SYSTEM_METRICS = "system_metrics"  # its entry point name
 
 
@@ -57,10 +57,10 @@ def _without_system_metrics() -> None:
     """Ray's processes (children of this one, or given the runtime_env) skip system_metrics."""
     if settings().ray_system_metrics:
         return
-    names = [n.strip() for n in os.environ.get(DISABLED_INSTRUMENTATIONS, "").split(",") if n.strip()]
+    names = config.disabled_instrumentations()
     if SYSTEM_METRICS not in names:
         # set before ray.init: GCS, raylet and dashboard processes are started from this process
-        os.environ[DISABLED_INSTRUMENTATIONS] = ",".join([*names, SYSTEM_METRICS])
+        os.environ[config.DISABLED_INSTRUMENTATIONS] = ",".join([*names, SYSTEM_METRICS])
 
 
 def _run_names_from_caller() -> None:
@@ -101,8 +101,8 @@ def _with_otel_env(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "runtime_env": {**runtime_env, "env_vars": env_vars}}
 
 
-def _init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def _ray_init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     return wrapped(*args, **(_with_otel_env(kwargs) or kwargs))
 
 
-HOOKS = [Hook("ray", "init", _init_wrapper)]
+HOOKS = [Hook(targets.RAY, "init", _ray_init_wrapper)]

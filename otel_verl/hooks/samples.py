@@ -28,12 +28,10 @@ from opentelemetry import trace
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks import Hook
-from otel_verl.hooks.trainer import step_attributes
-from otel_verl.runtime import RUNTIME
-
-V0 = "verl.trainer.ppo.ray_trainer"
-V1 = "verl.trainer.ppo.v1.trainer_base"
+from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.trainer import driver
+from otel_verl.process.state import PROCESS
 
 
 def _due(trainer: Any) -> int | None:
@@ -53,16 +51,14 @@ def _cut(text: str, limit: int) -> str:
 
 def emit_samples(step: int, prompts: list[str], responses: list[str], rewards: list[float], sources: list[Any]) -> int:
     """Emit one log record per sample; returns how many were emitted."""
-    from otel_verl import logs
-
-    provider = logs.logger_provider()
+    provider = PROCESS.logger_provider()
     if provider is None:
         return 0
     logger = provider.get_logger(semconv.SCOPE)
     context = None
-    if not trace.get_current_span().get_span_context().is_valid and RUNTIME.last_step is not None:
+    if not trace.get_current_span().get_span_context().is_valid and PROCESS.last_step is not None:
         # v1 computes its step metrics after the ``step`` timer: join the step that just ended.
-        context = trace.set_span_in_context(trace.NonRecordingSpan(RUNTIME.last_step[1]))
+        context = trace.set_span_in_context(trace.NonRecordingSpan(PROCESS.last_step[1]))
     limit = settings().samples_max_chars
     n = 0
     for i, (prompt, response, reward, source) in enumerate(zip(prompts, responses, rewards, sources, strict=False)):
@@ -85,8 +81,8 @@ def _decode(tokenizer: Any, rows: Any) -> list[str]:
 
 @safe("rollout samples (v0)")
 def _samples_v0(data: Any) -> None:
-    trainer = RUNTIME.trainer
-    if step_attributes(trainer).get(semconv.ATTR_DRIVER) != semconv.DRIVER_V0:
+    trainer = PROCESS.trainer
+    if driver(trainer) != semconv.DRIVER_V0:
         return  # v1 reaches compute_advantage through its own path, with other fields
     step = _due(trainer)
     if step is None:
@@ -142,6 +138,6 @@ def _compute_metrics_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any
 
 
 HOOKS = [
-    Hook(V0, "compute_advantage", _compute_advantage_wrapper),
-    Hook(V1, "PPOTrainer._compute_metrics", _compute_metrics_wrapper),
+    Hook(targets.TRAINER_V0, "compute_advantage", _compute_advantage_wrapper),
+    Hook(targets.TRAINER_V1, "PPOTrainer._compute_metrics", _compute_metrics_wrapper),
 ]

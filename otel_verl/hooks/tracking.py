@@ -1,10 +1,10 @@
 """verl's metrics sink, ``verl.utils.tracking.Tracking.log(data, step)``.
 
-Every numeric value verl logs is recorded (see ``otel_verl.metrics``) after verl's own
+Every numeric value verl logs is recorded (see ``otel_verl.instruments.training``) after verl's own
 backends (console, wandb, ...) got it, whatever ``trainer.logger`` says, and the step's
 metrics are exported right away (``OTEL_VERL_STEP_EXPORT``). The training thread only hands
 over a copy of the dict (~10 us); recording, collecting and exporting happen in the
-background, one step after the other (``Telemetry.record_step``).
+background, one step after the other (``Telemetry.submit``).
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ from typing import Any
 
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks import Hook
-from otel_verl.runtime import RUNTIME
+from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import Hook
+from otel_verl.instruments.training import TrainingMetrics
+from otel_verl.process.state import PROCESS
+from otel_verl.process.telemetry import Telemetry
 
 
 @safe("metrics from Tracking.log")
-def _record_now(data: Mapping[str, Any], forward_all: bool) -> None:
-    RUNTIME.metrics.record_log(data, forward_all=forward_all)
-    RUNTIME.telemetry.export_now()  # the step's metrics, and its spans too, not 5 s later
+def _record_now(telemetry: Telemetry, training: TrainingMetrics, data: Mapping[str, Any], forward_all: bool) -> None:
+    training.record_log(data, forward_all=forward_all)
+    telemetry.export_now()  # the step's metrics, and its spans too, not 5 s later
 
 
 @safe("metrics from Tracking.log")
@@ -29,7 +32,9 @@ def _record(data: Any) -> None:
     if not isinstance(data, Mapping):
         return
     payload, forward_all = dict(data), settings().forward_metrics  # verl may reuse its dict
-    RUNTIME.telemetry.record_step(lambda: _record_now(payload, forward_all))
+    # the pipeline of now, not of when the background thread gets to it
+    telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
+    telemetry.submit(lambda: _record_now(telemetry, training, payload, forward_all))
 
 
 def _log_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -38,4 +43,4 @@ def _log_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     return result
 
 
-HOOKS = [Hook("verl.utils.tracking", "Tracking.log", _log_wrapper)]
+HOOKS = [Hook(targets.TRACKING, "Tracking.log", _log_wrapper)]

@@ -23,12 +23,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from otel_verl import gpu, propagation, semconv
+from otel_verl import propagation, semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import Hook, SpanState, call_traced, call_traced_async, close_span, open_span
-from otel_verl.runtime import RUNTIME
+from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.spans import SpanState, call_traced, call_traced_async, close_span, open_span
+from otel_verl.process import worker_metrics
+from otel_verl.process.state import PROCESS
 
-ENGINE = "verl.workers.engine_workers"
+ENGINE = targets.ENGINE_WORKERS
 ARR_METHODS = (
     "compute_log_prob",
     "compute_ref_log_prob",
@@ -43,7 +46,7 @@ TRAINING_METHODS = ("train_mini_batch", "train_batch", "infer_batch", "save_chec
 # ------------------------------------------------------------------------------ driver side
 @safe("worker-group span start")
 def _dispatch_start(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any] | None:
-    if RUNTIME.trainer is None or not trace.get_current_span().get_span_context().is_valid:
+    if PROCESS.trainer is None or not trace.get_current_span().get_span_context().is_valid:
         return None
     opened = open_span(
         semconv.SPAN_WG_PREFIX + method, kind=SpanKind.CLIENT, attributes={semconv.ATTR_WORKER_METHOD: method}
@@ -55,11 +58,11 @@ def _dispatch_start(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 @safe("worker-group span end")
-def _dispatch_end(state: tuple[SpanState, Any], error: BaseException | None) -> None:
+def _dispatch_end(state: tuple[SpanState, Any], result: Any, error: BaseException | None) -> None:
     opened, data = state
     if data is not None:
         propagation.take(data)  # verl reuses e.g. KVBatchMeta.extra_info across calls
-    close_span(opened, error)
+    close_span(opened, error=error)
 
 
 class _TracedWorkerGroupMethod(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -96,8 +99,8 @@ def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> SpanSta
             return None  # not part of a traced step: no orphan traces
         parent = otel_context.get_current()
     rank = _rank(instance)
-    RUNTIME.identify(role=semconv.ROLE_WORKER, rank=rank)
-    gpu.ensure_worker_metrics(rank)  # hw.gpu.* / process.* gauges of this rank, once
+    PROCESS.identify(role=semconv.ROLE_WORKER, rank=rank)
+    worker_metrics.ensure_worker_metrics(rank)  # hw.gpu.* / process.* gauges of this rank, once
     attrs: dict[str, Any] = {
         semconv.ATTR_WORKER_METHOD: method,
         semconv.ATTR_WORKER_CLASS: type(instance).__name__,
@@ -108,10 +111,10 @@ def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> SpanSta
 
 
 @safe("worker span end")
-def _worker_end(state: SpanState, error: BaseException | None) -> None:
-    close_span(state, error)
+def _worker_end(state: SpanState, result: Any, error: BaseException | None) -> None:
+    close_span(state, error=error)
     span = state[0]
-    telemetry = RUNTIME.telemetry
+    telemetry = PROCESS.telemetry
     parent = getattr(span, "parent", None)
     if parent is None or parent.is_remote:  # the driver's call, not a nested in-process one
         telemetry.export_soon()  # this rank's process.* / hw.gpu.* gauges, collected in the background
@@ -163,7 +166,7 @@ def in_worker_actor() -> bool:
 
 
 HOOKS = (
-    [Hook("verl.single_controller.ray.base", "func_generator", _func_generator_wrapper)]
+    [Hook(targets.SINGLE_CONTROLLER, "func_generator", _func_generator_wrapper)]
     + [
         Hook(ENGINE, f"ActorRolloutRefWorker.{m}", _LazyWorkerWrapper(m), optional=True, only_if=in_worker_actor)
         for m in ARR_METHODS

@@ -1,5 +1,5 @@
 """Real verl runs on CPU: the ``verl_runs`` fixture lives in tests/conftest.py (shared with
-tests/faults, so each configuration runs once per session)."""
+tests/e2e/faults, so each configuration runs once per session)."""
 
 from __future__ import annotations
 

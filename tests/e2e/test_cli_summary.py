@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from otel_verl import cli
+from otel_verl.offline.summary import summary
 
 pytestmark = pytest.mark.e2e
 
@@ -15,7 +15,7 @@ def test_summary_of_a_real_run(verl_runs):
     run = verl_runs.get("v0", "grpo", steps=2)
     assert run.returncode == 0, run.output[-4000:]
     out = io.StringIO()
-    assert cli.summary(run.telemetry_dir, out=out) == 0
+    assert summary(run.telemetry_dir, out=out) == 0
     text = out.getvalue()
     assert "taskrunner" in text and "worker rank 0" in text and "agent_loop_worker" in text
     for n in (1, 2):
@@ -30,5 +30,5 @@ def test_summary_of_a_real_run(verl_runs):
 
 def test_summary_of_an_empty_folder(tmp_path):
     out = io.StringIO()
-    assert cli.summary(tmp_path, out=out) == 1
+    assert summary(tmp_path, out=out) == 1
     assert "no telemetry files" in out.getvalue()

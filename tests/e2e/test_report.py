@@ -20,7 +20,7 @@ import pytest
 from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import semconv
-from otel_verl.files import count_items, iter_lines, signal_files
+from otel_verl.offline.otlp_files import count_items, iter_lines, signal_files
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,119 @@
+"""``Hook`` and ``HookSet``: wrappers applied when their module is imported, removed on uninstrument.
+
+A hook is applied when its module is imported (never importing verl itself, so the 25+
+processes of a Ray job that never touch verl pay nothing). A hook whose target is missing in
+the installed verl or Ray (a renamed private name) is skipped and said once, with the version
+of the package that owns it; training is unaffected.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import wrapt
+from opentelemetry.instrumentation.utils import unwrap
+
+from otel_verl._safe import warn_once
+
+
+def package_version(dist: str) -> str:
+    """The installed version of ``dist`` (``verl``, ``ray``), or ``unknown``."""
+    try:
+        return importlib.metadata.version(dist)
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Hook:
+    module: str
+    target: str  # "func" or "Class.method"
+    wrapper: Callable[..., Any]
+    optional: bool = False  # absent in some supported verl versions: skip quietly
+    only_if: Callable[[], bool] | None = None  # checked when the module is imported
+    # ``replace``: ``wrapper(original)`` returns the new attribute (for decorated functions whose
+    # decorator inspects its caller: a wrapt proxy in between would change what it sees).
+    replace: bool = False
+
+    @property
+    def package(self) -> str:
+        """The distribution that owns the target (for the "cannot hook" message)."""
+        return self.module.split(".", 1)[0]
+
+
+def _owner(module: Any, target: str) -> tuple[Any, str]:
+    owner_path, _, attr = target.rpartition(".")
+    owner = module
+    for part in filter(None, owner_path.split(".")):
+        owner = getattr(owner, part)
+    return owner, attr
+
+
+class HookSet:
+    """Applies hooks on import of their modules and removes them again."""
+
+    def __init__(self, hooks: list[Hook]) -> None:
+        self._hooks = hooks
+        self._active = False
+        self._registered: set[str] = set()
+        self.applied: list[Hook] = []
+        self._replaced: dict[Hook, tuple[Any, str, Any]] = {}
+
+    def install(self) -> None:
+        self._active = True
+        for module in {h.module for h in self._hooks}:
+            if module in self._registered:
+                if module in sys.modules:
+                    self._apply(sys.modules[module])
+                continue
+            self._registered.add(module)
+            # wrapt runs the callback at once if the module is already imported.
+            wrapt.register_post_import_hook(self._apply, module)
+
+    def _apply(self, module: Any) -> None:
+        if not self._active:
+            return
+        for hook in self._hooks:
+            if hook.module != module.__name__ or hook in self.applied:
+                continue
+            if hook.only_if is not None and not hook.only_if():
+                continue
+            try:
+                owner, attr = _owner(module, hook.target)
+                if not hasattr(owner, attr):
+                    raise AttributeError(hook.target)
+                if hook.replace:
+                    original = owner.__dict__.get(attr, getattr(owner, attr))
+                    replacement = hook.wrapper(original)
+                    if replacement is None:
+                        raise TypeError(f"{hook.target} does not have the expected shape")
+                    setattr(owner, attr, replacement)
+                    self._replaced[hook] = (owner, attr, original)
+                else:
+                    wrapt.wrap_function_wrapper(owner, attr, hook.wrapper)
+                self.applied.append(hook)
+            except Exception:  # noqa: BLE001 - a renamed verl/Ray internal must not stop training
+                if not hook.optional:
+                    warn_once(
+                        f"hook:{hook.module}.{hook.target}",
+                        "cannot hook %s.%s in %s %s; that telemetry is disabled",
+                        hook.module,
+                        hook.target,
+                        hook.package,
+                        package_version(hook.package),
+                    )
+
+    def uninstall(self) -> None:
+        self._active = False
+        for hook in reversed(self.applied):
+            if hook in self._replaced:
+                owner, attr, original = self._replaced.pop(hook)
+                setattr(owner, attr, original)
+                continue
+            owner, attr = _owner(sys.modules[hook.module], hook.target)
+            unwrap(owner, attr)
+        self.applied.clear()

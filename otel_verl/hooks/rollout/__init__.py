@@ -1,0 +1,37 @@
+"""Rollout: one span per trajectory and per LLM call, in the agent-loop worker processes.
+
+* ``trajectory``: trajectory spans with their reward-scoring and tool-call spans, the long tail;
+* ``llm``: LLM call spans (``gen_ai.*``);
+* ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links);
+* ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers;
+* ``state``: per-process state those share (open trajectories, step groups, span budget).
+
+Only ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` trajectories per step (and validate flag) and worker get
+spans (their LLM calls too); the histograms count every trajectory and call. Every wrapper stays
+a coroutine and costs a few microseconds when its trajectory is not sampled. Spans and
+attributes: README.md, "Rollout spans and GPU metrics".
+"""
+
+from __future__ import annotations
+
+from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.rollout import handoff, llm, ray_actor, trajectory
+
+HOOKS = [
+    Hook(targets.AGENT_LOOP, "AgentLoopManager.generate_sequences", handoff.traced_manager_generate, replace=True),
+    Hook(
+        targets.AGENT_LOOP_TQ,
+        "AgentLoopManagerTQ.generate_sequences",
+        handoff.manager_tq_generate_wrapper,
+        optional=True,
+    ),
+    Hook(targets.AGENT_LOOP, "AgentLoopWorker.generate_sequences", handoff.worker_generate_wrapper, optional=True),
+    Hook(targets.AGENT_LOOP, "AgentLoopWorker._run_agent_loop", trajectory.run_agent_loop_wrapper),
+    Hook(targets.AGENT_LOOP, "AgentLoopWorker._compute_score", trajectory.compute_score_wrapper),
+    Hook(targets.LLM_SERVER, "LLMServerClient.generate", llm.generate_wrapper),
+    Hook(targets.LLM_SERVER, "LLMServerClient._acquire_server", llm.acquire_server_wrapper, optional=True),
+    Hook(targets.TOOL_AGENT_LOOP, "ToolAgentLoop._call_tool", trajectory.call_tool_wrapper, optional=True),
+    # worker side of Ray's actor-class loading (the driver side must stay unpatched: it pickles)
+    Hook(targets.RAY_FUNCTION_MANAGER, "_inject_tracing_into_class", ray_actor.load_actor_class_wrapper),
+]

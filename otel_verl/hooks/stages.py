@@ -1,0 +1,102 @@
+"""Step and stage spans from verl's timers.
+
+Every stage verl times (``gen``, ``reward``, ``old_log_prob``, ``ref``, ``values``, ``adv``,
+``update_critic``, ``update_actor``, ``update_weights``, ``save_checkpoint``, ``testing``
+and any other ``marked_timer``/``simple_timer`` name) goes through one generator,
+``verl.utils.profiler.performance._timer`` (verl 0.5 - 0.9), whatever module imported
+``marked_timer``. Wrapping it gives:
+
+* ``verl.step``: the root span of one training step's trace (attributes ``verl.step``,
+  ``verl.epoch``, ``verl.driver``);
+* ``verl.<stage>``: a child span per stage, attribute ``verl.stage``. Stages verl runs
+  after the ``step`` timer (``testing``, v0 ``stop_profile``) join the same step's trace;
+  one it runs before (v0 ``start_profile``) is a span of its own with the step number;
+* the ``verl.stage.duration`` histogram is not recorded here but from the ``timing_s/<stage>``
+  values verl logs once per step (``otel_verl.instruments.training``): equal to verl's figures by construction,
+  and a metric record (~15-25 us in the SDK) per stage call stays off the training thread's path;
+* at the end of each step: ``verl.training.step``, ``verl.training.steps`` and the
+  ``verl.training.last_step.timestamp`` heartbeat.
+
+Spans are made only in the process running the trainer: the agent-loop workers' per-sample
+timers would be thousands of spans per step (rollout spans have their own hooks).
+An exception inside a stage is recorded on the span and re-raised unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from otel_verl import semconv
+from otel_verl._safe import safe
+from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.spans import SpanState, close_span, open_span
+from otel_verl.hooks.trainer import step_attributes
+from otel_verl.instruments.training import TrainingMetrics
+from otel_verl.process.state import PROCESS
+
+STEP = "step"
+
+
+def _args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    name = kwargs.get("name", args[0] if args else None)
+    timing_raw = kwargs.get("timing_raw", args[1] if len(args) > 1 else None)
+    return name, timing_raw
+
+
+@safe("stage span start")
+def _start(name: Any, timing_raw: Any) -> SpanState | None:
+    trainer = PROCESS.trainer
+    if trainer is None or not isinstance(name, str):
+        return None
+    attrs = step_attributes(trainer)
+    if name == STEP:
+        parent = otel_context.Context()  # every step starts its own trace
+    else:
+        attrs[semconv.ATTR_STAGE] = name
+        parent = None
+        if not trace.get_current_span().get_span_context().is_valid:
+            last = PROCESS.last_step
+            if last is not None and last[0] == id(timing_raw):
+                parent = trace.set_span_in_context(trace.NonRecordingSpan(last[1]))
+    span_name = semconv.SPAN_STEP if name == STEP else semconv.SPAN_STAGE_PREFIX + name
+    return open_span(span_name, context=parent, attributes=attrs)
+
+
+@safe("stage span end")
+def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
+    close_span(state, error=error)
+    if error is None and name == STEP:
+        PROCESS.last_step = (id(timing_raw), state[0].get_span_context())
+        step, ended = getattr(PROCESS.trainer, "global_steps", None), time.time()
+        # in the same ordered background queue as the step's Tracking.log values
+        # the pipeline of now, not of when the background thread gets to it
+        telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
+        telemetry.submit(lambda: _step_end(training, step, ended))
+
+
+@safe("step end metrics")
+def _step_end(training: TrainingMetrics, step: Any, ended: float) -> None:
+    training.record_step_end(step if isinstance(step, int) else None, ended)
+
+
+def _timer_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # A generator, like the original: callers do ``yield from _timer(name, timing_raw)``.
+    name, timing_raw = _args(args, kwargs)
+    state = _start(name, timing_raw)
+    if state is None:
+        return (yield from wrapped(*args, **kwargs))
+    try:
+        result = yield from wrapped(*args, **kwargs)
+    except BaseException as exc:
+        _end(state, name, timing_raw, None if isinstance(exc, GeneratorExit) else exc)
+        raise
+    _end(state, name, timing_raw, None)
+    return result
+
+
+HOOKS = [Hook(targets.PERFORMANCE, "_timer", _timer_wrapper)]

@@ -1,0 +1,21 @@
+"""Every verl and Ray module otel-verl hooks into, by name (the verl 0.9 layout).
+
+One place to look when a verl or Ray release moves things: the hook modules name their
+targets from here, ``otel-verl doctor`` checks each one exists in the installed versions.
+"""
+
+from __future__ import annotations
+
+PERFORMANCE = "verl.utils.profiler.performance"  # _timer: every stage verl times
+TRACKING = "verl.utils.tracking"  # Tracking.log: every value verl logs
+TRAINER_V0 = "verl.trainer.ppo.ray_trainer"  # RayPPOTrainer (legacy driver)
+TRAINER_V1 = "verl.trainer.ppo.v1.trainer_base"  # PPOTrainer (verl 0.9 default)
+SINGLE_CONTROLLER = "verl.single_controller.ray.base"  # func_generator: worker-group methods
+ENGINE_WORKERS = "verl.workers.engine_workers"  # ActorRolloutRefWorker, TrainingWorker
+AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"  # AgentLoopManager / AgentLoopWorker (v0)
+AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"  # AgentLoopManagerTQ (v1)
+TOOL_AGENT_LOOP = "verl.experimental.agent_loop.tool_agent_loop"  # ToolAgentLoop._call_tool
+LLM_SERVER = "verl.workers.rollout.llm_server"  # LLMServerClient: every engine call
+RAY = "ray"  # ray.init
+RAY_FUNCTION_MANAGER = "ray._private.function_manager"  # _inject_tracing_into_class (private)
+RAY_UTILS = "verl.utils.ray_utils"  # auto_await, re-applied around AgentLoopManager.generate_sequences

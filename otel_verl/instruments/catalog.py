@@ -1,0 +1,145 @@
+"""Every named instrument otel-verl creates: name, kind, unit, buckets, description, side by side.
+
+The one definition. ``Instruments`` (``otel_verl.instruments``) builds them on a process's meter,
+``prometheus.prometheus_name`` derives the series names the ``collector/`` kit queries, and
+README.md's reference tables are checked against this list (``tests/unit/test_instruments.py``).
+Names themselves are constants in ``otel_verl.semconv``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from otel_verl import semconv
+
+# Seconds, from a 5 ms timer to a multi-hour stage.
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+    10000,
+)
+TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+GAUGE = "gauge"
+COUNTER = "counter"
+HISTOGRAM = "histogram"
+UP_DOWN_COUNTER = "updowncounter"
+OBSERVABLE_GAUGE = "observable_gauge"
+
+
+@dataclass(frozen=True)
+class InstrumentSpec:
+    name: str
+    kind: str
+    unit: str
+    description: str
+    buckets: tuple[float, ...] | None = None
+
+
+# ---------------------------------------------------------------- training (TaskRunner, Tracking.log)
+TRAINING_STEP = InstrumentSpec(semconv.M_TRAINING_STEP, GAUGE, "{step}", "Global step just finished")
+TRAINING_STEPS = InstrumentSpec(semconv.M_TRAINING_STEPS, COUNTER, "{step}", "Training steps completed")
+LAST_STEP_TIMESTAMP = InstrumentSpec(
+    semconv.M_LAST_STEP_TIMESTAMP, GAUGE, "s", "Unix time the last training step ended (heartbeat)"
+)
+STAGE_DURATION = InstrumentSpec(
+    semconv.M_STAGE_DURATION, HISTOGRAM, "s", "Duration of each stage verl times", DURATION_BUCKETS
+)
+# No unit: Prometheus 3 would name a unit-"1" gauge ``..._ratio``, and neither is a ratio.
+KL = InstrumentSpec(semconv.M_KL, GAUGE, "", "KL divergence as logged by verl")
+REWARD = InstrumentSpec(semconv.M_REWARD, GAUGE, "", "Mean sequence reward of the batch")
+THROUGHPUT = InstrumentSpec(semconv.M_THROUGHPUT, GAUGE, "{token}/s", "Tokens per second per GPU (perf/throughput)")
+NONFINITE = InstrumentSpec(semconv.M_NONFINITE, COUNTER, "{value}", "NaN or inf values verl logged")
+# One gauge per numeric key verl logs, named by ``semconv.metric_name(key)``.
+LOGGED_VALUE = InstrumentSpec(semconv.METRIC_PREFIX + "<key>", GAUGE, "", "verl logged key {key!r}")
+
+# ---------------------------------------------------------------- rollout (agent-loop workers)
+TRAJECTORY_DURATION = InstrumentSpec(
+    semconv.M_ROLLOUT_TRAJECTORY_DURATION,
+    HISTOGRAM,
+    "s",
+    "Duration of one rollout trajectory (agent loop incl. reward)",
+    DURATION_BUCKETS,
+)
+LLM_CALL_DURATION = InstrumentSpec(
+    semconv.M_ROLLOUT_LLM_CALL_DURATION, HISTOGRAM, "s", "Duration of one LLM server generate call", DURATION_BUCKETS
+)
+RESPONSE_TOKENS = InstrumentSpec(
+    semconv.M_ROLLOUT_RESPONSE_TOKENS,
+    HISTOGRAM,
+    "{token}",
+    "Response tokens of one trajectory (verl's response_length)",
+    TOKEN_BUCKETS,
+)
+TAIL_RATIO = InstrumentSpec(
+    semconv.M_ROLLOUT_TAIL_RATIO, GAUGE, "1", "Slowest / median trajectory duration of a step in this worker"
+)
+
+# ---------------------------------------------------------------- hardware (worker ranks, hw.gpu.* semconv)
+GPU_MEMORY_USAGE = InstrumentSpec(semconv.M_GPU_MEMORY_USAGE, OBSERVABLE_GAUGE, "By", "GPU memory in use")
+GPU_MEMORY_LIMIT = InstrumentSpec(semconv.M_GPU_MEMORY_LIMIT, OBSERVABLE_GAUGE, "By", "GPU memory size")
+GPU_UTILIZATION = InstrumentSpec(semconv.M_GPU_UTILIZATION, OBSERVABLE_GAUGE, "1", "GPU utilization (0-1)")
+
+ALL: tuple[InstrumentSpec, ...] = (
+    TRAINING_STEP,
+    TRAINING_STEPS,
+    LAST_STEP_TIMESTAMP,
+    STAGE_DURATION,
+    KL,
+    REWARD,
+    THROUGHPUT,
+    NONFINITE,
+    TRAJECTORY_DURATION,
+    LLM_CALL_DURATION,
+    RESPONSE_TOKENS,
+    TAIL_RATIO,
+    GPU_MEMORY_USAGE,
+    GPU_MEMORY_LIMIT,
+    GPU_UTILIZATION,
+)
+
+
+def logged_value(key: str) -> InstrumentSpec:
+    """The gauge that carries a key verl logs (``actor/kl_loss`` -> ``verl.actor.kl_loss``)."""
+    return InstrumentSpec(semconv.metric_name(key), GAUGE, LOGGED_VALUE.unit, LOGGED_VALUE.description.format(key=key))
+
+
+def create(meter: object, spec: InstrumentSpec) -> object:
+    """The synchronous instrument ``spec`` describes, on ``meter``."""
+    kwargs: dict[str, object] = {"unit": spec.unit, "description": spec.description}
+    if spec.kind == GAUGE:
+        return meter.create_gauge(spec.name, **kwargs)  # type: ignore[attr-defined]
+    if spec.kind == COUNTER:
+        return meter.create_counter(spec.name, **kwargs)  # type: ignore[attr-defined]
+    if spec.kind == UP_DOWN_COUNTER:
+        return meter.create_up_down_counter(spec.name, **kwargs)  # type: ignore[attr-defined]
+    if spec.kind == HISTOGRAM:
+        return meter.create_histogram(  # type: ignore[attr-defined]
+            spec.name, explicit_bucket_boundaries_advisory=spec.buckets, **kwargs
+        )
+    raise ValueError(f"{spec.name}: {spec.kind} instruments need callbacks (create_observable)")
+
+
+def create_observable(meter: object, spec: InstrumentSpec, callbacks: list[object]) -> object:
+    if spec.kind != OBSERVABLE_GAUGE:
+        raise ValueError(f"{spec.name} is a {spec.kind}")
+    return meter.create_observable_gauge(  # type: ignore[attr-defined]
+        spec.name, callbacks=callbacks, unit=spec.unit, description=spec.description
+    )

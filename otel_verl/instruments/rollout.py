@@ -1,0 +1,15 @@
+"""Rollout metrics of the agent-loop workers: they count every trajectory and LLM call, sampled or not."""
+
+from __future__ import annotations
+
+from opentelemetry.metrics import Meter
+
+from otel_verl.instruments import catalog
+
+
+class RolloutMetrics:
+    def __init__(self, meter: Meter) -> None:
+        self.trajectory = catalog.create(meter, catalog.TRAJECTORY_DURATION)
+        self.llm_call = catalog.create(meter, catalog.LLM_CALL_DURATION)
+        self.response_tokens = catalog.create(meter, catalog.RESPONSE_TOKENS)
+        self.tail_ratio = catalog.create(meter, catalog.TAIL_RATIO)

@@ -1,0 +1,107 @@
+"""Training metrics: every value verl logs, plus the named RL signals users alert on.
+
+Every numeric value passed to verl's ``Tracking.log(data, step)`` becomes a gauge named by
+``semconv.metric_name`` (``actor/kl_loss`` -> ``verl.actor.kl_loss``). Non-numeric values
+are skipped. NaN and inf are never turned into 0: the OpenTelemetry SDK refuses non-finite
+measurements, so such a value is not recorded on its gauge (which keeps its previous value)
+and is counted instead in ``verl.training.nonfinite`` with the offending key as attribute,
+which the "NaN in training" alert watches. The named instruments: ``catalog``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.metrics import Meter
+
+from otel_verl import semconv
+from otel_verl.instruments import catalog
+
+
+def as_float(value: Any) -> float | None:
+    """The number in ``value`` (Python/numpy scalar, one-element tensor), else None."""
+    if isinstance(value, (str, bytes)):
+        return None
+    # Any failure means "not a number we can record": an int beyond float range
+    # (OverflowError), a complex, an object whose ``item()`` raises... must cost only its own key.
+    if isinstance(value, numbers.Number):
+        try:
+            return float(value)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001
+            return None
+    # numpy arrays and torch tensors holding exactly one number
+    try:
+        if not callable(getattr(value, "item", None)):
+            return None
+        numel = getattr(value, "numel", None)
+        count = numel() if callable(numel) else getattr(value, "size", None)
+        return float(value.item()) if count == 1 else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def as_int(value: Any) -> int | None:
+    """The integer in ``value`` (int, numpy/torch scalar), else None; bools are not counts."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        if hasattr(value, "item"):
+            value = value.item()
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+class TrainingMetrics:
+    def __init__(self, meter: Meter) -> None:
+        self._meter = meter
+        self._gauges: dict[str, Any] = {}
+        self.step = catalog.create(meter, catalog.TRAINING_STEP)
+        self.steps = catalog.create(meter, catalog.TRAINING_STEPS)
+        self.last_step = catalog.create(meter, catalog.LAST_STEP_TIMESTAMP)
+        self.stage_duration = catalog.create(meter, catalog.STAGE_DURATION)
+        self.kl = catalog.create(meter, catalog.KL)
+        self.reward = catalog.create(meter, catalog.REWARD)
+        self.throughput = catalog.create(meter, catalog.THROUGHPUT)
+        self.nonfinite = catalog.create(meter, catalog.NONFINITE)
+
+    def _gauge(self, key: str) -> Any:
+        gauge = self._gauges.get(key)
+        if gauge is None:
+            gauge = self._gauges[key] = catalog.create(self._meter, catalog.logged_value(key))
+        return gauge
+
+    def record_log(self, data: Mapping[str, Any], forward_all: bool = True) -> int:
+        """Record one ``Tracking.log`` payload; returns how many values were recorded."""
+        recorded = 0
+        for key, raw in data.items():
+            value = as_float(raw)
+            if value is None or not isinstance(key, str):
+                continue
+            if not math.isfinite(value):
+                self.nonfinite.add(1, {semconv.ATTR_METRIC_KEY: key})
+                continue
+            if forward_all:
+                self._gauge(key).set(value)
+            if key in semconv.KL_KEYS:
+                self.kl.set(value, {semconv.ATTR_KL_SOURCE: semconv.KL_KEYS[key]})
+            elif key in semconv.REWARD_KEYS:
+                self.reward.set(value, {semconv.ATTR_REWARD_SOURCE: semconv.REWARD_KEYS[key]})
+            elif key == semconv.THROUGHPUT_KEY:
+                self.throughput.set(value)
+            elif key.startswith(semconv.TIMING_PREFIX):
+                # One value per stage and step, exactly what verl reports: cheaper than a record
+                # per stage call on the training thread, and equal to timing_s by construction.
+                self.stage_duration.record(value, {semconv.ATTR_STAGE: key[len(semconv.TIMING_PREFIX) :]})
+            recorded += 1
+        return recorded
+
+    def record_step_end(self, global_step: int | None, ended: float | None = None) -> None:
+        if global_step is not None:
+            self.step.set(global_step)
+        self.steps.add(1)
+        self.last_step.set(time.time() if ended is None else ended)

@@ -1,0 +1,11 @@
+"""Tools that work on a run's stored telemetry (or on the environment), off the training path.
+
+Nothing here runs inside a training process; the ``otel-verl`` commands (``otel_verl.cli``) call them.
+
+* ``summary``: ``otel-verl summary DIR``, the run as a few lines of text;
+* ``report``: ``otel-verl report DIR``, the run as one self-contained HTML page;
+* ``replay``: ``otel-verl replay DIR``, the stored OTLP JSON sent to an OTLP/HTTP endpoint;
+* ``doctor``: ``otel-verl doctor``, what the instrumentation would do in this environment;
+* ``otlp_files``: reads the OTLP JSON-lines files the ``otlp_json_file`` exporters write;
+* ``endpoints``: the OTLP endpoint rule (``OTEL_EXPORTER_OTLP_*``) replay and doctor share.
+"""

@@ -1,0 +1,410 @@
+"""What the report shows, computed from a run's OTLP JSON files: steps and their stages, step
+timelines, rollout latency, per-step curves. ``build(folder)`` returns it all as a ``Report``;
+``render`` draws it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_verl import semconv
+from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans, signal_files
+
+MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (the slowest and the last ones beyond)
+MAX_TRAJECTORY_ROWS = 48  # trajectory rows per step timeline (the slowest ones)
+INSTANCE = "service.instance.id"
+
+# (chart title, unit, [(metric, (attribute, value) or None, label)]); charts without data are left out
+CURVES: tuple[tuple[str, str, list[tuple[str, tuple[str, str] | None, str]]], ...] = (
+    (
+        "Reward",
+        "",
+        [
+            (semconv.M_REWARD, (semconv.ATTR_REWARD_SOURCE, v), k)
+            for k, v in semconv.REWARD_KEYS.items()  # critic/score/mean, critic/rewards/mean
+        ],
+    ),
+    ("KL", "", [(semconv.M_KL, (semconv.ATTR_KL_SOURCE, v), k) for k, v in semconv.KL_KEYS.items()]),
+    ("Throughput", "tokens/s per GPU", [(semconv.M_THROUGHPUT, None, semconv.THROUGHPUT_KEY)]),
+    ("Entropy", "", [(semconv.metric_name("actor/entropy"), None, "actor/entropy")]),
+    ("Grad norm", "", [(semconv.metric_name("actor/grad_norm"), None, "actor/grad_norm")]),
+    ("Response length", "tokens", [(semconv.metric_name("response_length/mean"), None, "response_length/mean")]),
+    ("Step time", "s", [(semconv.metric_name("timing_s/step"), None, "timing_s/step")]),
+)
+
+
+@dataclass
+class StepRow:
+    step: int
+    span: SpanRecord
+    stages: dict[str, float]  # top-level stage -> seconds (summed if timed twice), in start order
+    other: float  # step time not covered by a top-level stage
+    slowest: SpanRecord | None = None  # slowest (training) trajectory of the step
+    trajectories: int = 0
+    error: bool = False
+
+
+@dataclass
+class Row:
+    span: SpanRecord
+    depth: int
+    kind: str  # step | stage | wg | worker | traj | tail | other
+    segments: list[SpanRecord] = field(default_factory=list)  # LLM calls drawn inside a trajectory
+    linked: bool = False  # joined by verl.rollout.submit_step, not by parentage
+    slowest: bool = False
+
+
+@dataclass
+class Timeline:
+    step: int
+    rows: list[Row]
+    t0: int
+    t1: int
+    slowest: SpanRecord | None
+    trajectories: int  # trajectory spans of the step (all, before the row cap)
+
+
+@dataclass
+class Histogram:
+    bounds: list[float]
+    counts: list[int]
+    count: int
+    total: float
+
+
+@dataclass
+class Report:
+    folder: Path
+    files: dict[str, int]  # signal -> files read
+    spans: int
+    points: int
+    bad_lines: int
+    meta: dict[str, str]
+    processes: list[tuple[str, int]]  # ("taskrunner pid 870", spans)
+    steps: list[StepRow]
+    stage_order: list[str]
+    timelines: dict[int, Timeline]
+    default_step: int | None
+    trajectory_seconds: list[float]  # training trajectory spans
+    validation_trajectories: int
+    trajectory_metric: Histogram | None
+    curves: list[tuple[str, str, list[tuple[str, dict[int, float]]]]]
+    gauges: dict[str, dict[int, float]]  # every per-step gauge series, label -> step -> value
+    notes: list[str]
+
+
+def _attr_key(attributes: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, str(v)) for k, v in attributes.items()))
+
+
+def series_label(name: str, attributes: dict[str, Any]) -> str:
+    if not attributes:
+        return name
+    return name + "{" + ",".join(f"{k}={v}" for k, v in sorted(attributes.items())) + "}"
+
+
+def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[int, float]]:
+    """Gauge values per training step: (name, attributes) -> {step: value}.
+
+    A process exports all its gauges at each step boundary with one timestamp; the
+    ``verl.training.step`` gauge of the same export names the step. Exports without it
+    (validation before training, processes that log nothing) are left out.
+    """
+    groups: dict[tuple[Any, int], list[MetricPoint]] = defaultdict(list)
+    for p in points:
+        if p.kind == "gauge" and p.value is not None:
+            who = p.resource.get(INSTANCE) or p.resource.get("process.pid")
+            groups[(who, p.time_ns)].append(p)
+    out: dict[tuple[str, tuple], dict[int, float]] = defaultdict(dict)
+    for key in sorted(groups, key=lambda k: k[1]):
+        batch = groups[key]
+        step = next((p.value for p in batch if p.name == semconv.M_TRAINING_STEP and not p.attributes), None)
+        if step is None:
+            continue
+        for p in batch:
+            if p.name != semconv.M_TRAINING_STEP:
+                out[(p.name, _attr_key(p.attributes))][int(step)] = float(p.value)  # type: ignore[arg-type]
+    return dict(out)
+
+
+def trajectory_histogram(points: Iterable[MetricPoint], validate: bool = False) -> Histogram | None:
+    """The ``verl.rollout.trajectory.duration`` histogram summed over processes and attribute sets."""
+    latest: dict[tuple, MetricPoint] = {}
+    deltas: list[MetricPoint] = []
+    for p in points:
+        if p.name != semconv.M_ROLLOUT_TRAJECTORY_DURATION or p.kind != "histogram" or not p.bucket_counts:
+            continue
+        if bool(p.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)) != validate:
+            continue
+        if p.temporality == 1:
+            deltas.append(p)
+            continue
+        key = (p.resource.get(INSTANCE), _attr_key(p.attributes), p.start_ns)
+        if key not in latest or p.time_ns >= latest[key].time_ns:
+            latest[key] = p
+    chosen = list(latest.values()) + deltas
+    if not chosen:
+        return None
+    bounds = chosen[0].bounds or []
+    counts = [0] * (len(bounds) + 1)
+    hist = Histogram(bounds, counts, 0, 0.0)
+    for p in chosen:
+        if p.bounds != bounds or len(p.bucket_counts or []) != len(counts):
+            continue  # another bucket layout: cannot be added up
+        for i, c in enumerate(p.bucket_counts or []):
+            counts[i] += c
+        hist.count += p.count or 0
+        hist.total += p.value or 0.0
+    return hist
+
+
+def _row_kind(span: SpanRecord) -> str:
+    if span.name == semconv.SPAN_STEP:
+        return "step"
+    if semconv.ATTR_STAGE in span.attributes:
+        return "stage"
+    if span.name.startswith(semconv.SPAN_WG_PREFIX):
+        return "wg"
+    if span.name.startswith(semconv.SPAN_WORKER_PREFIX):
+        return "worker"
+    if span.name == semconv.SPAN_ROLLOUT_TRAJECTORY:
+        return "traj"
+    if span.name == semconv.SPAN_ROLLOUT_TAIL:
+        return "tail"
+    if span.name == semconv.SPAN_ROLLOUT_LLM_CALL:
+        return "llm"
+    return "other"
+
+
+def _is_training_trajectory(span: SpanRecord) -> bool:
+    return span.name == semconv.SPAN_ROLLOUT_TRAJECTORY and not span.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)
+
+
+def _slowest(trajectories: list[SpanRecord]) -> SpanRecord | None:
+    training = [s for s in trajectories if not s.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)]
+    pool = training or trajectories
+    return max(pool, key=lambda s: (s.end_ns - s.start_ns, s.span_id)) if pool else None
+
+
+def _timeline(step: StepRow, members: list[SpanRecord]) -> Timeline:
+    ids = {s.span_id for s in members}
+    children: dict[str, list[SpanRecord]] = defaultdict(list)
+    for s in members:
+        if s.span_id != step.span.span_id:
+            children[s.parent_id if s.parent_id in ids else ""].append(s)
+    # Roots other than the step: the v1 rollout traces (joined by submit_step) and spans whose
+    # parent was not exported. They hang under the gen stage (rollouts) or the step.
+    gen = next((s for s in children.get(step.span.span_id, []) if s.attributes.get(semconv.ATTR_STAGE) == "gen"), None)
+    linked_roots = children.pop("", [])
+    for s in linked_roots:
+        anchor = gen if gen is not None and s.name.startswith("verl.rollout.") else step.span
+        children[anchor.span_id].append(s)
+    linked = {s.span_id for s in linked_roots}
+
+    trajectories = [s for s in members if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+    slowest = _slowest(trajectories)
+    shown = set()
+    if len(trajectories) > MAX_TRAJECTORY_ROWS:
+        shown = {s.span_id for s in sorted(trajectories, key=lambda s: s.start_ns - s.end_ns)[:MAX_TRAJECTORY_ROWS]}
+
+    rows: list[Row] = []
+
+    def visit(span: SpanRecord, depth: int) -> None:
+        kind = _row_kind(span)
+        if kind == "traj" and shown and span.span_id not in shown:
+            return
+        row = Row(span, depth, kind, linked=span.span_id in linked)
+        row.slowest = slowest is not None and span.span_id == slowest.span_id
+        rows.append(row)
+        for child in sorted(children.get(span.span_id, []), key=lambda s: (s.start_ns, s.name)):
+            if kind == "traj" and child.name == semconv.SPAN_ROLLOUT_LLM_CALL:
+                row.segments.append(child)
+            else:
+                visit(child, depth + 1)
+
+    visit(step.span, 0)
+    drawn = [r.span for r in rows] + [seg for r in rows for seg in r.segments]
+    t0 = min(s.start_ns for s in drawn)
+    t1 = max(s.end_ns for s in drawn)
+    return Timeline(step.step, rows, t0, max(t1, t0 + 1), slowest, len(trajectories))
+
+
+def build(folder: str | Path) -> Report:
+    """Read ``folder``'s traces and metrics and work out everything the page shows."""
+    folder = Path(folder)
+    bad: list[tuple[Path, int]] = []
+    spans = read_spans(folder, bad)
+    points = read_metric_points(folder, bad)
+    notes: list[str] = []
+    if bad:
+        notes.append(f"{len(bad)} line(s) that are not OTLP JSON were skipped (first: {bad[0][0].name}:{bad[0][1]})")
+    step_spans = sorted(
+        (s for s in spans if s.name == semconv.SPAN_STEP and isinstance(s.attributes.get(semconv.ATTR_STEP), int)),
+        key=lambda s: (s.attributes[semconv.ATTR_STEP], s.start_ns),
+    )
+    steps, stage_order, members_of = _steps(spans, step_spans, notes)
+    default_step = max(steps, key=lambda r: (r.span.seconds, r.step)).step if steps else None
+    timelines = _timelines(steps, members_of, notes)
+    trajectory_spans = [s for s in spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+    series = step_gauges(points)
+    if not spans:
+        notes.append("no spans (traces-*.jsonl missing or empty): no stage breakdown, timeline or trajectory spans")
+    elif not steps:
+        notes.append("no verl.step spans: the run ended before its first step, or spans of the TaskRunner are missing")
+    if not points:
+        notes.append("no metric points (metrics-*.jsonl missing or empty): no curves")
+    return Report(
+        folder=folder,
+        files={sig: len(signal_files(folder, sig)) for sig in ("traces", "metrics", "logs")},
+        spans=len(spans),
+        points=len(points),
+        bad_lines=len(bad),
+        meta=_meta(spans, points, step_spans),
+        processes=_processes(spans),
+        steps=steps,
+        stage_order=stage_order,
+        timelines=timelines,
+        default_step=default_step,
+        trajectory_seconds=[s.seconds for s in trajectory_spans if _is_training_trajectory(s)],
+        validation_trajectories=sum(1 for s in trajectory_spans if not _is_training_trajectory(s)),
+        trajectory_metric=trajectory_histogram(points),
+        curves=_curves(series),
+        gauges={
+            series_label(name, dict(attrs)): dict(sorted(values.items()))
+            for (name, attrs), values in sorted(series.items())
+        },
+        notes=notes,
+    )
+
+
+def _linked_traces(by_trace: dict[str, list[SpanRecord]], step_traces: set[str]) -> dict[int, list[str]]:
+    """v1: the rollout traces of their own, by the step their root's ``verl.rollout.submit_step`` names."""
+    ids = {s.span_id for members in by_trace.values() for s in members}
+    linked: dict[int, list[str]] = defaultdict(list)
+    for trace_id, members in by_trace.items():
+        if trace_id in step_traces:
+            continue
+        roots = [s for s in members if s.parent_id not in ids]
+        submit = next(
+            (
+                r.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
+                for r in roots
+                if semconv.ATTR_ROLLOUT_SUBMIT_STEP in r.attributes
+            ),
+            None,
+        )
+        if isinstance(submit, int):
+            linked[submit].append(trace_id)
+    return linked
+
+
+def _steps(
+    spans: list[SpanRecord], step_spans: list[SpanRecord], notes: list[str]
+) -> tuple[list[StepRow], list[str], dict[int, list[SpanRecord]]]:
+    """One row per step (its top-level stages), the stages in first-seen order, each step's spans."""
+    by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
+    for s in spans:
+        by_trace[s.trace_id].append(s)
+    linked_traces = _linked_traces(by_trace, {s.trace_id for s in step_spans})
+    steps: list[StepRow] = []
+    stage_order: list[str] = []
+    members_of: dict[int, list[SpanRecord]] = {}
+    for st in step_spans:
+        n = st.attributes[semconv.ATTR_STEP]
+        if n in members_of:
+            notes.append(f"step {n} has more than one verl.step span; the first is shown")
+            continue
+        members = list(by_trace[st.trace_id])
+        for trace_id in linked_traces.get(n, []):
+            members.extend(by_trace[trace_id])
+        members_of[n] = members
+        stages: dict[str, float] = {}
+        covered = 0.0
+        for s in sorted(by_trace[st.trace_id], key=lambda s: s.start_ns):
+            stage = s.attributes.get(semconv.ATTR_STAGE)
+            if s.parent_id == st.span_id and isinstance(stage, str):
+                stages[stage] = stages.get(stage, 0.0) + s.seconds
+                covered += s.seconds
+                if stage not in stage_order:
+                    stage_order.append(stage)
+        trajectories = [s for s in members if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+        steps.append(
+            StepRow(
+                n,
+                st,
+                stages,
+                max(0.0, st.seconds - covered),
+                _slowest(trajectories),
+                len(trajectories),
+                any(s.status == "STATUS_CODE_ERROR" for s in by_trace[st.trace_id]),
+            )
+        )
+    return steps, stage_order, members_of
+
+
+def _timelines(steps: list[StepRow], members_of: dict[int, list[SpanRecord]], notes: list[str]) -> dict[int, Timeline]:
+    """The timelines in the page: every step's, or for a long run the slowest and the last ones."""
+    chosen = [r.step for r in steps]
+    if len(chosen) > MAX_TIMELINE_STEPS:
+        half = MAX_TIMELINE_STEPS // 2
+        slow = sorted(steps, key=lambda r: -r.span.seconds)[:half]
+        chosen = sorted({r.step for r in slow} | set(chosen[-half:]))
+        notes.append(
+            f"timelines are included for {len(chosen)} of {len(steps)} steps (the {half} slowest and the last {half})"
+        )
+    by_step = {r.step: r for r in steps}
+    return {n: _timeline(by_step[n], members_of[n]) for n in chosen}
+
+
+def _curves(
+    series: dict[tuple[str, tuple], dict[int, float]],
+) -> list[tuple[str, str, list[tuple[str, dict[int, float]]]]]:
+    """The ``CURVES`` charts that have data, each line's values in step order."""
+    curves: list[tuple[str, str, list[tuple[str, dict[int, float]]]]] = []
+    for title, unit, wanted in CURVES:
+        lines = []
+        for name, attr, label in wanted:
+            values = series.get((name, ((attr[0], attr[1]),) if attr else ()))
+            if values:
+                lines.append((label, dict(sorted(values.items()))))
+        if lines:
+            curves.append((title, unit, lines))
+    return curves
+
+
+def _meta(spans: list[SpanRecord], points: list[MetricPoint], step_spans: list[SpanRecord]) -> dict[str, str]:
+    """The run's identity from the resources (run id, service, ...), its driver and how long the spans cover."""
+    meta: dict[str, str] = {}
+    resources = [s.resource for s in spans] + [p.resource for p in points]
+    for key, label in (
+        (semconv.RES_RUN_ID, "run id"),
+        ("service.name", "service"),
+        (semconv.RES_PROJECT, "project"),
+        (semconv.RES_EXPERIMENT, "experiment"),
+    ):
+        values = sorted({str(r[key]) for r in resources if r.get(key) is not None})
+        if values:
+            meta[label] = ", ".join(values)
+    drivers = sorted(
+        {str(s.attributes[semconv.ATTR_DRIVER]) for s in step_spans if semconv.ATTR_DRIVER in s.attributes}
+    )
+    if drivers:
+        meta["driver"] = ", ".join(drivers)
+    if spans:
+        start = min(s.start_ns for s in spans)
+        end = max(s.end_ns for s in spans)
+        meta["spans cover"] = f"{(end - start) / 1e9:.1f} s"
+    return meta
+
+
+def _processes(spans: list[SpanRecord]) -> list[tuple[str, int]]:
+    """("taskrunner pid 870", spans) per process that sent spans, sorted."""
+    procs: dict[str, int] = defaultdict(int)
+    for r in [s.resource for s in spans]:
+        rank = r.get(semconv.RES_RANK)
+        procs[f"{r.get(semconv.RES_ROLE)}{'' if rank is None else f' rank {rank}'} pid {r.get('process.pid')}"] += 1
+    return sorted(procs.items())

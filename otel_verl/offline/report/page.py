@@ -1,0 +1,302 @@
+"""The report page: its sections (tables, the charts of ``charts``, notes) in one self-contained
+HTML document, with the stylesheet and script of ``assets/`` inline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from functools import cache
+from importlib import resources
+
+from otel_verl import semconv
+from otel_verl.offline.report.charts import (
+    LINE_COLORS,
+    OTHER,
+    SLOWEST_COLOR,
+    duration,
+    esc,
+    histogram_svg,
+    legend,
+    line_svg,
+    nice_ticks,
+    number,
+    stacked_svg,
+    stage_colors,
+    timeline_svg,
+)
+from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, Timeline, series_label
+from otel_verl.version import __version__
+
+FOLD_ROWS = 50  # longer tables start folded
+
+
+@cache
+def asset(name: str) -> str:
+    """A file of ``assets/`` (``report.css``, ``report.js``), as text."""
+    return resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def render(report: Report) -> str:
+    """The whole page, one HTML document that loads nothing."""
+    colors = stage_colors(report.stage_order)
+    title = f"verl run {report.meta.get('run id', report.folder.name)}"
+    notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{esc(title)}</title><style>{asset('report.css')}</style></head><body>",
+        f'<h1>{esc(title)}</h1><dl class="meta">{_meta(report)}</dl>',
+        f'<ul class="notes">{notes}</ul>' if notes else "",
+        '<nav><a href="#stages">Stages</a><a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
+        '<a href="#curves">Training curves</a><a href="#explore">Any metric</a></nav>',
+        _stages_section(report, colors),
+        _timelines_section(report, colors),
+        _rollout_section(report),
+        _curves_section(report),
+        *_explore_section(report),
+        f"<script>{asset('report.js')}</script>",
+        f"<footer><small>otel-verl {__version__} report</small></footer></body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _meta(report: Report) -> str:
+    meta = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in report.meta.items())
+    meta += (
+        f"<dt>read</dt><dd>{esc(report.folder)}: {report.files['traces']} trace, {report.files['metrics']} metric, "
+        f"{report.files['logs']} log files; {report.spans} spans, {report.points} metric points, "
+        f"{len(report.steps)} steps</dd>"
+    )
+    if report.processes:
+        meta += "<dt>processes</dt><dd>" + "; ".join(f"{esc(p)}: {n} spans" for p, n in report.processes) + "</dd>"
+    return meta
+
+
+def _stages_section(report: Report, colors: dict[str, str]) -> str:
+    parts = ['<section id="stages"><h2>Stage breakdown per step</h2>']
+    if report.steps:
+        parts += [
+            "<p>Top-level stage spans (<code>verl.&lt;stage&gt;</code> children of <code>verl.step</code>), "
+            "seconds; <i>other</i> is step time outside any stage. Click a row to see its timeline.</p>",
+            legend(colors),
+            stacked_svg(report, colors),
+            _folded(_stage_table(report), len(report.steps), "stage seconds per step"),
+        ]
+    else:
+        parts.append('<p class="empty">No <code>verl.step</code> spans.</p>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _timelines_section(report: Report, colors: dict[str, str]) -> str:
+    """Every step timeline in the page, the slowest step's shown; the others behind the picker."""
+    parts = ['<section id="timeline"><h2>Step timeline</h2>']
+    if report.timelines:
+        steps = {r.step: r for r in report.steps}
+        options = "".join(
+            f'<option value="{n}"{" selected" if n == report.default_step else ""}>step {n} '
+            f"({duration(steps[n].span.seconds)}){' slowest' if n == report.default_step else ''}</option>"
+            for n in sorted(report.timelines)
+        )
+        default = report.default_step if report.default_step in report.timelines else max(report.timelines)
+        parts.append(
+            '<p>Step <select id="step-pick">' + options + "</select> <small>opens on the slowest step. Bars: stages, "
+            "<code>verl.wg.*</code> driver calls, <code>verl.worker.*</code> in each rank, trajectories (dark "
+            "inner bars: LLM calls; dashed outline: a trace of its own joined by "
+            f"<code>{semconv.ATTR_ROLLOUT_SUBMIT_STEP}</code>). Slowest trajectory in red.</small></p>"
+        )
+        for n in sorted(report.timelines):
+            parts.append(_timeline_section(report.timelines[n], colors, n == default, steps[n].span.seconds))
+    else:
+        parts.append('<p class="empty">No step traces.</p>')
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _explore_section(report: Report) -> list[str]:
+    """The "any metric" picker and the data it charts (drawn by report.js)."""
+    first = series_label(semconv.M_REWARD, {semconv.ATTR_REWARD_SOURCE: "score"})
+    options = "".join(
+        f'<option value="{esc(n)}"{" selected" if n == first else ""}>{esc(n)}</option>' for n in report.gauges
+    )
+    gauge_json = json.dumps({k: {str(s): v for s, v in d.items()} for k, d in report.gauges.items()})
+    gauge_json = gauge_json.replace("</", "<\\/")  # never ends the script element
+    picker = (
+        f'<p><select id="metric-pick">{options}</select> <small>every gauge exported at step boundaries '
+        f"({len(report.gauges)} series)</small></p>"
+        if report.gauges
+        else '<p class="empty">No per-step gauges.</p>'
+    )
+    return [
+        f'<section id="explore"><h2>Any metric</h2>{picker}<div id="metric-chart"></div></section>',
+        f'<script type="application/json" id="gauge-data">{gauge_json}</script>',
+    ]
+
+
+def _stage_table(report: Report) -> str:
+    head = "".join(f'<th data-stage="{esc(s)}">{esc(s)}</th>' for s in report.stage_order)
+    out = [
+        '<table id="stage-table" class="num"><thead><tr><th>step</th>'
+        f"<th>step span</th>{head}<th>{OTHER}</th><th>trajectories</th><th>slowest trajectory</th></tr></thead><tbody>"
+    ]
+    for r in report.steps:
+        cells = "".join(
+            f'<td data-stage="{esc(s)}" data-seconds="{r.stages[s]!r}">{r.stages[s]:.3f}</td>'
+            if s in r.stages
+            else f'<td data-stage="{esc(s)}"></td>'
+            for s in report.stage_order
+        )
+        slow = (
+            f'<td class="slowest-cell" data-span-id="{r.slowest.span_id}" data-seconds="{r.slowest.seconds!r}">'
+            f"{r.slowest.seconds:.3f} <code>{r.slowest.span_id}</code></td>"
+            if r.slowest
+            else "<td></td>"
+        )
+        cls = ' class="error"' if r.error else ""
+        out.append(
+            f'<tr data-step="{r.step}"{cls}><th>{r.step}</th>'
+            f'<td class="step-total" data-seconds="{r.span.seconds!r}">{r.span.seconds:.3f}</td>{cells}'
+            f'<td data-stage="{OTHER}" data-seconds="{r.other!r}">{r.other:.3f}</td>'
+            f"<td>{r.trajectories}</td>{slow}</tr>"
+        )
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_seconds: float) -> str:
+    s = tl.slowest
+    if s is not None:
+        a = s.attributes
+        bits = [
+            f"sample {a[semconv.ATTR_ROLLOUT_SAMPLE_INDEX]}" if semconv.ATTR_ROLLOUT_SAMPLE_INDEX in a else "",
+            f"rollout {a[semconv.ATTR_ROLLOUT_INDEX]}" if semconv.ATTR_ROLLOUT_INDEX in a else "",
+            f"{a[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS]} response tokens"
+            if semconv.ATTR_ROLLOUT_RESPONSE_TOKENS in a
+            else "",
+            f"{s.resource.get(semconv.RES_ROLE)} pid {s.resource.get('process.pid')}",
+        ]
+        slow = (
+            f'<p class="slowest-note" data-span-id="{s.span_id}" data-seconds="{s.seconds!r}">'
+            f'<span class="swatch" style="background:{SLOWEST_COLOR}"></span> Slowest trajectory: '
+            f'<code class="span-id">{s.span_id}</code> <b class="seconds">{duration(s.seconds)}</b> '
+            f"({esc(', '.join(b for b in bits if b))}; trace <code>{s.trace_id}</code>)</p>"
+        )
+    else:
+        slow = '<p class="slowest-note none">No trajectory spans in this step.</p>'
+    capped = ""
+    if tl.trajectories > MAX_TRAJECTORY_ROWS:
+        capped = f" Showing the {MAX_TRAJECTORY_ROWS} slowest of {tl.trajectories} trajectories."
+    return (
+        f'<section class="timeline{" shown" if shown else ""}" data-step="{tl.step}">'
+        f"<h3>Step {tl.step} <small>{duration(step_seconds)}, {len(tl.rows)} rows.{capped}</small></h3>"
+        f"{slow}{timeline_svg(tl, colors)}</section>"
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _rollout_section(report: Report) -> str:
+    out = ['<section id="rollout"><h2>Rollout latency</h2><div class="row">']
+    values = report.trajectory_seconds
+    if values:
+        hi = max(values)
+        ticks = nice_ticks(0.0, hi, max(5, min(30, math.ceil(math.sqrt(len(values))))))
+        width = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+        n_bins = max(1, math.floor(hi / width) + 1)
+        edges = [round(i * width, 12) for i in range(n_bins + 1)]
+        counts = [0] * n_bins
+        for v in values:
+            counts[min(int(v / width), n_bins - 1)] += 1
+        p50, p90, p99 = (_quantile(values, q) for q in (0.5, 0.9, 0.99))
+        stats = (
+            f'<p class="stats" data-count="{len(values)}" data-max="{hi!r}">{len(values)} training trajectory spans; '
+            f"p50 {duration(p50)}, p90 {duration(p90)}, p99 {duration(p99)}, max <b>{duration(hi)}</b>, mean "
+            f"{duration(statistics.fmean(values))}"
+            + (
+                f"; {report.validation_trajectories} validation trajectories not counted"
+                if report.validation_trajectories
+                else ""
+            )
+            + "</p>"
+        )
+        out.append(
+            '<div class="panel"><h3>From trajectory spans</h3>'
+            + stats
+            + histogram_svg(edges, counts, "s", {"p50": p50, "p90": p90}, "spans-hist")
+            + "</div>"
+        )
+    else:
+        out.append('<div class="panel"><h3>From trajectory spans</h3><p class="empty">No trajectory spans.</p></div>')
+    hist = report.trajectory_metric
+    if hist is not None and hist.count:
+        nonzero = [i for i, c in enumerate(hist.counts) if c]
+        first, last = max(0, nonzero[0]), min(len(hist.counts) - 1, nonzero[-1])
+        edges = [0.0, *hist.bounds, math.inf]
+        mean = hist.total / hist.count
+        out.append(
+            '<div class="panel"><h3>From the <code>'
+            + semconv.M_ROLLOUT_TRAJECTORY_DURATION
+            + "</code> histogram</h3>"
+            + f'<p class="stats metric" data-count="{hist.count}" data-sum="{hist.total!r}">{hist.count} training '
+            f"trajectories counted (every one, sampled or not); mean {duration(mean)}</p>"
+            + histogram_svg(
+                edges[first : last + 2], hist.counts[first : last + 1], "s (bucket bounds)", {}, "metric-hist"
+            )
+            + "</div>"
+        )
+    else:
+        out.append(
+            '<div class="panel"><h3>From the histogram metric</h3><p class="empty">No '
+            + semconv.M_ROLLOUT_TRAJECTORY_DURATION
+            + " points.</p></div>"
+        )
+    out.append("</div></section>")
+    return "".join(out)
+
+
+def _curves_section(report: Report) -> str:
+    out = ['<section id="curves"><h2>Training curves</h2>']
+    if not report.curves:
+        out.append('<p class="empty">No per-step metric points (or no <code>verl.training.step</code> gauge).</p>')
+        return "".join(out) + "</section>"
+    out.append('<div class="grid">')
+    for title, unit, lines in report.curves:
+        keys = "".join(
+            f'<span class="key"><i style="background:{LINE_COLORS[k % len(LINE_COLORS)]}"></i>{esc(label)}</span>'
+            for k, (label, _) in enumerate(lines)
+        )
+        out.append(
+            f'<div class="panel"><h3>{esc(title)}</h3><div class="legend">{keys}</div>'
+            f"{line_svg(title, unit, lines)}</div>"
+        )
+    out.append("</div>")
+    columns = [(label, data) for _, _, lines in report.curves for label, data in lines]
+    steps = sorted({s for _, d in columns for s in d})
+    head = "".join(f'<th data-key="{esc(label)}">{esc(label)}</th>' for label, _ in columns)
+    table = [f'<table id="curve-table" class="num"><thead><tr><th>step</th>{head}</tr></thead><tbody>']
+    for s in steps:
+        cells = "".join(
+            f'<td data-key="{esc(label)}" data-value="{d[s]!r}">{number(d[s])}</td>' if s in d else "<td></td>"
+            for label, d in columns
+        )
+        table.append(f'<tr data-step="{s}"><th>{s}</th>{cells}</tr>')
+    table.append("</tbody></table>")
+    out.append(_folded("".join(table), len(steps), "values per step"))
+    out.append("</section>")
+    return "".join(out)
+
+
+def _folded(table: str, rows: int, what: str) -> str:
+    """A table inside <details>, open unless it is long (it stays in the DOM either way)."""
+    state = " open" if rows <= FOLD_ROWS else ""
+    return f"<details{state}><summary>{what} ({rows} rows)</summary>{table}</details>"

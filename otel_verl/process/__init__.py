@@ -1,0 +1,28 @@
+"""What happens when a verl process starts, in order; each step has its module here.
+
+A verl job runs ~25 Python processes (the launcher, the Ray TaskRunner, worker ranks, agent-loop
+and reward workers, and Ray's own daemons). In each:
+
+1. **Activation.** ``opentelemetry-instrument`` calls ``VerlInstrumentor`` in the launcher; in every
+   other process ``import verl`` loads the ``verl.plugins`` entry point (``otel_verl._verl_plugin``),
+   which instruments only when the job's run id (``OTEL_VERL_RUN_ID``) is set and no kill switch
+   says otherwise (``otel_verl.config.disabled_reason``).
+2. **Hooks registered, nothing built.** ``VerlInstrumentor._instrument`` gives the job a run id
+   (``config.ensure_run_id``), keeps providers passed to it (``state.PROCESS.use_providers``) and
+   registers every hook (``otel_verl.hooks.all_hooks``) to be applied when its verl module is
+   imported. Processes that never import verl (Ray's daemons) stop here.
+3. **Identity.** The first hook that runs says who this process is (``state.PROCESS.identify``):
+   the trainer hooks in the TaskRunner (role, project, experiment), a worker span in a rank (role,
+   rank), a rollout hook in an agent-loop worker.
+4. **Pipeline, once and atomically.** The first telemetry use builds it (``telemetry.build_own``):
+   the resource (``resource``), exporters from the ``OTEL_*`` environment (``exporters``), tracer,
+   meter and logger providers, the step-boundary metric reader (``step_reader``), then the logging
+   handler (``logs``). If any part fails, what started is shut down, the process keeps a no-op
+   pipeline and says so once: no rebuild (and no new thread) per hook call.
+5. **Instruments.** Created once per process on its meter (``otel_verl.instruments``); worker
+   processes add their ``process.*`` and ``hw.gpu.*`` gauges (``worker_metrics``).
+6. **Every step.** Logged values are recorded and exported in order by one background thread
+   (``Telemetry.submit``, ``background.OrderedWorker``); spans are flushed without waiting.
+7. **The end.** At the end of ``fit`` and at exit, a flush and shutdown bounded together by
+   ``OTEL_VERL_SHUTDOWN_TIMEOUT``.
+"""

@@ -1,0 +1,93 @@
+"""Exporters from the standard ``OTEL_*`` environment, as the SDK's own set-up resolves them.
+
+``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` / ``OTEL_LOGS_EXPORTER`` (default ``otlp``, as
+with ``opentelemetry-distro``; ``otlp`` becomes gRPC or HTTP by ``OTEL_EXPORTER_OTLP_PROTOCOL``),
+looked up through the SDK's exporter entry points. ``otlp_json_file`` writes one JSON-lines file
+per signal and process into ``OTEL_VERL_FILE_DIR``. ``prometheus`` is a pull reader on
+``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` (default ``127.0.0.1:9464``, loopback only) whose series
+carry the run's resource attributes as labels; each process of a host takes the next free port
+(at most ``PROMETHEUS_PORTS``), so scrape that range.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from otel_verl import semconv
+from otel_verl._safe import warn_once
+from otel_verl.config import settings
+from otel_verl.process.resource import Identity
+
+_log = logging.getLogger(__name__)
+
+SIGNALS = ("traces", "metrics", "logs")
+JSON_FILE_EXPORTER = "otlp_json_file"
+PROMETHEUS_EXPORTER = "prometheus"
+PROMETHEUS_PORTS = 32  # consecutive ports the pull readers of one host may take
+PROMETHEUS_DEFAULT_HOST = "127.0.0.1"  # OTEL_EXPORTER_PROMETHEUS_HOST unset: loopback only
+# Resource attributes the pull reader copies onto every series (collector: promote_resource_attributes).
+PROMOTED_RESOURCE_ATTRIBUTES = (
+    semconv.RES_RUN_ID,
+    semconv.RES_PROJECT,
+    semconv.RES_EXPERIMENT,
+    semconv.RES_ROLE,
+    semconv.RES_RANK,
+    "host.name",
+)
+
+
+def exporter_classes(signal: str) -> dict[str, type]:
+    """Exporter classes named by ``OTEL_<SIGNAL>_EXPORTER`` (default ``otlp``, as the distro does)."""
+    # The SDK's own resolution (private helpers, stable since 1.2x): the same names and entry
+    # points as ``opentelemetry-instrument`` itself, instead of a copy of its rules.
+    from opentelemetry.sdk._configuration import _get_exporter_entry_point, _import_exporters
+
+    raw = os.environ.get(f"OTEL_{signal.upper()}_EXPORTER")
+    raw = "otlp" if raw is None else raw
+    if raw.strip().lower() in ("", "none"):
+        return {}
+    names = [_get_exporter_entry_point(n.strip(), signal) for n in raw.split(",") if n.strip()]  # type: ignore[arg-type]
+    found = _import_exporters(*[names if signal == sig else [] for sig in SIGNALS])
+    return found[SIGNALS.index(signal)]
+
+
+def file_path(signal: str, identity: Identity) -> str:
+    folder = settings().file_dir
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{signal}-{identity.label}-{os.getpid()}.jsonl")
+
+
+def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
+    if name == JSON_FILE_EXPORTER:
+        return cls(path=file_path(signal, identity))
+    return cls()
+
+
+def prometheus_reader() -> Any:
+    """The Prometheus pull reader on the first free port from ``OTEL_EXPORTER_PROMETHEUS_PORT``, or None."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    first = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
+    # Loopback unless asked: nothing otel-verl opens listens beyond this host by default.
+    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or PROMETHEUS_DEFAULT_HOST
+    registry = CollectorRegistry(auto_describe=True)  # one per process: the pull reader owns it
+    for port in range(first, first + PROMETHEUS_PORTS):
+        try:
+            start_http_server(port=port, addr=host, registry=registry)
+        except OSError:  # another verl process on this host has this port: take the next one
+            continue
+        _log.debug("Prometheus exporter on %s:%s", host, port)
+        return PrometheusMetricReader(
+            resource_attribute_filter=PROMOTED_RESOURCE_ATTRIBUTES.__contains__, registry=registry
+        )
+    warn_once(
+        "prometheus-port",
+        "Prometheus exporter: ports %s-%s on %s are all taken; no pull metrics from this process",
+        first,
+        first + PROMETHEUS_PORTS - 1,
+        host,
+    )
+    return None

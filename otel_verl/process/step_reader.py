@@ -1,0 +1,111 @@
+"""A metric reader that exports at step boundaries without blocking the training thread.
+
+verl logs a step's values once; a gauge exported only every ``OTEL_METRIC_EXPORT_INTERVAL``
+(60 s by default) keeps only the last value of the interval, so short steps would be lost.
+``mark_step()`` collects right away (in memory, in the caller's thread: the values are
+exactly the step's) and hands the batch to a background thread that exports it. The same
+thread also collects every interval, like ``PeriodicExportingMetricReader``.
+
+The queue is bounded (``MAX_PENDING`` batches): with a dead endpoint the oldest batches are
+dropped, so memory stays flat, and nothing the exporter does can stall training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
+
+from otel_verl._safe import warn_once
+from otel_verl.process.background import OrderedWorker
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_MS = 60_000.0
+MAX_PENDING = 32  # batches waiting for export; ~32 steps of history when the backend is down
+
+
+def _interval_ms() -> float:
+    raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL")
+    try:
+        value = float(raw) if raw else DEFAULT_INTERVAL_MS
+    except ValueError:
+        _log.warning("Invalid OTEL_METRIC_EXPORT_INTERVAL=%r; using %s", raw, DEFAULT_INTERVAL_MS)
+        value = DEFAULT_INTERVAL_MS
+    return value if value > 0 else DEFAULT_INTERVAL_MS
+
+
+class StepMetricReader(MetricReader):
+    def __init__(self, exporter: MetricExporter, export_interval_millis: float | None = None) -> None:
+        super().__init__(
+            preferred_temporality=exporter._preferred_temporality,  # noqa: SLF001 - as the SDK's own readers do
+            preferred_aggregation=exporter._preferred_aggregation,  # noqa: SLF001
+        )
+        self._exporter = exporter
+        self._stopped = False
+        self._worker: OrderedWorker[MetricsData] = OrderedWorker(
+            "otel-verl-metrics",
+            self._export,
+            MAX_PENDING,
+            idle_s=(export_interval_millis or _interval_ms()) / 1000.0,
+            on_idle=self._collect_periodically,
+        )
+        self._worker.start()
+
+    @property
+    def dropped(self) -> int:
+        return self._worker.dropped
+
+    @property
+    def pending(self) -> int:
+        """Batches waiting for export (at most ``capacity``)."""
+        return self._worker.pending
+
+    @property
+    def capacity(self) -> int:
+        return self._worker.capacity
+
+    # -- called by the SDK after collect()
+    def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> None:
+        if metrics_data is not None:
+            self._worker.put(metrics_data)
+
+    def mark_step(self) -> None:
+        """Snapshot the instruments now and export them in the background."""
+        if not self._stopped:
+            self.collect()
+
+    def _collect_periodically(self) -> None:
+        try:
+            self.collect()
+        except Exception:  # noqa: BLE001 - a collection error must not kill the thread
+            _log.debug("periodic metric collection failed", exc_info=True)
+
+    def _export(self, batch: MetricsData) -> None:
+        try:
+            self._exporter.export(batch)
+        except Exception:  # noqa: BLE001 - never kill the export thread
+            # An exporter that raises (instead of returning FAILURE) would otherwise lose
+            # every step silently: say so once per process.
+            warn_once(
+                "metric export",
+                "metric export failed (%s); later failures are not logged",
+                type(self._exporter).__name__,
+                exc_info=True,
+            )
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Collect now and wait (at most ``timeout_millis``) until everything queued is exported."""
+        if not self._stopped:
+            self.collect()
+        return self._worker.drain(timeout_millis / 1000.0)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        self.force_flush(timeout_millis)
+        self._stopped = True
+        self._worker.stop(timeout_millis / 1000.0)
+        try:
+            self._exporter.shutdown(timeout_millis=timeout_millis)
+        except TypeError:
+            self._exporter.shutdown()

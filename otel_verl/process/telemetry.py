@@ -1,0 +1,242 @@
+"""One process's pipeline: its tracer, meter and logger providers and how they are flushed.
+
+Why otel-verl builds its own providers instead of using the global ones:
+
+* which process this is (TaskRunner, a worker rank, an agent-loop worker) and which run
+  (project, experiment) is known only once verl code runs in it, long after
+  ``opentelemetry-instrument`` configured the global providers at interpreter start;
+* step-exact metric export needs our own reader (``step_reader``);
+* Ray 2.60 installs its own global MeterProvider in some of its processes.
+
+The providers honour the standard ``OTEL_*`` variables (``exporters``), ``OTEL_TRACES_SAMPLER``,
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` and ``OTEL_SDK_DISABLED``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry._logs import get_logger_provider
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_verl import semconv
+from otel_verl._safe import warn_once
+from otel_verl.config import sdk_disabled, settings
+from otel_verl.process import exporters, logs
+from otel_verl.process.background import OrderedWorker
+from otel_verl.process.resource import Identity, build_resource
+from otel_verl.process.step_reader import StepMetricReader
+from otel_verl.version import __version__
+
+_log = logging.getLogger(__name__)
+
+MAX_PENDING_STEPS = 64  # steps of metrics waiting to be recorded (normally 0 or 1)
+
+
+class Telemetry:
+    """The providers of one process plus the hooks to flush them at step boundaries."""
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider,
+        meter_provider: metrics.MeterProvider,
+        step_readers: list[StepMetricReader] | None = None,
+        owned: bool = False,
+        logger_provider: Any = None,
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        # None when logs are off (``OTEL_LOGS_EXPORTER=none``); the global one for given providers.
+        self.logger_provider = logger_provider if owned else (logger_provider or get_logger_provider())
+        self.tracer = tracer_provider.get_tracer(semconv.SCOPE, __version__)
+        self.meter = meter_provider.get_meter(semconv.SCOPE, __version__)
+        self._step_readers = step_readers or []
+        self._owned = owned
+        self._shut_down = False
+        self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
+        # Step metrics are recorded off the training thread, in order (see submit).
+        self._recorder: OrderedWorker[Callable[[], None]] = OrderedWorker(
+            "otel-verl-record", _call, MAX_PENDING_STEPS
+        )
+        # Span flush requests coalesce: one waiting request is enough.
+        self._flusher: OrderedWorker[None] = OrderedWorker("otel-verl-flusher", self._force_flush_spans, 1)
+
+    @property
+    def dropped_steps(self) -> int:
+        return self._recorder.dropped
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (record a step's metrics, then export them) in the background thread.
+
+        ``Tracking.log`` hands over ~100 values per step; recording them into the SDK's
+        instruments and collecting them costs a few ms, which the training thread does not wait
+        for. One thread runs the work in submission order, so every export holds exactly one
+        step's values. Bounded: ``MAX_PENDING_STEPS`` behind, the oldest step is dropped.
+        """
+        self._recorder.put(work)
+
+    def export_soon(self) -> None:
+        """Collect and export metrics, and flush spans, from the background thread (the
+        collection runs observable callbacks such as ``process.*``: milliseconds)."""
+        self.submit(self.export_now)
+
+    def export_now(self) -> None:
+        """Collect and export metrics now and ask for a span flush (in the caller's thread)."""
+        self.mark_step()
+        self.request_flush()
+
+    def drain(self, timeout_s: float = 5.0) -> bool:
+        """Wait (at most ``timeout_s``) until every step handed to :meth:`submit` is recorded."""
+        return self._recorder.drain(timeout_s)
+
+    def mark_step(self) -> None:
+        if not settings().step_export:
+            return
+        for reader in self._step_readers:
+            reader.mark_step()
+
+    def request_flush(self) -> None:
+        """Ask for spans to be exported soon, without waiting.
+
+        Ray may kill worker processes at the end of a job without running ``atexit``;
+        flushing after each unit of work keeps the last step's spans.
+        """
+        if self._owned and not self._shut_down:
+            self._flusher.put(None)
+
+    def _force_flush_spans(self, _: None) -> None:
+        self.tracer_provider.force_flush()  # type: ignore[attr-defined]
+
+    def _wait(self, fn: Any, timeout_s: float | None) -> None:
+        """Run ``fn`` bounded. By default the end-of-training flush and the exit shutdown share
+        ``OTEL_VERL_SHUTDOWN_TIMEOUT``: what one waited (e.g. on a hung endpoint) the next does
+        not get again, so telemetry adds at most that to a process's exit."""
+        if timeout_s is not None:
+            run_bounded(fn, timeout_s)
+            return
+        start = time.monotonic()
+        budget = settings().shutdown_timeout_s - self._exit_spent_s
+        if budget > 0:
+            run_bounded(fn, budget)
+        self._exit_spent_s += time.monotonic() - start
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Flush spans and metrics, adding at most ``timeout_s`` to the caller (default: what is
+        left of ``OTEL_VERL_SHUTDOWN_TIMEOUT``)."""
+        self._wait(self._flush, timeout_s)
+
+    def _providers(self) -> tuple[Any, ...]:
+        return (self.tracer_provider, self.meter_provider, self.logger_provider)
+
+    def _flush(self) -> None:
+        self.drain(settings().shutdown_timeout_s)  # the last step's metrics first
+        for provider in self._providers():
+            fn = getattr(provider, "force_flush", None)
+            if fn is not None:
+                fn()
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        if not self._owned or self._shut_down:
+            return
+        self._shut_down = True
+
+        def _shutdown() -> None:
+            self.drain(settings().shutdown_timeout_s)
+            for provider in self._providers():
+                fn = getattr(provider, "shutdown", None)
+                if fn is not None:
+                    fn()
+
+        self._wait(_shutdown, timeout_s)
+
+
+def _call(work: Callable[[], None]) -> None:
+    work()
+
+
+def run_bounded(fn: Any, timeout_s: float) -> bool:
+    """Run ``fn`` in a daemon thread and wait at most ``timeout_s``: the SDK's own
+    flush/shutdown can block 10-25 s on a dead endpoint and ignore their timeouts."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            _log.debug("telemetry flush failed", exc_info=True)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="otel-verl-flush", daemon=True).start()
+    if not done.wait(timeout_s):
+        warn_once("flush-timeout", "telemetry flush did not finish within %.1f s; continuing", timeout_s)
+        return False
+    return True
+
+
+def noop_telemetry() -> Telemetry:
+    return Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
+
+
+def build_own(identity: Identity) -> Telemetry:
+    """This process's providers from the standard ``OTEL_*`` environment, all or nothing.
+
+    Every exporter is looked up before anything starts; if a later part fails, what already
+    started (span processor and metric reader threads) is shut down again and the error
+    raised, so a caller never keeps half a pipeline. Last, Python logging is attached to it.
+    """
+    if sdk_disabled():
+        return noop_telemetry()
+    classes = {signal: exporters.exporter_classes(signal) for signal in exporters.SIGNALS}
+    resource = build_resource(identity)
+    started: list[Any] = []
+    try:
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        started.append(tracer_provider)
+        for name, cls in classes["traces"].items():
+            exporter = exporters.make_exporter(name, cls, "traces", identity)
+            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+
+        readers: list[MetricReader] = []
+        step_readers: list[StepMetricReader] = []
+        for name, cls in classes["metrics"].items():
+            if name == exporters.PROMETHEUS_EXPORTER:
+                reader = exporters.prometheus_reader()
+                if reader is not None:
+                    readers.append(reader)
+            elif issubclass(cls, MetricReader):  # other pull exporters are readers already
+                readers.append(cls())
+            elif issubclass(cls, MetricExporter):
+                step_reader = StepMetricReader(exporters.make_exporter(name, cls, "metrics", identity))
+                started.append(step_reader)
+                readers.append(step_reader)
+                step_readers.append(step_reader)
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+        started = [p for p in started if not isinstance(p, StepMetricReader)] + [meter_provider]  # it owns them now
+
+        logger_provider = None
+        if classes["logs"]:  # OTEL_LOGS_EXPORTER=none: no logs
+            logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+            started.append(logger_provider)
+            for name, cls in classes["logs"].items():
+                exporter = exporters.make_exporter(name, cls, "logs", identity)
+                logger_provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
+    except BaseException:
+        for part in reversed(started):
+            run_bounded(part.shutdown, 1.0)
+        raise
+    telemetry = Telemetry(tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider)
+    atexit.register(telemetry.shutdown)
+    logs.attach(logger_provider)  # Python logging -> this pipeline's logs
+    return telemetry

@@ -1,0 +1,41 @@
+"""A verl process's own gauges: ``process.*`` in every verl process, ``hw.gpu.*`` in worker ranks.
+
+Registered once per process (per meter), by the first hook that knows the process's role:
+the trainer's ``__init__`` (TaskRunner), the first worker span (a rank), the first rollout
+hook (agent-loop worker). Collected at step boundaries and every ``OTEL_METRIC_EXPORT_INTERVAL``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from otel_verl._safe import warn_once
+from otel_verl.config import settings
+from otel_verl.instruments import gpu, system
+from otel_verl.process.state import PROCESS
+
+_lock = threading.Lock()
+_registered: set[int] = set()  # id() of meters that have the gauges
+
+
+def ensure_worker_metrics(rank: int | None = None) -> bool:
+    """Register GPU and process metrics once per process (per meter); returns whether GPU gauges exist."""
+    try:
+        telemetry = PROCESS.telemetry
+        with _lock:
+            if id(telemetry.meter) in _registered:
+                return False
+            _registered.add(id(telemetry.meter))
+        cfg = settings()
+        if cfg.process_metrics:
+            system.start_process_metrics(telemetry.meter_provider)
+        if not cfg.gpu_metrics:
+            return False
+        source = gpu.find_source(rank)
+        if source is None:
+            return False
+        gpu.register_gpu_metrics(telemetry.meter, source)
+        return True
+    except Exception:  # noqa: BLE001 - metrics must never break a worker
+        warn_once("worker-metrics", "GPU/process metrics could not be registered", exc_info=True)
+        return False

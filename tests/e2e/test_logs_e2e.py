@@ -1,0 +1,94 @@
+"""End-to-end on the real CPU trainer: Python logs and sampled generations in the OTLP files.
+
+* samples off (the default, the cached runs of tests/e2e): no ``verl.rollout.sample`` record
+  and no prompt text in any exported file;
+* samples on: one record per sampled generation with the real step number, joined to that
+  step's trace, and prompt, response and reward equal to what verl itself dumps for the same
+  step with ``trainer.rollout_data_dir``.
+
+verl 0.9.1 logs nothing at WARNING inside a training step on this harness, so the
+trace-id-on-a-Python-log case is proven by tests/unit/process/test_process_logs.py with verl's real timers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+PROMPT_TEXT = re.compile(r"\d+\+\d+=\?")  # the harness dataset's prompts: "user\n4+3=?\nassistant\n"
+SAMPLED = {"OTEL_VERL_SAMPLES": "true", "OTEL_VERL_SAMPLES_EVERY_N_STEPS": "1", "OTEL_VERL_SAMPLES_PER_STEP": "3"}
+
+
+def _value(v: dict):
+    ((kind, raw),) = v.items()
+    if kind == "intValue":
+        return int(raw)
+    if kind == "kvlistValue":
+        return {kv["key"]: _value(kv["value"]) for kv in raw.get("values", [])}
+    return raw
+
+
+def _log_records(folder: Path) -> list[dict]:
+    out = []
+    for path in sorted(folder.glob("logs-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            for rl in json.loads(line)["resourceLogs"]:
+                resource = {a["key"]: _value(a["value"]) for a in rl["resource"]["attributes"]}
+                for sl in rl["scopeLogs"]:
+                    for r in sl["logRecords"]:
+                        out.append(
+                            {
+                                "resource": resource,
+                                "event_name": r.get("eventName", ""),
+                                "trace_id": r.get("traceId", ""),
+                                "body": _value(r["body"]) if "body" in r else None,
+                                "attributes": {a["key"]: _value(a["value"]) for a in r.get("attributes", [])},
+                            }
+                        )
+    return out
+
+
+@pytest.mark.parametrize("driver", ["v0", "v1"])
+def test_samples_off_by_default_export_no_prompt_text(verl_runs, driver):
+    run = verl_runs.get(driver, "grpo", steps=2)
+    assert run.returncode == 0, run.output[-4000:]
+    files = sorted(run.telemetry_dir.glob("*.jsonl"))
+    assert any(f.name.startswith("logs-taskrunner-") for f in files), "logs are exported in these runs"
+    assert not [r for r in _log_records(run.telemetry_dir) if r["event_name"] == semconv.EVENT_ROLLOUT_SAMPLE]
+    for f in files:
+        assert not PROMPT_TEXT.search(f.read_text()), f"prompt text in {f.name}"
+
+
+@pytest.mark.parametrize("driver", ["v0", "v1"])
+def test_samples_on_match_verl_dump_step_and_trace(verl_runs, tmp_path_factory, driver):
+    dump = tmp_path_factory.getbasetemp() / f"rollout-dump-{driver}"
+    run = verl_runs.get(driver, "grpo", steps=2, env=SAMPLED, extra=[f"trainer.rollout_data_dir={dump}"])
+    assert run.returncode == 0, run.output[-4000:]
+    samples = [r for r in _log_records(run.telemetry_dir) if r["event_name"] == semconv.EVENT_ROLLOUT_SAMPLE]
+    step_traces = {s.attributes[semconv.ATTR_STEP]: s.trace_id for s in run.spans if s.name == semconv.SPAN_STEP}
+    assert sorted(step_traces) == [1, 2]
+    by_step: dict[int, list[dict]] = {}
+    for r in samples:
+        by_step.setdefault(r["attributes"][semconv.ATTR_STEP], []).append(r)
+    assert sorted(by_step) == [1, 2]
+    for step, records in by_step.items():
+        assert len(records) == 3
+        dumped = [json.loads(line) for line in (dump / f"{step}.jsonl").read_text().splitlines()]
+        assert {d["step"] for d in dumped} == {step}
+        for r in records:
+            assert r["resource"][semconv.RES_ROLE] == semconv.ROLE_TASKRUNNER
+            assert r["trace_id"] == step_traces[step], "sample not joined to its step's trace"
+            body, attrs = r["body"], r["attributes"]
+            same = [d for d in dumped if d["input"] == body["prompt"] and d["output"] == body["response"]]
+            assert same, f"step {step}: sample not among verl's dumped generations: {body}"
+            assert attrs[semconv.ATTR_SAMPLE_REWARD] in {d["score"] for d in same}
+            assert attrs[semconv.ATTR_DATA_SOURCE] == "tiny_add"

@@ -1,0 +1,87 @@
+"""The launcher hands the OTEL_* settings and the run's names to every Ray worker."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from omegaconf import OmegaConf
+
+from otel_verl import config
+from otel_verl.hooks import ray_launch
+
+
+def _run_ppo_like(config_obj, kwargs):  # noqa: ARG001 - the frame local ``config`` is what verl has
+    config = config_obj  # noqa: F841 - read from this frame by the hook
+    return ray_launch._with_otel_env(kwargs)
+
+
+def test_runtime_env_gets_otel_vars_and_run_names(monkeypatch):
+    for var in (config.PROJECT, config.EXPERIMENT):
+        monkeypatch.setenv(var, "x")
+        monkeypatch.delenv(var)  # restored to unset after the test
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-7")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    cfg = OmegaConf.create({"trainer": {"project_name": "gsm8k", "experiment_name": "qwen-grpo"}})
+    user_env = {"env_vars": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://mine:4317", "TOKENIZERS_PARALLELISM": "true"}}
+    out = _run_ppo_like(cfg, {"num_cpus": 8, "runtime_env": user_env})
+    env_vars = out["runtime_env"]["env_vars"]
+    assert env_vars["OTEL_VERL_RUN_ID"] == "run-7"
+    assert env_vars["OTEL_VERL_PROJECT"] == "gsm8k" and env_vars["OTEL_VERL_EXPERIMENT"] == "qwen-grpo"
+    assert env_vars["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://mine:4317"  # the user's runtime_env wins
+    assert env_vars["TOKENIZERS_PARALLELISM"] == "true" and out["num_cpus"] == 8
+    assert os.environ["OTEL_VERL_PROJECT"] == "gsm8k"  # and children of the launcher inherit it
+    config.settings.cache_clear()
+
+
+def test_switch_off(monkeypatch):
+    monkeypatch.setenv(config.RAY_RUNTIME_ENV, "false")
+    config.settings.cache_clear()
+    try:
+        assert ray_launch._with_otel_env({"num_cpus": 1}) == {"num_cpus": 1}
+    finally:
+        monkeypatch.delenv(config.RAY_RUNTIME_ENV)
+        config.settings.cache_clear()
+
+
+def test_auth_headers_stay_out_of_the_runtime_env_unless_asked(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer s3cret")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=s3cret")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317")
+    config.settings.cache_clear()
+    env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+    assert "s3cret" not in repr(env_vars) and env_vars["OTEL_EXPORTER_OTLP_ENDPOINT"] == "https://collector:4317"
+
+    monkeypatch.setenv(config.RAY_RUNTIME_ENV_SECRETS, "true")
+    config.settings.cache_clear()
+    try:
+        env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+        assert env_vars["OTEL_EXPORTER_OTLP_HEADERS"] == "authorization=Bearer s3cret"
+    finally:
+        monkeypatch.delenv(config.RAY_RUNTIME_ENV_SECRETS)
+        config.settings.cache_clear()
+
+
+@pytest.fixture
+def no_disabled_list(monkeypatch):
+    monkeypatch.delenv(config.DISABLED_INSTRUMENTATIONS, raising=False)  # restored after the test
+    config.settings.cache_clear()
+    yield monkeypatch
+    config.settings.cache_clear()
+
+
+def test_ray_processes_skip_the_generic_system_metrics_instrumentation(no_disabled_list):
+    no_disabled_list.setenv(config.DISABLED_INSTRUMENTATIONS, "requests")
+    for _ in range(2):  # idempotent
+        env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+        assert env_vars[config.DISABLED_INSTRUMENTATIONS] == "requests,system_metrics"
+        # GCS, raylet and dashboard processes are children of the launcher: its env says it too
+        assert os.environ[config.DISABLED_INSTRUMENTATIONS] == "requests,system_metrics"
+
+
+def test_system_metrics_in_ray_processes_on_request(no_disabled_list):
+    no_disabled_list.setenv(config.RAY_SYSTEM_METRICS, "true")
+    config.settings.cache_clear()
+    env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+    assert config.DISABLED_INSTRUMENTATIONS not in env_vars
+    assert config.DISABLED_INSTRUMENTATIONS not in os.environ

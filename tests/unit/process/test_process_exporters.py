@@ -1,0 +1,45 @@
+"""``OTEL_METRICS_EXPORTER=prometheus``: one pull endpoint per process, run labels on every series."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+from otel_verl import config, semconv
+from otel_verl.process.resource import Identity
+from otel_verl.process.telemetry import build_own
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_each_process_takes_the_next_free_port_and_labels_series_with_the_run(monkeypatch, tmp_path):
+    first = _free_port()
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-prom")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(first))
+    config.settings.cache_clear()
+    try:
+        # Two pipelines in one process stand in for two verl processes of one host.
+        a = build_own(Identity(role=semconv.ROLE_TASKRUNNER, experiment="exp"))
+        b = build_own(Identity(role=semconv.ROLE_WORKER, rank=0, experiment="exp"))
+        a.meter.create_gauge(semconv.M_KL).set(0.25, {semconv.ATTR_KL_SOURCE: "kl_loss"})
+        b.meter.create_counter(semconv.M_TRAINING_STEPS, unit="{step}").add(1)
+        pages = []
+        for port in (first, first + 1):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+                pages.append(resp.read().decode())
+    finally:
+        config.settings.cache_clear()
+    kl = next(line for line in pages[0].splitlines() if line.startswith("verl_training_kl{"))
+    assert 'verl_run_id="run-prom"' in kl and 'verl_process_role="taskrunner"' in kl
+    assert 'verl_experiment="exp"' in kl and 'verl_kl_source="kl_loss"' in kl and kl.endswith(" 0.25")
+    steps = next(line for line in pages[1].splitlines() if line.startswith("verl_training_steps_total{"))
+    assert 'verl_process_role="worker"' in steps and 'verl_rank="0"' in steps
+    assert "verl_training_kl" not in pages[1]  # each process serves only its own metrics

@@ -1,0 +1,143 @@
+"""``OTEL_VERL_*`` parsing: bad values warn once, name the variable and fall back."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from otel_verl import config
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    config.settings.cache_clear()
+    yield
+    config.settings.cache_clear()
+
+
+def test_defaults(monkeypatch):
+    for var in (config.SHUTDOWN_TIMEOUT, config.FORWARD_METRICS, config.STEP_EXPORT, config.RAY_RUNTIME_ENV):
+        monkeypatch.delenv(var, raising=False)
+    s = config.settings()
+    assert (s.shutdown_timeout_s, s.forward_metrics, s.step_export, s.ray_runtime_env) == (5.0, True, True, True)
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "field", "default"),
+    [
+        (config.SHUTDOWN_TIMEOUT, "soon", "shutdown_timeout_s", 5.0),
+        (config.SHUTDOWN_TIMEOUT, "-3", "shutdown_timeout_s", 5.0),
+        (config.SHUTDOWN_TIMEOUT, "nan", "shutdown_timeout_s", 5.0),
+        (config.FORWARD_METRICS, "maybe", "forward_metrics", True),
+        (config.STEP_EXPORT, "2", "step_export", True),
+    ],
+)
+def test_bad_value_warns_and_falls_back(monkeypatch, caplog, var, raw, field, default):
+    monkeypatch.setenv(var, raw)
+    with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+        value = getattr(config.settings(), field)
+    assert value == default
+    assert var in caplog.text and repr(raw) in caplog.text and repr(default) in caplog.text
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("0", False), ("false", False), ("ON", True), ("yes", True)])
+def test_bool_values(monkeypatch, raw, expected):
+    monkeypatch.setenv(config.STEP_EXPORT, raw)
+    assert config.settings().step_export is expected
+
+
+def test_run_id_is_created_once_and_file_dir_made_absolute(monkeypatch, tmp_path):
+    # setenv then delenv: monkeypatch then restores "unset" after ensure_run_id() sets it
+    monkeypatch.setenv(config.RUN_ID, "placeholder")
+    monkeypatch.delenv(config.RUN_ID)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(config.FILE_DIR, "out")
+    run_id = config.ensure_run_id()
+    assert run_id and config.ensure_run_id() == run_id
+    assert config.settings().file_dir == str(tmp_path / "out")
+
+
+# ------------------------------------------------------------------ every OTEL_VERL_* variable
+def _defined_variables() -> dict[str, str]:
+    """Every ``OTEL_VERL_*`` variable ``otel_verl.config`` defines (constant name -> variable)."""
+    return {
+        name: value
+        for name, value in vars(config).items()
+        if name.isupper() and isinstance(value, str) and value.startswith("OTEL_VERL_")
+    }
+
+
+# variable -> (an invalid value, Settings field, the default it falls back to, how the warning shows it)
+INVALID = {
+    config.SHUTDOWN_TIMEOUT: ("soon", "shutdown_timeout_s", 5.0, "5.0"),
+    config.FORWARD_METRICS: ("maybe", "forward_metrics", True, "True"),
+    config.STEP_EXPORT: ("2", "step_export", True, "True"),
+    config.RAY_RUNTIME_ENV: ("sometimes", "ray_runtime_env", True, "True"),
+    config.RAY_RUNTIME_ENV_SECRETS: ("yes please", "ray_runtime_env_secrets", False, "False"),
+    config.RAY_SYSTEM_METRICS: ("maybe", "ray_system_metrics", False, "False"),
+    config.ROLLOUT_SPANS_PER_STEP: ("-2", "rollout_spans_per_step", 64, "64"),
+    config.GPU_METRICS: ("nvml", "gpu_metrics", True, "True"),
+    config.PROCESS_METRICS: ("enabled!", "process_metrics", True, "True"),
+    config.LOG_LEVEL: ("LOUD", "log_level", logging.WARNING, "'WARNING'"),
+    config.SAMPLES: ("perhaps", "samples", False, "False"),
+    config.SAMPLES_EVERY_N_STEPS: ("0", "samples_every_n_steps", 10, "10"),
+    config.SAMPLES_PER_STEP: ("four", "samples_per_step", 4, "4"),
+    config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
+}
+# Free-form values: any string is valid, so there is no invalid value; empty means the default.
+FREE_FORM = {
+    config.RUN_ID: ("run_id", None),
+    config.PROJECT: ("project", None),
+    config.EXPERIMENT: ("experiment", None),
+    config.FILE_DIR: ("file_dir", config.DEFAULT_FILE_DIR),
+}
+
+
+def test_every_variable_has_a_bad_value_case():
+    """A new ``OTEL_VERL_*`` variable in config.py fails here until it gets a case above."""
+    defined = set(_defined_variables().values())
+    assert defined == set(INVALID) | set(FREE_FORM), defined ^ (set(INVALID) | set(FREE_FORM))
+    assert not set(INVALID) & set(FREE_FORM)
+
+
+@pytest.mark.parametrize("var", sorted(_defined_variables().values()))
+def test_every_variable_is_documented_in_the_readme(var):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"`{var}`" in readme
+
+
+@pytest.mark.parametrize("var", sorted(_defined_variables().values()))
+def test_invalid_value_warns_naming_the_variable_and_uses_the_default(monkeypatch, caplog, var):
+    for other in _defined_variables().values():
+        monkeypatch.delenv(other, raising=False)
+    if var in FREE_FORM:
+        field, default = FREE_FORM[var]
+        monkeypatch.setenv(var, "")
+        with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+            assert getattr(config.settings(), field) == default
+        config.settings.cache_clear()
+        monkeypatch.setenv(var, "any value / with spaces")
+        assert getattr(config.settings(), field) == "any value / with spaces"
+        assert caplog.records == []
+        return
+    raw, field, default, shown = INVALID[var]
+    monkeypatch.setenv(var, raw)
+    with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+        value = getattr(config.settings(), field)
+    assert value == default
+    ours = [r for r in caplog.records if r.name == "otel_verl.config"]
+    assert len(ours) == 1, [r.getMessage() for r in ours]  # one warning, for this variable only
+    message = ours[0].getMessage()
+    assert var in message and repr(raw) in message and shown in message
+    # every other setting kept its default
+    config.settings.cache_clear()
+    monkeypatch.delenv(var)
+    clean = config.settings.__wrapped__()
+    monkeypatch.setenv(var, raw)
+    bad = config.settings.__wrapped__()
+    for other in clean.__dataclass_fields__:
+        if other != field:
+            assert getattr(bad, other) == getattr(clean, other), other
