@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_verl import VerlInstrumentor
-from otel_verl.process.telemetry import Telemetry
 from otel_verl.process.state import PROCESS
 from otel_verl.process.step_reader import StepMetricReader
+from otel_verl.process.telemetry import Telemetry
 
 
 class NoopSpanExporter(SpanExporter):

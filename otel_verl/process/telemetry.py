@@ -66,9 +66,7 @@ class Telemetry:
         self._shut_down = False
         self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
         # Step metrics are recorded off the training thread, in order (see submit).
-        self._recorder: OrderedWorker[Callable[[], None]] = OrderedWorker(
-            "otel-verl-record", _call, MAX_PENDING_STEPS
-        )
+        self._recorder: OrderedWorker[Callable[[], None]] = OrderedWorker("otel-verl-record", _call, MAX_PENDING_STEPS)
         # Span flush requests coalesce: one waiting request is enough.
         self._flusher: OrderedWorker[None] = OrderedWorker("otel-verl-flusher", self._force_flush_spans, 1)
 

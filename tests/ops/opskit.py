@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from otel_verl.instruments.prometheus import translate
+from otel_verl.semconv import metric_name
+
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR = REPO / "collector"
 
@@ -351,93 +354,7 @@ def all_used_names() -> PromQLNames:
 
 
 # --------------------------------------------------------------------------
-# Prometheus' OTLP -> Prometheus metric name translation, default strategy
-# UnderscoreEscapingWithSuffixes. Port of prometheus/otlptranslator
-# (metric_namer.go normalizeName/addUnitTokens, unit_namer.go
-# buildUnitSuffixes/cleanUpUnit), which Prometheus 3 uses for its OTLP
-# receiver.
-
-_UNIT_MAP = {
-    "d": "days",
-    "h": "hours",
-    "min": "minutes",
-    "s": "seconds",
-    "ms": "milliseconds",
-    "us": "microseconds",
-    "ns": "nanoseconds",
-    "By": "bytes",
-    "KiBy": "kibibytes",
-    "MiBy": "mebibytes",
-    "GiBy": "gibibytes",
-    "TiBy": "tibibytes",
-    "KBy": "kilobytes",
-    "MBy": "megabytes",
-    "GBy": "gigabytes",
-    "TBy": "terabytes",
-    "m": "meters",
-    "V": "volts",
-    "A": "amperes",
-    "J": "joules",
-    "W": "watts",
-    "g": "grams",
-    "Cel": "celsius",
-    "Hz": "hertz",
-    "1": "",
-    "%": "percent",
-}
-_PER_UNIT_MAP = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month", "y": "year"}
-
-
-def _build_unit_suffixes(unit: str) -> tuple[str, str]:
-    tokens = unit.split("/", 1)
-    main = per = ""
-    main_otel = tokens[0].strip()
-    if main_otel and not any(c in main_otel for c in "{}"):
-        main = _UNIT_MAP.get(main_otel, main_otel)
-    if len(tokens) > 1 and tokens[1] != "":
-        per_otel = tokens[1].strip()
-        if per_otel and not any(c in per_otel for c in "{}"):
-            per = _PER_UNIT_MAP.get(per_otel, per_otel)
-        if per:
-            per = "per_" + per
-    return main, per
-
-
-def _clean_up_unit(unit: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9:]", "_", unit)
-    s = re.sub(r"__+", "_", s)
-    return s[1:] if s.startswith("_") else s
-
-
-def otlp_to_prometheus_name(name: str, unit: str, kind: str) -> str:
-    """kind: gauge | counter (monotonic sum) | histogram (base name)."""
-    tokens = [t for t in re.split(r"[^A-Za-z0-9:]", name) if t]
-    main, per = _build_unit_suffixes(unit)
-    main, per = _clean_up_unit(main), _clean_up_unit(per)
-    if main in tokens:
-        main = ""
-    if per == "per_":
-        per = ""
-    else:
-        per = per[:-1] if per.endswith("_") else per
-        if per in tokens:
-            per = ""
-    if per:
-        main = main[:-1] if main.endswith("_") else main
-    if main:
-        tokens.append(main)
-    if per:
-        tokens.append(per)
-    if kind == "counter":
-        tokens = [t for t in tokens if t != "total"] + ["total"]
-    if unit == "1" and kind == "gauge":
-        tokens = [t for t in tokens if t != "ratio"] + ["ratio"]
-    out = "_".join(tokens)
-    if out and out[0].isdigit():
-        out = "_" + out
-    return out
-
-
-def verl_key_to_otel_name(key: str) -> str:
-    """otel-verl's generic mapping of a logged verl metric key to a gauge name."""
-    return "verl." + re.sub(r"[^A-Za-z0-9_.\-]", "_", key.replace("/", "."))
+# The metric-name rules are otel-verl's own (one definition): the generic key -> instrument name
+# rule and Prometheus 3's OTLP translation of an instrument.
+otlp_to_prometheus_name = translate
+verl_key_to_otel_name = metric_name

@@ -22,24 +22,10 @@ from opskit import (
     verl_key_to_otel_name,
 )
 
-# (OTel name, unit, kind) of what otel-verl emits or will emit.
-OTEL_INSTRUMENTS = [
-    ("verl.training.step", "{step}", "gauge"),
-    ("verl.training.steps", "{step}", "counter"),
-    ("verl.training.last_step.timestamp", "s", "gauge"),
-    ("verl.stage.duration", "s", "histogram"),
-    ("verl.training.kl", "", "gauge"),
-    ("verl.training.reward", "", "gauge"),
-    ("verl.training.throughput", "{token}/s", "gauge"),
-    ("verl.training.nonfinite", "{value}", "counter"),
-    ("verl.rollout.trajectory.duration", "s", "histogram"),
-    ("verl.rollout.llm_call.duration", "s", "histogram"),
-    ("verl.rollout.response.tokens", "{token}", "histogram"),
-    ("verl.rollout.tail_ratio", "", "gauge"),
-    ("hw.gpu.memory.usage", "By", "gauge"),
-    ("hw.gpu.memory.limit", "By", "gauge"),
-    ("hw.gpu.utilization", "1", "gauge"),
-]
+from otel_verl.instruments import catalog
+
+# (OTel name, unit, kind) of what otel-verl emits: its one definition of the instruments.
+OTEL_INSTRUMENTS = [(spec.name, spec.unit, spec.kind) for spec in catalog.ALL]
 # verl metric keys (Tracking.log) that the kit reads through otel-verl's
 # generic gauges ("verl." + key, unit-less).
 VERL_KEYS = [
@@ -68,41 +54,6 @@ def translated_names() -> set[str]:
     for key in VERL_KEYS:
         out.add(otlp_to_prometheus_name(verl_key_to_otel_name(key), "", "gauge"))
     return out
-
-
-@pytest.mark.parametrize(
-    "name,unit,kind,expected",
-    [
-        # The examples given for otel-verl, and the rules they exercise in
-        # prometheus/otlptranslator (metric_namer.go, unit_namer.go).
-        ("verl.training.last_step.timestamp", "s", "gauge", "verl_training_last_step_timestamp_seconds"),
-        ("verl.stage.duration", "s", "histogram", "verl_stage_duration_seconds"),
-        ("verl.training.kl", "", "gauge", "verl_training_kl"),
-        ("verl.training.steps", "{step}", "counter", "verl_training_steps_total"),
-        ("verl.training.throughput", "{token}/s", "gauge", "verl_training_throughput_per_second"),
-        ("hw.gpu.memory.usage", "By", "gauge", "hw_gpu_memory_usage_bytes"),
-        ("hw.gpu.utilization", "1", "gauge", "hw_gpu_utilization_ratio"),
-        ("verl.rollout.response.tokens", "{token}", "histogram", "verl_rollout_response_tokens"),
-        # unit already part of the name, "total" moved to the end, "1" on a counter
-        ("x.duration.seconds", "s", "gauge", "x_duration_seconds"),
-        ("x.total.bytes", "By", "counter", "x_bytes_total"),
-        ("x.count", "1", "counter", "x_count_total"),
-        ("x.rate", "By/s", "gauge", "x_rate_bytes_per_second"),
-    ],
-)
-def test_translation(name, unit, kind, expected):
-    assert otlp_to_prometheus_name(name, unit, kind) == expected
-
-
-def test_generic_key_mapping():
-    assert verl_key_to_otel_name("actor/entropy") == "verl.actor.entropy"
-    assert verl_key_to_otel_name("perf/mfu/actor") == "verl.perf.mfu.actor"
-    assert verl_key_to_otel_name("timing_s/gen") == "verl.timing_s.gen"
-    assert otlp_to_prometheus_name(verl_key_to_otel_name("critic/score/mean"), "", "gauge") == "verl_critic_score_mean"
-    assert (
-        otlp_to_prometheus_name(verl_key_to_otel_name("timing_per_token_ms/gen"), "", "gauge")
-        == "verl_timing_per_token_ms_gen"
-    )
 
 
 def test_metric_names_file_matches_usage():

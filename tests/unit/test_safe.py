@@ -19,8 +19,8 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_verl import VerlInstrumentor, _safe, config, semconv
-from otel_verl.process import exporters
 from otel_verl.hooks.hookset import Hook, HookSet
+from otel_verl.process import exporters
 from otel_verl.process.state import PROCESS
 
 CALLS = 5

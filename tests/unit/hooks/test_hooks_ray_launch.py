@@ -85,3 +85,22 @@ def test_system_metrics_in_ray_processes_on_request(no_disabled_list):
     env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
     assert config.DISABLED_INSTRUMENTATIONS not in env_vars
     assert config.DISABLED_INSTRUMENTATIONS not in os.environ
+
+
+def test_ray_runtime_env_leaves_out_secret_looking_variables(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer x")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/keys/client.pem")
+    monkeypatch.setenv("OTEL_EXPORTER_VENDOR_API_KEY", "vendor-key")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    monkeypatch.setenv(config.RAY_RUNTIME_ENV_SECRETS, "false")
+    config.settings.cache_clear()
+    try:
+        env = ray_launch.otel_env()
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT" in env and config.RAY_RUNTIME_ENV_SECRETS in env
+        for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_CLIENT_KEY", "OTEL_EXPORTER_VENDOR_API_KEY"):
+            assert name not in env
+        monkeypatch.setenv(config.RAY_RUNTIME_ENV_SECRETS, "true")
+        config.settings.cache_clear()
+        assert "OTEL_EXPORTER_VENDOR_API_KEY" in ray_launch.otel_env()
+    finally:
+        config.settings.cache_clear()

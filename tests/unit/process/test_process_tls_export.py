@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID  # noqa: E402
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc  # noqa: E402
 
 from otel_verl import config, semconv  # noqa: E402
-from otel_verl.process.resource import Identity
+from otel_verl.process.resource import Identity  # noqa: E402
 from otel_verl.process.telemetry import build_own  # noqa: E402
 
 

@@ -1,0 +1,73 @@
+"""LLM call spans (``otel_verl.hooks.rollout.llm``) with verl's real ``LLMServerClient.generate`` /
+``_acquire_server`` under real trajectories (``AgentLoopWorker``): ``gen_ai.*`` request and
+response attributes, server id and load-balancer wait, the call histogram.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentelemetry import trace
+from rollout_helpers import PROMPT, by_name, hist, make_batch, make_worker
+
+from otel_verl import semconv
+
+
+def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
+    worker = make_worker()
+    outputs = asyncio.run(worker.generate_sequences(make_batch()))
+    assert len(outputs) == 4
+
+    trajs = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    assert len(trajs) == 4
+    seen = set()
+    for t in trajs:
+        a = t.attributes
+        seen.add((a[semconv.ATTR_ROLLOUT_SAMPLE_INDEX], a[semconv.ATTR_ROLLOUT_INDEX]))
+        n = 2 + a[semconv.ATTR_ROLLOUT_SAMPLE_INDEX]
+        assert a[semconv.ATTR_ROLLOUT_SUBMIT_STEP] == 3
+        assert a[semconv.ATTR_ROLLOUT_VALIDATE] is False
+        assert a[semconv.GEN_AI_AGENT_NAME] == "otel_test_agent"
+        assert a[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK
+        assert a[semconv.ATTR_ROLLOUT_PROMPT_TOKENS] == len(PROMPT)
+        assert a[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS] == n
+        assert a[semconv.ATTR_ROLLOUT_GENERATED_TOKENS] == n
+        assert a[semconv.ATTR_ROLLOUT_NUM_TURNS] == 2
+        assert a[semconv.ATTR_ROLLOUT_REWARD] == 0.25 * n
+    assert seen == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+    calls = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    assert len(calls) == 4
+    parents = {t.context.span_id: t for t in trajs}
+    for c in calls:
+        traj = parents[c.parent.span_id]  # child of its trajectory
+        a = c.attributes
+        assert c.kind == trace.SpanKind.CLIENT
+        assert a[semconv.GEN_AI_OPERATION_NAME] == "text_completion"
+        assert a[semconv.GEN_AI_PROVIDER_NAME] == "vllm"
+        assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == len(PROMPT)
+        assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == traj.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS]
+        assert a[semconv.GEN_AI_REQUEST_MAX_TOKENS] == a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]
+        assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("completed",)
+        assert a[semconv.ATTR_ROLLOUT_CACHED_TOKENS] == 2
+        assert a[semconv.ATTR_ROLLOUT_PREEMPTIONS] == 0
+        assert a[semconv.ATTR_ROLLOUT_WEIGHT_VERSION] == 3
+        assert a[semconv.ATTR_ROLLOUT_SERVER_ID] == "replica-0"
+        assert 0.02 <= a[semconv.ATTR_ROLLOUT_SERVER_WAIT] < (c.end_time - c.start_time) / 1e9
+
+    rewards = by_name(captured, semconv.SPAN_ROLLOUT_REWARD)  # reward scoring: a child per trajectory
+    assert sorted(parents[r.parent.span_id].context.span_id for r in rewards) == sorted(parents)
+    for r in rewards:
+        assert (
+            r.attributes[semconv.ATTR_ROLLOUT_REWARD]
+            == parents[r.parent.span_id].attributes[semconv.ATTR_ROLLOUT_REWARD]
+        )
+
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.count == 4
+    (tokens,) = hist(captured, semconv.M_ROLLOUT_RESPONSE_TOKENS)
+    assert tokens.count == 4 and tokens.sum == 2 + 2 + 3 + 3
+    assert tokens.attributes == {semconv.ATTR_ROLLOUT_VALIDATE: False, semconv.GEN_AI_AGENT_NAME: "otel_test_agent"}
+    (llm,) = hist(captured, semconv.M_ROLLOUT_LLM_CALL_DURATION)
+    assert llm.count == 4
+    assert list(llm.explicit_bounds)[:3] == [0.005, 0.01, 0.025]

@@ -1,0 +1,45 @@
+"""The per-step span budget (``otel_verl.hooks.rollout.state``: ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``,
+per (submit step, validate) group): only sampled trajectories get spans, histograms count all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rollout_helpers import by_name, hist, make_batch, make_worker
+
+from otel_verl import semconv
+from otel_verl.config import settings
+
+
+def test_sampling_limits_spans_but_histograms_count_every_trajectory(captured, monkeypatch):
+    monkeypatch.setenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP", "3")
+    settings.cache_clear()
+    try:
+        worker = make_worker()
+        asyncio.run(worker.generate_sequences(make_batch(step=1, prompts=3)))  # 6 trajectories
+        asyncio.run(worker.generate_sequences(make_batch(step=2, prompts=3)))
+    finally:
+        monkeypatch.delenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP")
+        settings.cache_clear()
+    trajs = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    steps = [t.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP] for t in trajs]
+    assert sorted(steps) == [1, 1, 1, 2, 2, 2]  # the budget is per step
+    assert len(by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)) == 6  # only under sampled trajectories
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.count == 12
+    (llm,) = hist(captured, semconv.M_ROLLOUT_LLM_CALL_DURATION)
+    assert llm.count == 12
+
+
+def test_zero_budget_means_no_spans(captured, monkeypatch):
+    monkeypatch.setenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP", "0")
+    settings.cache_clear()
+    try:
+        asyncio.run(make_worker().generate_sequences(make_batch()))
+    finally:
+        monkeypatch.delenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP")
+        settings.cache_clear()
+    assert not [s for s in captured.finished() if s.name.startswith("verl.rollout.")]
+    (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
+    assert duration.count == 4

@@ -1,0 +1,67 @@
+"""The one definition of the instruments: built as described, and documented as described."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+
+from otel_verl.instruments import Instruments, catalog
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def _readme_row(name: str) -> str:
+    rows = [line for line in README.read_text().splitlines() if line.startswith(f"| `{name}` |")]
+    assert len(rows) == 1, f"{name}: {len(rows)} rows in README.md's reference tables"
+    return rows[0]
+
+
+@pytest.mark.parametrize("spec", catalog.ALL, ids=lambda s: s.name)
+def test_every_instrument_is_in_the_readme_with_its_kind_and_unit(spec):
+    cells = [c.strip().strip("`") for c in _readme_row(spec.name).strip("|").split("|")]
+    if spec.kind != catalog.OBSERVABLE_GAUGE:  # the GPU table has no kind column: all gauges
+        assert cells[1].split()[0] == spec.kind, cells
+        unit_cell = cells[2]
+    else:
+        unit_cell = cells[1]
+    assert unit_cell == spec.unit, f"{spec.name}: README says unit {unit_cell!r}, the code {spec.unit!r}"
+
+
+def test_names_are_unique_and_the_catalog_is_complete():
+    names = [s.name for s in catalog.ALL]
+    assert len(names) == len(set(names))
+    specs = {v for v in vars(catalog).values() if isinstance(v, catalog.InstrumentSpec)}
+    assert specs - set(catalog.ALL) == {catalog.LOGGED_VALUE}  # the template of the generic gauges
+
+
+def test_instruments_are_built_as_specified():
+    reader = InMemoryMetricReader()
+    inst = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    inst.training.stage_duration.record(0.3, {"verl.stage": "gen"})
+    inst.rollout.response_tokens.record(100)
+    inst.training.steps.add(1)
+    inst.training.record_log({"actor/kl_loss": 0.5})
+    got = {
+        m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    for spec in (catalog.STAGE_DURATION, catalog.RESPONSE_TOKENS, catalog.TRAINING_STEPS):
+        metric = got[spec.name]
+        assert (metric.unit, metric.description) == (spec.unit, spec.description)
+        point = metric.data.data_points[0]
+        if spec.buckets is not None:
+            assert isinstance(point, HistogramDataPoint)
+            assert tuple(point.explicit_bounds) == tuple(float(b) for b in spec.buckets)
+    assert got["verl.actor.kl_loss"].description == "verl logged key 'actor/kl_loss'"
+
+
+def test_observable_and_sync_kinds_are_not_mixed_up():
+    meter = MeterProvider().get_meter("t")
+    with pytest.raises(ValueError):
+        catalog.create(meter, catalog.GPU_MEMORY_USAGE)
+    with pytest.raises(ValueError):
+        catalog.create_observable(meter, catalog.KL, [])
+    assert re.fullmatch(r"verl\.<key>", catalog.LOGGED_VALUE.name)

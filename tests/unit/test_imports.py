@@ -1,0 +1,104 @@
+"""The package's import structure: no cycles, and every module imports on its own.
+
+Every ``import`` in ``otel_verl/`` counts, also those inside functions (a lazy import that
+breaks a cycle at run time is still a cycle in the design).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "otel_verl"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The otel_verl modules ``name`` imports (``from pkg import sub`` counts as ``pkg.sub``)."""
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        out |= {t for t in targets if t in MODULES and t != name}
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycle() -> list[str] | None:
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(GRAPH):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_is_read_from_every_module():
+    assert len(MODULES) > 30
+    assert "otel_verl.process.state" in GRAPH["otel_verl.hooks.spans"]  # a known edge
+
+
+def test_no_import_cycle_in_the_package():
+    cycle = _cycle()
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_a_cycle_would_be_found(monkeypatch):
+    monkeypatch.setitem(GRAPH, "otel_verl.config", GRAPH["otel_verl.config"] | {"otel_verl.instrumentor"})
+    assert _cycle() is not None
+
+
+@pytest.mark.parametrize("chunk", [0, 1])
+def test_every_module_imports_in_a_fresh_interpreter(chunk):
+    names = sorted(MODULES)[chunk::2]
+
+    def load(name: str) -> tuple[str, int, str]:
+        proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=120)
+        return name, proc.returncode, proc.stderr[-500:]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failed = [r for r in pool.map(load, names) if r[1] != 0]
+    assert not failed, failed
