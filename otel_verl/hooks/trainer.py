@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -51,7 +52,8 @@ def epoch_of(trainer: Any, global_step: int) -> int | None:
         return None
 
 
-_attrs_cache: tuple[int, Any, dict[str, Any]] = (0, None, {})
+# (the trainer, by weak reference: an id() could be reused by the next trainer; its step; attributes)
+_attrs_cache: tuple[Any, Any, dict[str, Any]] = (None, None, {})
 
 
 def step_attributes(trainer: Any) -> dict[str, Any]:
@@ -59,15 +61,18 @@ def step_attributes(trainer: Any) -> dict[str, Any]:
     # A step opens ~10 stage spans: work these out once per step, not per span.
     global _attrs_cache
     step = getattr(trainer, "global_steps", None)
-    cached_id, cached_step, attrs = _attrs_cache
-    if cached_id != id(trainer) or cached_step != step or not attrs:
+    cached_ref, cached_step, attrs = _attrs_cache
+    if cached_ref is None or cached_ref() is not trainer or cached_step != step or not attrs:
         attrs = {semconv.ATTR_DRIVER: driver(trainer)}
         if isinstance(step, int):
             attrs[semconv.ATTR_STEP] = step
             epoch = epoch_of(trainer, step)
             if epoch is not None:
                 attrs[semconv.ATTR_EPOCH] = epoch
-        _attrs_cache = (id(trainer), step, attrs)
+        try:
+            _attrs_cache = (weakref.ref(trainer), step, attrs)
+        except TypeError:  # not weak-referenceable: no cache
+            _attrs_cache = (None, None, {})
     return dict(attrs)
 
 
@@ -75,7 +80,7 @@ def step_attributes(trainer: Any) -> dict[str, Any]:
 def _remember(trainer: Any) -> None:
     global _attrs_cache
     PROCESS.trainer = trainer
-    _attrs_cache = (0, None, {})
+    _attrs_cache = (None, None, {})
     cfg = getattr(getattr(trainer, "config", None), "trainer", None)
     get = getattr(cfg, "get", None)
     PROCESS.identify(

@@ -11,7 +11,6 @@ which the "NaN in training" alert watches. The named instruments: ``catalog``.
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -19,41 +18,8 @@ from typing import Any
 from opentelemetry.metrics import Meter
 
 from otel_verl import semconv
+from otel_verl._values import as_float
 from otel_verl.instruments import catalog
-
-
-def as_float(value: Any) -> float | None:
-    """The number in ``value`` (Python/numpy scalar, one-element tensor), else None."""
-    if isinstance(value, (str, bytes)):
-        return None
-    # Any failure means "not a number we can record": an int beyond float range
-    # (OverflowError), a complex, an object whose ``item()`` raises... must cost only its own key.
-    if isinstance(value, numbers.Number):
-        try:
-            return float(value)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001
-            return None
-    # numpy arrays and torch tensors holding exactly one number
-    try:
-        if not callable(getattr(value, "item", None)):
-            return None
-        numel = getattr(value, "numel", None)
-        count = numel() if callable(numel) else getattr(value, "size", None)
-        return float(value.item()) if count == 1 else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def as_int(value: Any) -> int | None:
-    """The integer in ``value`` (int, numpy/torch scalar), else None; bools are not counts."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        if hasattr(value, "item"):
-            value = value.item()
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 class TrainingMetrics:

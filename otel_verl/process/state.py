@@ -49,7 +49,8 @@ class ProcessState:
             logs.attach(logger_provider)
 
     def identify(self, **fields: Any) -> None:
-        """Record who this process is; only effective before telemetry is first used."""
+        """Record who this process is; the resource is made from it when telemetry is first used
+        (later changes no longer reach the resource)."""
         with self._lock:
             for key, value in fields.items():
                 if value is not None:

@@ -16,9 +16,9 @@ from opentelemetry.trace import SpanKind
 
 from otel_verl import semconv
 from otel_verl._safe import safe
+from otel_verl._values import as_int
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.spans import call_traced_async, start_span
-from otel_verl.instruments.training import as_int
 
 
 def _provider(instance: Any) -> str | None:

@@ -24,11 +24,11 @@ from opentelemetry.trace import SpanContext, SpanKind
 
 from otel_verl import propagation, semconv
 from otel_verl._safe import safe
+from otel_verl._values import as_int
 from otel_verl.config import settings
 from otel_verl.hooks.rollout import handoff
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.spans import SpanState, call_traced_async, close_span, open_span, start_span
-from otel_verl.instruments.training import as_int
 from otel_verl.process.state import PROCESS
 
 

@@ -226,3 +226,54 @@ def test_a_carrier_that_reaches_run_agent_loop_is_taken_out_there(captured):
 
 def test_promised_span_id_needs_an_sdk_tracer():
     assert propagation.promise_span_id(trace.NoOpTracer(), 1, semconv.SPAN_GEN) is None
+
+
+# ------------------------------------------------------------------ verl's auto_await is kept intact
+def test_manager_generate_keeps_verls_auto_await_semantics_for_every_caller():
+    """The replacement is verl's own ``auto_await`` around the traced coroutine: awaited from a
+    coroutine it returns a coroutine, called plainly it runs to completion, in a running loop from
+    a plain function it runs in verl's thread, exactly as without otel-verl."""
+    import asyncio
+
+    from verl.utils.ray_utils import auto_await
+
+    from otel_verl.hooks.rollout import handoff
+
+    calls = []
+
+    @auto_await
+    async def generate_sequences(self, prompts):
+        calls.append(prompts)
+        await asyncio.sleep(0)
+        return f"out:{prompts}"
+
+    traced = handoff.traced_manager_generate(generate_sequences)
+    assert traced is not None and not asyncio.iscoroutinefunction(traced)
+    assert traced(object(), "plain") == "out:plain"  # no running loop: asyncio.run
+
+    async def caller():
+        return await traced(object(), "awaited")  # a coroutine caller gets a coroutine
+
+    assert asyncio.run(caller()) == "out:awaited"
+
+    async def loop_then_plain():
+        def plain():
+            return traced(object(), "threaded")  # running loop, plain caller: verl's thread pool
+
+        return plain()
+
+    assert asyncio.run(loop_then_plain()) == "out:threaded"
+    assert calls == ["plain", "awaited", "threaded"]
+
+
+def test_manager_generate_of_another_shape_is_left_alone():
+    from otel_verl.hooks.rollout import handoff
+
+    async def not_auto_awaited(self, prompts):
+        return prompts
+
+    def plain(self, prompts):
+        return prompts
+
+    assert handoff.traced_manager_generate(not_auto_awaited) is None
+    assert handoff.traced_manager_generate(plain) is None
