@@ -148,12 +148,27 @@ M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
 M_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"
 M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
 
-# ---------------------------------------------------------------- GPU (hw.gpu.* semconv) and process
+# ---------------------------------------------------------------- GPU (hardware semconv: hardware/gpu.md, common.md)
 M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
 M_GPU_MEMORY_LIMIT = "hw.gpu.memory.limit"
+M_GPU_MEMORY_UTILIZATION = "hw.gpu.memory.utilization"
 M_GPU_UTILIZATION = "hw.gpu.utilization"
-ATTR_HW_ID = "hw.id"
+M_HW_POWER = "hw.power"  # generic hardware metrics, with hw.type=gpu
+M_HW_ENERGY = "hw.energy"
+M_HW_TEMPERATURE = "hw.temperature"
+M_PROCESS_GPU_MEMORY_USAGE = "verl.process.gpu.memory.usage"  # this rank's own process on the device
+ATTR_HW_ID = "hw.id"  # required: the GPU UUID
+ATTR_HW_TYPE = "hw.type"
+HW_TYPE_GPU = "gpu"
+ATTR_HW_NAME = "hw.name"
 ATTR_HW_VENDOR = "hw.vendor"
+ATTR_HW_MODEL = "hw.model"
+ATTR_HW_DRIVER_VERSION = "hw.driver_version"
+ATTR_HW_GPU_TASK = "hw.gpu.task"
+GPU_TASK_GENERAL = "general"
+GPU_TASK_ENCODER = "encoder"
+GPU_TASK_DECODER = "decoder"
+ATTR_GPU_INDEX = "verl.gpu.index"  # the device's NVML (physical) index on its host
 # process.* metrics of opentelemetry-instrumentation-system-metrics kept in worker processes
 SYSTEM_METRICS_CONFIG = {
     "process.cpu.time": ["user", "system"],

@@ -42,6 +42,9 @@ COUNTER = "counter"
 HISTOGRAM = "histogram"
 UP_DOWN_COUNTER = "updowncounter"
 OBSERVABLE_GAUGE = "observable_gauge"
+OBSERVABLE_COUNTER = "observable_counter"
+OBSERVABLE_UP_DOWN_COUNTER = "observable_updowncounter"
+OBSERVABLE = (OBSERVABLE_GAUGE, OBSERVABLE_COUNTER, OBSERVABLE_UP_DOWN_COUNTER)
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,26 @@ TAIL_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_TAIL_RATIO, GAUGE, "1", "Slowest / median trajectory duration of a step in this worker"
 )
 
-# ---------------------------------------------------------------- hardware (worker ranks, hw.gpu.* semconv)
-GPU_MEMORY_USAGE = InstrumentSpec(semconv.M_GPU_MEMORY_USAGE, OBSERVABLE_GAUGE, "By", "GPU memory in use")
-GPU_MEMORY_LIMIT = InstrumentSpec(semconv.M_GPU_MEMORY_LIMIT, OBSERVABLE_GAUGE, "By", "GPU memory size")
-GPU_UTILIZATION = InstrumentSpec(semconv.M_GPU_UTILIZATION, OBSERVABLE_GAUGE, "1", "GPU utilization (0-1)")
+# ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)
+GPU_MEMORY_USAGE = InstrumentSpec(semconv.M_GPU_MEMORY_USAGE, OBSERVABLE_UP_DOWN_COUNTER, "By", "GPU memory used")
+GPU_MEMORY_LIMIT = InstrumentSpec(
+    semconv.M_GPU_MEMORY_LIMIT, OBSERVABLE_UP_DOWN_COUNTER, "By", "Size of the GPU memory"
+)
+GPU_MEMORY_UTILIZATION = InstrumentSpec(
+    semconv.M_GPU_MEMORY_UTILIZATION, OBSERVABLE_GAUGE, "1", "Fraction of GPU memory used"
+)
+GPU_UTILIZATION = InstrumentSpec(
+    semconv.M_GPU_UTILIZATION, OBSERVABLE_GAUGE, "1", "Fraction of time spent in a specific task (hw.gpu.task)"
+)
+HW_POWER = InstrumentSpec(semconv.M_HW_POWER, OBSERVABLE_GAUGE, "W", "Instantaneous power drawn by the GPU")
+HW_ENERGY = InstrumentSpec(semconv.M_HW_ENERGY, OBSERVABLE_COUNTER, "J", "Energy consumed by the GPU")
+HW_TEMPERATURE = InstrumentSpec(semconv.M_HW_TEMPERATURE, OBSERVABLE_GAUGE, "Cel", "Temperature of the GPU")
+PROCESS_GPU_MEMORY_USAGE = InstrumentSpec(
+    semconv.M_PROCESS_GPU_MEMORY_USAGE,
+    OBSERVABLE_UP_DOWN_COUNTER,
+    "By",
+    "GPU memory held by this process (NVML process list, else torch's caching allocator)",
+)
 
 ALL: tuple[InstrumentSpec, ...] = (
     TRAINING_STEP,
@@ -112,7 +131,12 @@ ALL: tuple[InstrumentSpec, ...] = (
     TAIL_RATIO,
     GPU_MEMORY_USAGE,
     GPU_MEMORY_LIMIT,
+    GPU_MEMORY_UTILIZATION,
     GPU_UTILIZATION,
+    HW_POWER,
+    HW_ENERGY,
+    HW_TEMPERATURE,
+    PROCESS_GPU_MEMORY_USAGE,
 )
 
 
@@ -138,8 +162,12 @@ def create(meter: object, spec: InstrumentSpec) -> object:
 
 
 def create_observable(meter: object, spec: InstrumentSpec, callbacks: list[object]) -> object:
-    if spec.kind != OBSERVABLE_GAUGE:
+    """The asynchronous instrument ``spec`` describes, read by ``callbacks`` at collection time."""
+    factory = {
+        OBSERVABLE_GAUGE: "create_observable_gauge",
+        OBSERVABLE_COUNTER: "create_observable_counter",
+        OBSERVABLE_UP_DOWN_COUNTER: "create_observable_up_down_counter",
+    }.get(spec.kind)
+    if factory is None:
         raise ValueError(f"{spec.name} is a {spec.kind}")
-    return meter.create_observable_gauge(  # type: ignore[attr-defined]
-        spec.name, callbacks=callbacks, unit=spec.unit, description=spec.description
-    )
+    return getattr(meter, factory)(spec.name, callbacks=callbacks, unit=spec.unit, description=spec.description)

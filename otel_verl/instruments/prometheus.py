@@ -11,7 +11,24 @@ from __future__ import annotations
 
 import re
 
-from otel_verl.instruments.catalog import COUNTER, GAUGE, HISTOGRAM, OBSERVABLE_GAUGE, InstrumentSpec
+from otel_verl.instruments.catalog import (
+    COUNTER,
+    GAUGE,
+    HISTOGRAM,
+    OBSERVABLE_COUNTER,
+    OBSERVABLE_GAUGE,
+    OBSERVABLE_UP_DOWN_COUNTER,
+    UP_DOWN_COUNTER,
+    InstrumentSpec,
+)
+
+# OTel kind -> Prometheus type: a non-monotonic sum (UpDownCounter) is a Prometheus gauge.
+_PROMETHEUS_TYPE = {
+    OBSERVABLE_GAUGE: GAUGE,
+    UP_DOWN_COUNTER: GAUGE,
+    OBSERVABLE_UP_DOWN_COUNTER: GAUGE,
+    OBSERVABLE_COUNTER: COUNTER,
+}
 
 _UNIT_MAP = {
     "d": "days",
@@ -66,9 +83,8 @@ def _clean_up_unit(unit: str) -> str:
 
 
 def translate(name: str, unit: str, kind: str) -> str:
-    """The Prometheus metric name of an OTel metric; ``kind``: gauge | counter | histogram (base name)."""
-    if kind == OBSERVABLE_GAUGE:
-        kind = GAUGE
+    """The Prometheus metric name of an OTel metric of ``kind`` (a catalog kind; histogram: base name)."""
+    kind = _PROMETHEUS_TYPE.get(kind, kind)
     tokens = [t for t in re.split(r"[^A-Za-z0-9:]", name) if t]
     main, per = _unit_suffixes(unit)
     main, per = _clean_up_unit(main), _clean_up_unit(per)

@@ -1,7 +1,9 @@
-"""hw.gpu.* gauges: NVML faked at the module boundary (a stand-in ``pynvml`` module), the rest real."""
+"""GPU metrics by the hardware conventions: NVML faked at the module boundary (a stand-in
+``pynvml`` module with NVML's function names and units), the OpenTelemetry SDK real."""
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 
@@ -19,11 +21,16 @@ class NVMLError(Exception):
     pass
 
 
-def fake_nvml(devices, *, fail_init=False):
-    """A ``pynvml`` module: devices = list of (uuid, used, total, util_percent)."""
+def fake_nvml(devices, *, fail_init=False, pid=None, unsupported=()):
+    """A ``pynvml`` module: devices = list of (uuid, used, total, util_percent).
+
+    Power 250.5 W + 10 W per index, energy 1e6 mJ + 1000 per read, 60 + index Cel, encoder 5 %,
+    decoder 7 %; ``pid`` holds 3 GiB on every device; ``unsupported``: readings that raise."""
     mod = types.ModuleType("pynvml")
     mod.NVMLError = NVMLError
+    mod.NVML_TEMPERATURE_GPU = 0
     mod.calls = []
+    mod.energy_reads = 0
 
     def init():
         if fail_init:
@@ -37,18 +44,45 @@ def fake_nvml(devices, *, fail_init=False):
         def __init__(self, gpu_pct):
             self.gpu, self.memory = gpu_pct, 0
 
+    class Proc:
+        def __init__(self, proc_pid, used):
+            self.pid, self.usedGpuMemory = proc_pid, used
+
+    def maybe(name, fn):
+        def read(*args):
+            if name in unsupported:
+                raise NVMLError(f"{name}: Not Supported")
+            return fn(*args)
+
+        return read
+
+    def energy(h):
+        mod.energy_reads += 1
+        return 1_000_000 + 1000 * mod.energy_reads
+
     mod.nvmlInit = init
+    mod.nvmlSystemGetDriverVersion = lambda: b"550.54.15"
     mod.nvmlDeviceGetCount = lambda: len(devices)
     mod.nvmlDeviceGetHandleByIndex = lambda i: i
     mod.nvmlDeviceGetHandleByUUID = lambda u: [d[0] for d in devices].index(u)
+    mod.nvmlDeviceGetIndex = lambda h: h
     mod.nvmlDeviceGetUUID = lambda h: devices[h][0].encode()  # older bindings return bytes
+    mod.nvmlDeviceGetName = lambda h: "NVIDIA H200"
 
     def mem(h):
         mod.calls.append(h)
         return Mem(devices[h][1], devices[h][2])
 
     mod.nvmlDeviceGetMemoryInfo = mem
-    mod.nvmlDeviceGetUtilizationRates = lambda h: Util(devices[h][3])
+    mod.nvmlDeviceGetUtilizationRates = maybe("utilization", lambda h: Util(devices[h][3]))
+    mod.nvmlDeviceGetEncoderUtilization = maybe("encoder", lambda h: [5, 167000])
+    mod.nvmlDeviceGetDecoderUtilization = maybe("decoder", lambda h: [7, 167000])
+    mod.nvmlDeviceGetPowerUsage = maybe("power", lambda h: 250_500 + 10_000 * h)  # mW
+    mod.nvmlDeviceGetTotalEnergyConsumption = maybe("energy", energy)  # mJ
+    mod.nvmlDeviceGetTemperature = maybe("temperature", lambda h, sensor: 60 + h)
+    mod.nvmlDeviceGetComputeRunningProcesses = maybe(
+        "processes", lambda h: [Proc(1, GiB), Proc(pid, 3 * GiB)] if pid is not None else [Proc(1, GiB)]
+    )
     return mod
 
 
@@ -62,7 +96,12 @@ def fresh(monkeypatch):
 
 
 def points(captured, name):
-    return {p.attributes[semconv.ATTR_HW_ID]: p for p in captured.metric_points().get(name, [])}
+    """hw.id -> point (``hw.gpu.utilization``: the ``general`` task's)."""
+    return {
+        p.attributes[semconv.ATTR_HW_ID]: p
+        for p in captured.metric_points().get(name, [])
+        if p.attributes.get(semconv.ATTR_HW_GPU_TASK, semconv.GPU_TASK_GENERAL) == semconv.GPU_TASK_GENERAL
+    }
 
 
 def test_nvml_gauges_for_the_visible_gpus(captured, fresh):
@@ -147,3 +186,118 @@ def test_process_metrics_are_limited_to_process_star(captured, fresh):
     assert {"process.memory.usage", "process.cpu.time", "process.thread.count"} <= names
     assert not {n for n in names if n.startswith("system.") or n.startswith("cpython.")}
     SystemMetricsInstrumentor().uninstrument()
+
+
+def data(captured, name):
+    """The metric ``name`` as collected (its data object: Sum or Gauge), or None."""
+    from otel_verl.process.state import PROCESS as _P
+
+    _P.telemetry.drain()
+    got = captured.reader.get_metrics_data()
+    for rm in got.resource_metrics if got else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name == name:
+                    return metric
+    return None
+
+
+def test_kinds_and_units_follow_the_hardware_conventions(captured, fresh):
+    from opentelemetry.sdk.metrics.export import Gauge, Sum
+
+    fresh.setitem(sys.modules, "pynvml", fake_nvml([("GPU-aaa", GiB, 4 * GiB, 50)], pid=os.getpid()))
+    assert worker_metrics.ensure_worker_metrics(rank=0)
+    expected = {
+        semconv.M_GPU_MEMORY_USAGE: (Sum, False, "By"),
+        semconv.M_GPU_MEMORY_LIMIT: (Sum, False, "By"),
+        semconv.M_PROCESS_GPU_MEMORY_USAGE: (Sum, False, "By"),
+        semconv.M_HW_ENERGY: (Sum, True, "J"),
+        semconv.M_GPU_MEMORY_UTILIZATION: (Gauge, None, "1"),
+        semconv.M_GPU_UTILIZATION: (Gauge, None, "1"),
+        semconv.M_HW_POWER: (Gauge, None, "W"),
+        semconv.M_HW_TEMPERATURE: (Gauge, None, "Cel"),
+    }
+    for name, (kind, monotonic, unit) in expected.items():
+        metric = data(captured, name)
+        assert metric is not None, name
+        assert isinstance(metric.data, kind), (name, type(metric.data))
+        assert metric.unit == unit, name
+        if monotonic is not None:
+            assert metric.data.is_monotonic is monotonic, name
+
+
+def test_every_gpu_metric_carries_the_identifying_attributes(captured, fresh):
+    devices = [("GPU-aaa", GiB, 4 * GiB, 10), ("GPU-bbb", 2 * GiB, 4 * GiB, 90)]
+    fresh.setitem(sys.modules, "pynvml", fake_nvml(devices, pid=os.getpid()))
+    fresh.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert worker_metrics.ensure_worker_metrics(rank=5)
+    names = [
+        semconv.M_GPU_MEMORY_USAGE,
+        semconv.M_GPU_MEMORY_LIMIT,
+        semconv.M_GPU_MEMORY_UTILIZATION,
+        semconv.M_GPU_UTILIZATION,
+        semconv.M_HW_POWER,
+        semconv.M_HW_ENERGY,
+        semconv.M_HW_TEMPERATURE,
+        semconv.M_PROCESS_GPU_MEMORY_USAGE,
+    ]
+    for name in names:
+        pts = captured.metric_points()[name]
+        assert pts, name
+        for p in pts:
+            a = p.attributes
+            assert a[semconv.ATTR_HW_ID] == "GPU-bbb", name  # required
+            assert a[semconv.ATTR_HW_TYPE] == "gpu", name
+            assert (a[semconv.ATTR_HW_VENDOR], a[semconv.ATTR_HW_MODEL]) == ("nvidia", "NVIDIA H200"), name
+            assert a[semconv.ATTR_HW_DRIVER_VERSION] == "550.54.15", name
+            assert (a[semconv.ATTR_HW_NAME], a[semconv.ATTR_GPU_INDEX], a[semconv.RES_RANK]) == ("gpu1", 1, 5), name
+
+
+def test_readings_convert_nvml_units(captured, fresh):
+    fresh.setitem(sys.modules, "pynvml", fake_nvml([("GPU-aaa", GiB, 4 * GiB, 50)], pid=os.getpid()))
+    assert worker_metrics.ensure_worker_metrics(rank=0)
+    pts = captured.metric_points()
+    assert pts[semconv.M_HW_POWER][0].value == pytest.approx(250.5)  # mW -> W
+    assert pts[semconv.M_HW_TEMPERATURE][0].value == 60
+    assert pts[semconv.M_GPU_MEMORY_UTILIZATION][0].value == pytest.approx(0.25)
+    assert pts[semconv.M_PROCESS_GPU_MEMORY_USAGE][0].value == 3 * GiB  # only this process's entry
+    util = {p.attributes[semconv.ATTR_HW_GPU_TASK]: p.value for p in pts[semconv.M_GPU_UTILIZATION]}
+    assert util == {"general": pytest.approx(0.5), "encoder": pytest.approx(0.05), "decoder": pytest.approx(0.07)}
+    first = pts[semconv.M_HW_ENERGY][0].value
+    assert first == pytest.approx(1001.0)  # mJ -> J
+    later = captured.metric_points()[semconv.M_HW_ENERGY][0].value
+    assert later > first  # a counter: it only grows
+
+
+def test_unsupported_readings_are_left_out_and_not_asked_again(captured, fresh):
+    mod = fake_nvml([("GPU-aaa", GiB, 4 * GiB, 50)], unsupported=("energy", "encoder", "decoder", "processes"))
+    fresh.setitem(sys.modules, "pynvml", mod)
+    assert worker_metrics.ensure_worker_metrics(rank=0)
+    for _ in range(2):
+        pts = captured.metric_points()
+        assert semconv.M_HW_ENERGY not in pts
+        assert semconv.M_PROCESS_GPU_MEMORY_USAGE not in pts
+        assert {p.attributes[semconv.ATTR_HW_GPU_TASK] for p in pts[semconv.M_GPU_UTILIZATION]} == {"general"}
+        assert pts[semconv.M_HW_POWER][0].value == pytest.approx(250.5)  # the rest still reports
+    assert mod.energy_reads == 0
+
+
+def test_torch_fallback_reports_the_process_allocator(captured, fresh):
+    class Props:
+        uuid = "1234"
+        name = "NVIDIA H200"
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        current_device=lambda: 0,
+        get_device_properties=lambda i: Props(),
+        mem_get_info=lambda i: (30 * GiB, 80 * GiB),
+        memory_reserved=lambda i: 12 * GiB,
+    )
+    gpu.register_gpu_metrics(PROCESS.telemetry.meter, gpu.TorchSource(types.SimpleNamespace(cuda=cuda), rank=1))
+    pts = captured.metric_points()
+    (mine,) = pts[semconv.M_PROCESS_GPU_MEMORY_USAGE]
+    assert mine.value == 12 * GiB and mine.attributes[semconv.ATTR_HW_MODEL] == "NVIDIA H200"
+    assert pts[semconv.M_GPU_MEMORY_UTILIZATION][0].value == pytest.approx(50 / 80)
+    assert semconv.M_HW_POWER not in pts  # torch has no power reading
