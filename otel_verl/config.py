@@ -36,6 +36,10 @@ ROLLOUT_SPANS_PER_STEP = "OTEL_VERL_ROLLOUT_SPANS_PER_STEP"
 GPU_METRICS = "OTEL_VERL_GPU_METRICS"
 PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
+GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
+GUARD_RULES = "OTEL_VERL_GUARD_RULES"
+
+GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 
@@ -95,6 +99,17 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in choices:
+        return value
+    _warn(name, raw, default)
+    return default
+
+
 def env_log_level(name: str, default: int) -> int:
     """A ``logging`` level given by name (``INFO``) or number (``20``)."""
     raw = os.environ.get(name)
@@ -130,6 +145,8 @@ class Settings:
     samples_every_n_steps: int = 10
     samples_per_step: int = 4
     samples_max_chars: int = 2000
+    guard_action: str = "observe"
+    guard_rules: str | None = None
 
 
 @lru_cache(maxsize=1)
@@ -154,6 +171,8 @@ def settings() -> Settings:
         samples_every_n_steps=env_int(SAMPLES_EVERY_N_STEPS, 10, minimum=1),
         samples_per_step=env_int(SAMPLES_PER_STEP, 4, minimum=1),
         samples_max_chars=env_int(SAMPLES_MAX_CHARS, 2000, minimum=1),
+        guard_action=env_choice(GUARD_ACTION, "observe", GUARD_ACTIONS),
+        guard_rules=os.environ.get(GUARD_RULES) or None,
     )
 
 

@@ -193,3 +193,14 @@ CONFIG_TRUNCATED_KEY = "_otel_verl_dropped"  # in the JSON when entries had to b
 
 # ---------------------------------------------------------------- v1 rollout links
 SPAN_GEN = SPAN_STAGE_PREFIX + "gen"  # the stage span v1 trajectory spans link to (link attribute verl.step)
+
+# ---------------------------------------------------------------- guard (rules over verl's per-step values)
+SPAN_GUARD = "verl.guard"  # child of the step's span: verl logs a step's values after that span ended
+EVENT_GUARD_TRIGGERED = "verl.guard.triggered"  # span event and log record event name
+M_GUARD_TRIGGERED = "verl.guard.triggered"  # counter, attribute ATTR_GUARD_RULE
+ATTR_GUARD_RULE = "verl.guard.rule"
+ATTR_GUARD_ACTION = "verl.guard.action"  # observe | checkpoint | stop
+ATTR_GUARD_VALUE = "verl.guard.value"
+ATTR_GUARD_LIMIT = "verl.guard.limit"  # the rule's threshold / fraction / ratio / factor
+ATTR_GUARD_BASELINE = "verl.guard.baseline"
+ATTR_GUARD_CHECKPOINT = "verl.guard.checkpoint"  # the folder verl saved to, when the action saved one

@@ -168,6 +168,13 @@ class _Runs:
 
 
 @pytest.fixture(scope="session")
+def run_verl_instrumented():
+    """``run_instrumented``: one real instrumented run in a workdir the test chooses (not cached)."""
+    pytest.importorskip("verl_cpu_harness")
+    return run_instrumented
+
+
+@pytest.fixture(scope="session")
 def verl_runs(tmp_path_factory) -> _Runs:
     pytest.importorskip("verl_cpu_harness")
     return _Runs(tmp_path_factory.mktemp("verl"))

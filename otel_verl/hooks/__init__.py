@@ -8,6 +8,7 @@ Where things are made (the full list of names: README.md, "Reference"):
 * ``workers``: worker-group calls (driver) and the worker ranks' spans;
 * ``rollout/``: trajectory, LLM-call, reward and tool spans in the agent-loop workers;
 * ``samples``: opt-in sampled generations as log records;
+* ``guard``: rules over each step's values, and the action (observe, checkpoint, stop);
 * ``ray_launch``: ``ray.init`` hands the ``OTEL_*`` settings to the job's Ray workers.
 
 ``hookset`` applies them on import, ``spans`` is the one traced-call shape they share,
@@ -21,7 +22,7 @@ from otel_verl.hooks.hookset import Hook
 
 def all_hooks() -> list[Hook]:
     """Every hook otel-verl installs (the instrumentor's list, and what ``doctor`` checks)."""
-    from otel_verl.hooks import ray_launch, rollout, samples, stages, tracking, trainer, workers
+    from otel_verl.hooks import guard, ray_launch, rollout, samples, stages, tracking, trainer, workers
 
     return [
         *stages.HOOKS,
@@ -31,4 +32,5 @@ def all_hooks() -> list[Hook]:
         *ray_launch.HOOKS,
         *samples.HOOKS,
         *rollout.HOOKS,
+        *guard.HOOKS,  # last: its fit wrapper is the outermost (the others' flush runs inside it)
     ]

@@ -70,6 +70,9 @@ KL = InstrumentSpec(semconv.M_KL, GAUGE, "", "KL divergence as logged by verl")
 REWARD = InstrumentSpec(semconv.M_REWARD, GAUGE, "", "Mean sequence reward of the batch")
 THROUGHPUT = InstrumentSpec(semconv.M_THROUGHPUT, GAUGE, "{token}/s", "Tokens per second per GPU (perf/throughput)")
 NONFINITE = InstrumentSpec(semconv.M_NONFINITE, COUNTER, "{value}", "NaN or inf values verl logged")
+GUARD_TRIGGERED = InstrumentSpec(
+    semconv.M_GUARD_TRIGGERED, COUNTER, "{firing}", "Guard rules that fired (attribute verl.guard.rule)"
+)
 # One gauge per numeric key verl logs, named by ``semconv.metric_name(key)``.
 LOGGED_VALUE = InstrumentSpec(semconv.METRIC_PREFIX + "<key>", GAUGE, "", "verl logged key {key!r}")
 
@@ -125,6 +128,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     REWARD,
     THROUGHPUT,
     NONFINITE,
+    GUARD_TRIGGERED,
     TRAJECTORY_DURATION,
     LLM_CALL_DURATION,
     RESPONSE_TOKENS,

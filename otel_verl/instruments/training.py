@@ -34,6 +34,7 @@ class TrainingMetrics:
         self.reward = catalog.create(meter, catalog.REWARD)
         self.throughput = catalog.create(meter, catalog.THROUGHPUT)
         self.nonfinite = catalog.create(meter, catalog.NONFINITE)
+        self.guard_triggered = catalog.create(meter, catalog.GUARD_TRIGGERED)
 
     def _gauge(self, key: str) -> Any:
         gauge = self._gauges.get(key)

@@ -55,6 +55,10 @@ class SpanRecord:
     def seconds(self) -> float:
         return (self.end_ns - self.start_ns) / 1e9
 
+    def event_attributes(self, name: str) -> list[dict[str, Any]]:
+        """The attributes of each event called ``name`` (events stay as OTLP JSON in ``events``)."""
+        return [_attrs(e.get("attributes")) for e in self.events if e.get("name") == name]
+
 
 @dataclass
 class MetricPoint:

@@ -217,12 +217,7 @@ def test_timeline_shows_the_slowest_step_with_its_slowest_trajectory(rendered):
         assert note.find("code", cls="span-id").all_text() == slowest.span_id
         assert f"{slowest.seconds * 1000:.1f} ms" in note.all_text() or f"{slowest.seconds:.3f} s" in note.all_text()
         # the instrumentation's own long-tail event names the same trajectory
-        events = [
-            {a["key"]: next(iter(a["value"].values())) for a in e.get("attributes", [])}
-            for s in run.spans
-            for e in s.events
-            if e["name"] == semconv.EVENT_SLOWEST_TRAJECTORY
-        ]
+        events = [e for s in run.spans for e in s.event_attributes(semconv.EVENT_SLOWEST_TRAJECTORY)]
         ours = [
             e
             for e in events

@@ -31,15 +31,6 @@ def _train_trajectories(run):
     return by_step
 
 
-def _event_attrs(event):
-    """OTLP JSON attributes (``[{"key", "value": {"intValue": "3"}}]``) as a dict."""
-    out = {}
-    for a in event["attributes"]:
-        ((kind, value),) = a["value"].items()
-        out[a["key"]] = int(value) if kind == "intValue" else value
-    return out
-
-
 def _latest_histogram_count(run, name, **attrs):
     """Cumulative histograms: the latest point of each (process, attribute set), summed."""
     latest = {}
@@ -133,8 +124,7 @@ def _check_rollout(run, n_gpus):
     ]
     assert len(batches) == STEPS  # num_workers=1
     for b in batches:
-        (event,) = [e for e in b.events if e["name"] == semconv.EVENT_SLOWEST_TRAJECTORY]
-        attrs = _event_attrs(event)
+        (attrs,) = b.event_attributes(semconv.EVENT_SLOWEST_TRAJECTORY)
         slowest = by_id[attrs[semconv.ATTR_ROLLOUT_SLOWEST_SPAN_ID]]
         same_step = [t for t in by_step[b.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]]]
         assert slowest.seconds == pytest.approx(max(t.seconds for t in same_step), abs=0.05)

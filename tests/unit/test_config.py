@@ -84,6 +84,7 @@ INVALID = {
     config.SAMPLES_EVERY_N_STEPS: ("0", "samples_every_n_steps", 10, "10"),
     config.SAMPLES_PER_STEP: ("four", "samples_per_step", 4, "4"),
     config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
+    config.GUARD_ACTION: ("pause", "guard_action", "observe", "'observe'"),
 }
 # Free-form values: any string is valid, so there is no invalid value; empty means the default.
 FREE_FORM = {
@@ -91,6 +92,7 @@ FREE_FORM = {
     config.PROJECT: ("project", None),
     config.EXPERIMENT: ("experiment", None),
     config.FILE_DIR: ("file_dir", config.DEFAULT_FILE_DIR),
+    config.GUARD_RULES: ("guard_rules", None),  # a path; an unusable file is judged when it is read
 }
 
 

@@ -1,0 +1,247 @@
+"""Guard rules: conditions over verl's per-step values, and their evaluation step after step.
+
+The rules and their file format: ``rules.yaml`` beside this module (the built-in defaults, and the
+format of a user's ``OTEL_VERL_GUARD_RULES`` file). ``Evaluator.step`` is fed the dict verl logs at
+each training step end and returns the rules that fire at that step: a rule fires once when its
+condition becomes true for a key, and again only after the condition was false in between.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import statistics
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from otel_verl._values import as_float
+
+KINDS = ("nonfinite", "above", "below", "drop", "ratio_below", "spike")
+_NEEDS = {
+    "above": ("threshold",),
+    "below": ("threshold",),
+    "drop": ("fraction", "window"),
+    "ratio_below": ("ratio", "window"),
+    "spike": ("factor", "window"),
+}
+DEFAULT_MIN_STEPS = 5
+
+
+class RuleError(ValueError):
+    """A rules file that cannot be used (says which rule and why)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: str
+    keys: tuple[str, ...]
+    threshold: float | None = None
+    fraction: float | None = None
+    ratio: float | None = None
+    factor: float | None = None
+    min_baseline: float = 0.0
+    window: int = 0
+    for_steps: int = 1
+    min_steps: int = DEFAULT_MIN_STEPS
+    alert: str | None = None
+
+    def matches(self, key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.keys)
+
+    @property
+    def limit(self) -> float | None:
+        """The number the condition compares against (for messages and the Prometheus check)."""
+        for value in (self.threshold, self.fraction, self.ratio, self.factor):
+            if value is not None:
+                return value
+        return None
+
+
+@dataclass(frozen=True)
+class Firing:
+    rule: Rule
+    key: str
+    value: float
+    step: int
+    baseline: float | None = None
+
+    def describe(self) -> str:
+        r, v = self.rule, self.value
+        if r.kind == "nonfinite":
+            what = f"{self.key}={v} is not finite"
+        elif r.kind in ("above", "below"):
+            what = f"{self.key}={v:.4g} {r.kind} {r.threshold:g} for {r.for_steps} step(s)"
+        elif r.kind == "drop":
+            what = f"{self.key}={v:.4g} is more than {r.fraction:.0%} below its recent mean {self.baseline:.4g}"
+        elif r.kind == "ratio_below":
+            what = f"{self.key}={v:.4g} is below {r.ratio:.0%} of its recent mean {self.baseline:.4g}"
+        else:
+            what = f"{self.key}={v:.4g} is above {r.factor:g}x its recent median {self.baseline:.4g}"
+        return f"rule {r.name} at step {self.step}: {what}"
+
+
+def _number(raw: Mapping[str, Any], name: str, key: str, *, integer: bool = False) -> Any:
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RuleError(f"rule {name!r}: {key} must be a number, not {value!r}")
+    if integer and (int(value) != value or value < 1):
+        raise RuleError(f"rule {name!r}: {key} must be a whole number >= 1, not {value!r}")
+    return int(value) if integer else float(value)
+
+
+def parse_rules(data: Any) -> tuple[Rule, ...]:
+    """Rules from the parsed YAML/JSON document (``{"rules": [...]}``); RuleError if unusable."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("rules"), list):
+        raise RuleError("a rules file holds a mapping with a list under 'rules'")
+    rules: list[Rule] = []
+    for i, raw in enumerate(data["rules"]):
+        if not isinstance(raw, Mapping):
+            raise RuleError(f"rule #{i + 1} is not a mapping")
+        name = str(raw.get("name") or f"rule{i + 1}")
+        kind = raw.get("kind")
+        if kind not in KINDS:
+            raise RuleError(f"rule {name!r}: kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        keys = raw.get("keys")
+        if isinstance(keys, str):
+            keys = [keys]
+        if not keys or not all(isinstance(k, str) and k for k in keys):
+            raise RuleError(f"rule {name!r}: keys must be a non-empty list of verl metric keys")
+        for needed in _NEEDS.get(kind, ()):
+            if needed not in raw:
+                raise RuleError(f"rule {name!r}: kind {kind} needs {needed}")
+        known = set(Rule.__dataclass_fields__) | {"keys"}
+        unknown = set(raw) - known
+        if unknown:
+            raise RuleError(f"rule {name!r}: unknown field(s) {', '.join(sorted(unknown))}")
+        kwargs: dict[str, Any] = {}
+        for key in ("threshold", "fraction", "ratio", "factor", "min_baseline"):
+            if key in raw:
+                kwargs[key] = _number(raw, name, key)
+        for key in ("window", "for_steps", "min_steps"):
+            if key in raw:
+                kwargs[key] = _number(raw, name, key, integer=True)
+        alert = raw.get("alert")
+        rules.append(Rule(name=name, kind=kind, keys=tuple(keys), alert=str(alert) if alert else None, **kwargs))
+    names = [r.name for r in rules]
+    if len(names) != len(set(names)):
+        raise RuleError("rule names must be unique")
+    return tuple(rules)
+
+
+def _load_text(text: str) -> Any:
+    try:
+        import yaml
+    except ImportError:  # JSON is YAML too
+        import json
+
+        return json.loads(text)
+    return yaml.safe_load(text)
+
+
+def default_rules_text() -> str:
+    return resources.files("otel_verl.guard").joinpath("rules.yaml").read_text()
+
+
+def load_rules(path: str | None = None) -> tuple[Rule, ...]:
+    """The rules in ``path`` (YAML or JSON), else the built-in ``rules.yaml``."""
+    if path:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise RuleError(f"cannot read {path}: {exc.strerror or exc}") from None
+    else:
+        text = default_rules_text()
+    try:
+        data = _load_text(text)
+    except Exception as exc:  # noqa: BLE001 - yaml/json syntax errors of any kind
+        raise RuleError(f"{path or 'rules.yaml'} is not valid YAML/JSON: {exc}") from None
+    return parse_rules(data)
+
+
+@dataclass
+class _Track:
+    history: deque[float]
+    streak: int = 0
+    active: bool = False
+
+
+@dataclass
+class Evaluator:
+    rules: tuple[Rule, ...]
+    _tracks: dict[tuple[str, str], _Track] = field(default_factory=dict)
+    # verl logs the same ~100 keys every step: match each key against the patterns once
+    _by_key: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
+
+    def _rules_for(self, key: str) -> tuple[Rule, ...]:
+        found = self._by_key.get(key)
+        if found is None:
+            found = self._by_key[key] = tuple(r for r in self.rules if r.matches(key))
+        return found
+
+    def _track(self, rule: Rule, key: str) -> _Track:
+        track = self._tracks.get((rule.name, key))
+        if track is None:
+            track = self._tracks[(rule.name, key)] = _Track(deque(maxlen=max(rule.window, 1)))
+        return track
+
+    def step(self, values: Mapping[str, Any], step: int) -> list[Firing]:
+        """Feed one step's logged values; returns the rules that fire at this step."""
+        fired: list[Firing] = []
+        for key, raw in values.items():
+            if not isinstance(key, str):
+                continue
+            rules = self._rules_for(key)
+            if not rules:
+                continue
+            value = as_float(raw)
+            if value is None:
+                continue
+            for rule in rules:
+                firing = self._check(rule, key, value, step)
+                if firing is not None:
+                    fired.append(firing)
+        return fired
+
+    def _check(self, rule: Rule, key: str, value: float, step: int) -> Firing | None:
+        track = self._track(rule, key)
+        finite = math.isfinite(value)
+        baseline: float | None = None
+        if rule.kind == "nonfinite":
+            hit = not finite
+        elif not finite:
+            return None  # the nonfinite rule's business; keeps the history clean
+        elif rule.kind == "above":
+            hit = value > rule.threshold  # type: ignore[operator]
+        elif rule.kind == "below":
+            hit = value < rule.threshold  # type: ignore[operator]
+        else:
+            hit, baseline = self._relative(rule, track, value)
+        if rule.kind not in ("nonfinite", "above", "below") and not hit:
+            track.history.append(value)  # the baseline is what came before the problem
+        track.streak = track.streak + 1 if hit else 0
+        if track.streak >= rule.for_steps and not track.active:
+            track.active = True
+            return Firing(rule, key, value, step, baseline)
+        if not hit:
+            track.active = False
+        return None
+
+    @staticmethod
+    def _relative(rule: Rule, track: _Track, value: float) -> tuple[bool, float | None]:
+        if len(track.history) < min(rule.min_steps, rule.window):
+            return False, None
+        history = list(track.history)
+        if rule.kind == "spike":
+            base = statistics.median(history)
+            return base > 0 and value / base > rule.factor, base  # type: ignore[operator]
+        base = statistics.fmean(history)
+        if rule.kind == "drop":
+            if abs(base) <= rule.min_baseline:
+                return False, base
+            return (base - value) / abs(base) > rule.fraction, base  # type: ignore[operator]
+        return base > 0 and value / base < rule.ratio, base  # ratio_below

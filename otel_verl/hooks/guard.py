@@ -1,0 +1,186 @@
+"""The guard, in the TaskRunner: verl's values of each training step against the rules, then act.
+
+``Tracking.log`` (after verl's own backends) hands the step's dict to the rules (``otel_verl.guard``):
+a few comparisons per key on the training thread, which is the decision itself. A rule that fires
+is reported (a ``verl.guard`` span in the step's trace with a ``verl.guard.triggered`` event, a
+WARNING log record, the ``verl.guard.triggered`` counter and one console line) and acted on by
+``OTEL_VERL_GUARD_ACTION``:
+
+* ``observe`` (default): report only;
+* ``checkpoint``: also save a checkpoint through verl's own ``_save_checkpoint`` at the end of that
+  step (once per firing);
+* ``stop``: also checkpoint, then end training after that step: v1's loop ends through its own
+  condition (``total_training_steps``), v0's at the start of the next step (``GuardStop`` from the
+  ``step`` timer); ``fit`` then returns normally, so verl's end of training, the final flush and
+  rc 0 follow, and ``trainer.resume_mode=auto`` resumes from that checkpoint.
+
+A guard error never stops training: it is logged once and the step goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import trace
+
+from otel_verl import semconv
+from otel_verl._safe import safe, warn_once
+from otel_verl.config import settings
+from otel_verl.guard.rules import Evaluator, Firing, RuleError, load_rules
+from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.spans import start_span
+from otel_verl.process.state import PROCESS
+
+TRAINING_STEP_KEY = "training/global_step"  # both drivers log it with every training step's values
+
+
+class GuardStop(Exception):
+    """Raised at the start of the step after a ``stop``; ``fit``'s hook turns it into a normal return."""
+
+
+class _Guard:
+    def __init__(self) -> None:
+        self.evaluator: Evaluator | None = None
+        self.stop_reason: str | None = None
+        self.stopped_after: int | None = None
+
+
+_GUARD = _Guard()
+
+
+def reset() -> None:
+    """Forget rules, history and a requested stop (tests; a new trainer)."""
+    global _GUARD
+    _GUARD = _Guard()
+
+
+def _evaluator() -> Evaluator:
+    if _GUARD.evaluator is None:
+        path = settings().guard_rules
+        try:
+            rules = load_rules(path)
+        except RuleError as exc:
+            warn_once("guard rules", "ignoring OTEL_VERL_GUARD_RULES=%s (%s); using the built-in rules", path, exc)
+            rules = load_rules(None)
+        _GUARD.evaluator = Evaluator(rules)
+    return _GUARD.evaluator
+
+
+@safe("guard rules evaluation")
+def _evaluate(data: Mapping[str, Any]) -> tuple[int, list[Firing]] | None:
+    step = data.get(TRAINING_STEP_KEY)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None  # validation before training and other non-step logs
+    return step, _evaluator().step(data, step)
+
+
+def _attributes(firing: Firing, action: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        semconv.ATTR_GUARD_RULE: firing.rule.name,
+        semconv.ATTR_GUARD_ACTION: action,
+        semconv.ATTR_METRIC_KEY: firing.key,
+        semconv.ATTR_GUARD_VALUE: firing.value,
+        semconv.ATTR_STEP: firing.step,
+    }
+    if firing.rule.limit is not None:
+        attrs[semconv.ATTR_GUARD_LIMIT] = firing.rule.limit
+    if firing.baseline is not None:
+        attrs[semconv.ATTR_GUARD_BASELINE] = firing.baseline
+    return attrs
+
+
+@safe("guard report")
+def _report(firings: list[Firing], action: str, checkpoint: str | None) -> None:
+    last = PROCESS.last_step  # verl logs a step's values after its ``step`` span ended: join that trace
+    context = trace.set_span_in_context(trace.NonRecordingSpan(last[1])) if last is not None else None
+    span = start_span(semconv.SPAN_GUARD, context=context, attributes={semconv.ATTR_STEP: firings[0].step})
+    provider = PROCESS.logger_provider()
+    logger = provider.get_logger(semconv.SCOPE) if provider is not None else None
+    counter = PROCESS.instruments.training.guard_triggered
+    for firing in firings:
+        attrs = _attributes(firing, action)
+        if checkpoint:
+            attrs[semconv.ATTR_GUARD_CHECKPOINT] = checkpoint
+        text = f"otel-verl guard: {firing.describe()}; action: {action}"
+        span.add_event(semconv.EVENT_GUARD_TRIGGERED, attrs)
+        counter.add(1, {semconv.ATTR_GUARD_RULE: firing.rule.name})
+        if logger is not None:
+            from opentelemetry._logs import SeverityNumber
+
+            logger.emit(
+                event_name=semconv.EVENT_GUARD_TRIGGERED,
+                body=text,
+                severity_number=SeverityNumber.WARN,
+                severity_text="WARNING",
+                attributes=attrs,
+                context=trace.set_span_in_context(span),
+            )
+        print(text, file=sys.stdout, flush=True)  # next to verl's own console metrics
+    span.end()
+
+
+def _checkpoint(trainer: Any, step: int) -> str | None:
+    """verl's own checkpoint of this step (skipped when verl just saved it itself)."""
+    folder = os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{step}")
+    if not os.path.isdir(folder):
+        try:
+            trainer._save_checkpoint()  # noqa: SLF001 - verl's checkpoint path, as its fit loop calls it
+        except Exception:  # noqa: BLE001 - the guard must not end training by itself
+            warn_once("guard checkpoint", "the guard could not save a checkpoint at step %s", step, exc_info=True)
+            return None
+    return folder
+
+
+@safe("guard stop request")
+def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None) -> None:
+    step = firings[0].step
+    _GUARD.stop_reason = "; ".join(f.describe() for f in firings)
+    _GUARD.stopped_after = step
+    # v1's loop runs while global_steps <= total_training_steps: after this step it ends by itself
+    trainer.total_training_steps = step
+    where = f"; checkpoint {checkpoint}" if checkpoint else ""
+    print(f"otel-verl guard: stopping training after step {step}{where}", file=sys.stdout, flush=True)
+
+
+def _guard_after_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)
+    action = settings().guard_action
+    trainer = PROCESS.trainer
+    if action == "off" or trainer is None:
+        return result
+    evaluated = _evaluate(kwargs["data"] if "data" in kwargs else (args[0] if args else {}))
+    if evaluated and evaluated[1]:
+        step, firings = evaluated
+        checkpoint = _checkpoint(trainer, step) if action in ("checkpoint", "stop") else None
+        _report(firings, action, checkpoint)
+        if action == "stop":
+            _request_stop(trainer, firings, checkpoint)
+    return result
+
+
+def _stop_before_step(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    # v0 has no loop condition to end on: the next step ends training before it starts
+    if _GUARD.stop_reason is not None and kwargs.get("name", args[0] if args else None) == "step":
+        if PROCESS.trainer is not None:
+            raise GuardStop(_GUARD.stop_reason)
+    return wrapped(*args, **kwargs)
+
+
+def _fit_until_guard_stop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    try:
+        return wrapped(*args, **kwargs)
+    except GuardStop as stop:
+        print(f"otel-verl guard: training stopped after step {_GUARD.stopped_after}: {stop}", flush=True)
+        return None
+
+
+HOOKS = [
+    Hook(targets.TRACKING, "Tracking.log", _guard_after_log),
+    Hook(targets.PERFORMANCE, "_timer", _stop_before_step),
+    Hook(targets.TRAINER_V0, "RayPPOTrainer.fit", _fit_until_guard_stop),
+    Hook(targets.TRAINER_V1, "PPOTrainer.fit", _fit_until_guard_stop),
+]

@@ -1,0 +1,120 @@
+"""The guard on the real CPU trainer: a reward function that turns NaN from step 2
+(``VERL_CPU_HARNESS_NAN_REWARD_AFTER``: 8 trajectories per step, so reward call 9 on is NaN).
+
+* ``stop`` (both drivers): training ends after step 2 with rc 0, a checkpoint of step 2 through
+  verl's own path, the guard's span, log record and counter exported; resuming with
+  ``trainer.resume_mode=auto`` continues at step 3.
+* ``observe`` (v1): training goes on to the last step, each rule fires once per episode, and a
+  user rules file (a KL rule with a tiny threshold, as for a drifting run) fires too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+NAN_AFTER = "8"  # train_batch_size 4 x rollout.n 2 = 8 reward calls per step; no validation before
+STEPS = 4
+
+
+def _guard_run(run_instrumented, workdir, driver, action, *, extra=(), env=None, steps=STEPS):
+    return run_instrumented(
+        workdir,
+        driver,
+        "grpo",
+        steps=steps,
+        val_before_train=False,
+        extra=list(extra),
+        env={"OTEL_VERL_GUARD_ACTION": action, **(env or {})},
+    )
+
+
+def _records(run) -> list[dict]:
+    out = []
+    for path in run.telemetry_dir.glob("logs-*.jsonl"):
+        for line in path.read_text().splitlines():
+            for rl in json.loads(line).get("resourceLogs", []):
+                for sl in rl["scopeLogs"]:
+                    out += sl["logRecords"]
+    return out
+
+
+@pytest.fixture(scope="module", params=["v0", "v1"])
+def stopped(request, tmp_path_factory, run_verl_instrumented):
+    workdir = tmp_path_factory.mktemp(f"guard-stop-{request.param}")
+    env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": NAN_AFTER}
+    run = _guard_run(run_verl_instrumented, workdir, request.param, "stop", env=env)
+    return workdir, request.param, run, run_verl_instrumented
+
+
+def test_stop_ends_after_the_bad_step_with_rc_0_and_a_checkpoint(stopped):
+    workdir, driver, run, _ = stopped
+    assert run.returncode == 0, run.output[-3000:]
+    assert sorted(run.console) == [1, 2], sorted(run.console)  # verl logged NaN at step 2, then stopped
+    assert run.console[2]["actor/pg_loss"] != run.console[2]["actor/pg_loss"]  # NaN, as verl logged it
+    assert "otel-verl guard: rule nonfinite at step 2: actor/pg_loss=nan is not finite; action: stop" in run.output
+    assert "otel-verl guard: stopping training after step 2" in run.output
+    ckpt = workdir / "checkpoints"
+    assert (ckpt / "global_step_2" / "actor").is_dir()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+
+
+def test_stop_exports_the_span_event_log_record_and_counter(stopped):
+    _, _, run, _ = stopped
+    (span,) = [s for s in run.spans if s.name == semconv.SPAN_GUARD]
+    (step2,) = [s for s in run.spans if s.name == semconv.SPAN_STEP and s.attributes.get(semconv.ATTR_STEP) == 2]
+    assert span.trace_id == step2.trace_id and span.parent_id == step2.span_id  # in that step's trace
+    events = span.event_attributes(semconv.EVENT_GUARD_TRIGGERED)
+    keys = {e[semconv.ATTR_METRIC_KEY] for e in events}
+    assert {"actor/pg_loss", "actor/grad_norm", "critic/score/mean"} <= keys
+    assert {e[semconv.ATTR_GUARD_ACTION] for e in events} == {"stop"}
+    records = [r for r in _records(run) if r.get("eventName") == semconv.EVENT_GUARD_TRIGGERED]
+    assert len(records) == len(events) and all(r["traceId"] == step2.trace_id for r in records)
+    assert all(r["severityText"] == "WARNING" for r in records)
+    counted = [p for p in run.points if p.name == semconv.M_GUARD_TRIGGERED]
+    assert counted and max(p.value for p in counted) == len(events)
+
+
+def test_resume_from_the_guards_checkpoint_starts_at_step_3(stopped):
+    workdir, driver, _, run_instrumented = stopped
+    resumed = _guard_run(run_instrumented, workdir, driver, "observe", extra=["trainer.resume_mode=auto"])
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert "global_step_2" in resumed.output  # verl's own "resuming from" line
+    assert sorted(resumed.console) == [3, 4], sorted(resumed.console)
+    assert not [s for s in resumed.spans if s.name == semconv.SPAN_GUARD]  # healthy again
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory, run_verl_instrumented):
+    workdir = tmp_path_factory.mktemp("guard-observe")
+    rules = workdir / "rules.yaml"
+    rules.write_text(
+        "rules:\n"
+        '  - {name: nonfinite, kind: nonfinite, keys: ["*loss*", "*grad_norm*"]}\n'
+        '  - {name: kl_drift, kind: above, keys: ["actor/ppo_kl"], threshold: -1, for_steps: 2}\n'
+    )
+    env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": NAN_AFTER, "OTEL_VERL_GUARD_RULES": str(rules)}
+    return _guard_run(run_verl_instrumented, workdir, "v1", "observe", env=env, steps=3)
+
+
+def test_observe_keeps_training_and_each_rule_fires_once(observed):
+    run = observed
+    assert run.returncode == 0, run.output[-3000:]
+    assert sorted(run.console) == [1, 2, 3]
+    spans = sorted((s for s in run.spans if s.name == semconv.SPAN_GUARD), key=lambda s: s.attributes["verl.step"])
+    fired = {
+        (e[semconv.ATTR_GUARD_RULE], e[semconv.ATTR_METRIC_KEY], s.attributes["verl.step"])
+        for s in spans
+        for e in s.event_attributes(semconv.EVENT_GUARD_TRIGGERED)
+    }
+    assert ("kl_drift", "actor/ppo_kl", 2) in fired  # "above" for 2 steps in a row: fires at step 2 ...
+    assert not [f for f in fired if f[0] == "kl_drift" and f[2] == 3]  # ... and not again while it lasts
+    nonfinite_steps = {step for rule, _, step in fired if rule == "nonfinite"}
+    assert nonfinite_steps == {2}
+    assert "otel-verl guard: rule kl_drift at step 2" in run.output
+    assert not (run.telemetry_dir.parent / "checkpoints").exists()  # observe saves nothing

@@ -1,0 +1,137 @@
+"""The guard hook on verl's real ``Tracking.log``: report, checkpoint through verl's own method,
+stop after the step; a guard error never stops training."""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import pytest
+
+from otel_verl import config, semconv
+from otel_verl.hooks import guard
+from otel_verl.process.state import PROCESS
+
+NAN = float("nan")
+
+
+@pytest.fixture
+def tracking():
+    from verl.utils.tracking import Tracking
+
+    return Tracking(project_name="p", experiment_name="e", default_backend=["console"])
+
+
+@pytest.fixture
+def trainer(v0_trainer, tmp_path, monkeypatch):
+    saved = []
+    v0_trainer.config = types.SimpleNamespace(trainer=types.SimpleNamespace(default_local_dir=str(tmp_path)))
+    v0_trainer.total_training_steps = 10
+
+    def save():  # what verl's _save_checkpoint leaves behind
+        saved.append(v0_trainer.global_steps)
+        (tmp_path / f"global_step_{v0_trainer.global_steps}").mkdir()
+
+    monkeypatch.setattr(v0_trainer, "_save_checkpoint", save, raising=False)
+    v0_trainer.saved = saved
+    guard.reset()
+    yield v0_trainer
+    guard.reset()
+
+
+def _action(monkeypatch, action):
+    monkeypatch.setenv(config.GUARD_ACTION, action)
+    config.settings.cache_clear()
+
+
+def _log(tracking, trainer, step, **values):
+    trainer.global_steps = step
+    tracking.log(data={"training/global_step": step, **values}, step=step)
+
+
+def test_observe_reports_each_firing_once_and_keeps_going(captured, tracking, trainer, monkeypatch, capsys):
+    _action(monkeypatch, "observe")
+    _log(tracking, trainer, 1, **{"actor/pg_loss": 0.1})
+    _log(tracking, trainer, 2, **{"actor/pg_loss": NAN})
+    _log(tracking, trainer, 3, **{"actor/pg_loss": NAN})  # still NaN: the same episode
+    out = capsys.readouterr().out
+    assert out.count("otel-verl guard: rule nonfinite at step 2: actor/pg_loss=nan") == 1
+    (span,) = [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]
+    (event,) = span.events
+    assert event.name == semconv.EVENT_GUARD_TRIGGERED
+    assert event.attributes[semconv.ATTR_GUARD_RULE] == "nonfinite"
+    assert event.attributes[semconv.ATTR_METRIC_KEY] == "actor/pg_loss"
+    assert event.attributes[semconv.ATTR_GUARD_ACTION] == "observe"
+    (point,) = captured.metric_points()[semconv.M_GUARD_TRIGGERED]
+    assert point.value == 1 and point.attributes[semconv.ATTR_GUARD_RULE] == "nonfinite"
+    assert trainer.saved == [] and trainer.total_training_steps == 10
+
+
+def test_validation_logs_are_not_training_steps(captured, tracking, trainer, monkeypatch):
+    _action(monkeypatch, "stop")
+    tracking.log(data={"val-core/x/reward/mean": NAN, "actor/pg_loss": NAN}, step=0)  # no training/global_step
+    assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD] == []
+
+
+def test_checkpoint_saves_once_per_firing_through_verls_method(captured, tracking, trainer, monkeypatch):
+    _action(monkeypatch, "checkpoint")
+    _log(tracking, trainer, 4, **{"actor/grad_norm": NAN, "critic/score/mean": NAN})  # two keys, one step
+    _log(tracking, trainer, 5, **{"actor/grad_norm": NAN})
+    assert trainer.saved == [4]
+    (span,) = [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]
+    assert {e.attributes[semconv.ATTR_GUARD_CHECKPOINT] for e in span.events} == {
+        str(trainer.config.trainer.default_local_dir) + "/global_step_4"
+    }
+
+
+def test_stop_checkpoints_ends_the_loop_and_fit_returns_normally(captured, tracking, trainer, monkeypatch, capsys):
+    from verl.utils.profiler import marked_timer
+
+    _action(monkeypatch, "stop")
+    _log(tracking, trainer, 2, **{"critic/score/mean": NAN})
+    assert trainer.saved == [2] and trainer.total_training_steps == 2  # v1's loop condition ends it
+
+    def fit():  # v0's loop goes on to the next step: it ends before that step starts
+        with marked_timer("step", {}):
+            raise AssertionError("the next step must not run")
+
+    wrapped = guard._fit_until_guard_stop(lambda: fit(), trainer, (), {})
+    assert wrapped is None
+    assert "training stopped after step 2" in capsys.readouterr().out
+
+
+def test_other_errors_of_fit_pass_through(trainer):
+    err = KeyError("verl bug")
+
+    def fit():
+        raise err
+
+    with pytest.raises(KeyError) as info:
+        guard._fit_until_guard_stop(fit, trainer, (), {})
+    assert info.value is err
+
+
+def test_a_failing_checkpoint_or_rule_file_never_stops_training(
+    captured, tracking, trainer, monkeypatch, caplog, tmp_path
+):
+    _action(monkeypatch, "checkpoint")
+    monkeypatch.setenv(config.GUARD_RULES, str(tmp_path / "missing.yaml"))
+    config.settings.cache_clear()
+
+    def broken():
+        raise OSError("disk full")
+
+    monkeypatch.setattr(trainer, "_save_checkpoint", broken)
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        _log(tracking, trainer, 3, **{"actor/pg_loss": NAN})  # must not raise
+    text = caplog.text
+    assert "OTEL_VERL_GUARD_RULES" in text and "built-in rules" in text
+    assert "could not save a checkpoint at step 3" in text
+    assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]  # still reported
+
+
+def test_off_does_nothing(captured, tracking, trainer, monkeypatch):
+    _action(monkeypatch, "off")
+    _log(tracking, trainer, 2, **{"actor/pg_loss": NAN})
+    assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD] == []
+    assert PROCESS.trainer is trainer
