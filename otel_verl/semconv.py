@@ -75,7 +75,23 @@ REWARD_KEYS = {
     "critic/rewards/mean": "rewards",
 }
 THROUGHPUT_KEY = "perf/throughput"
-TIMING_PREFIX = "timing_s/"  # verl's per-step stage seconds: feeds M_STAGE_DURATION
+TIMING_PREFIX = "timing_s/"  # verl's per-step stage seconds: feeds M_STAGE_DURATION (see stage_of)
+
+
+def stage_of(key: str) -> str | None:
+    """The stage a logged key times (``timing_s/gen`` -> ``gen``), else None.
+
+    verl logs its stage timers as ``timing_s/<stage>``; under the same prefix the v0 driver also
+    logs the agent loop's per-sample figures (``timing_s/agent_loop/generate_sequences/max``,
+    ``.../num_preempted/min`` (a count, -1 when unknown), ``.../slowest/prompt_length`` (tokens)).
+    Those are not stages: they stay generic gauges only, and the rollout histograms count every
+    sample's duration themselves.
+    """
+    if not key.startswith(TIMING_PREFIX):
+        return None
+    name = key[len(TIMING_PREFIX) :]
+    return name if name and "/" not in name else None
+
 
 # ---------------------------------------------------------------- generic metric name rule
 METRIC_PREFIX = "verl."

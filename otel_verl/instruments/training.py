@@ -60,10 +60,10 @@ class TrainingMetrics:
                 self.reward.set(value, {semconv.ATTR_REWARD_SOURCE: semconv.REWARD_KEYS[key]})
             elif key == semconv.THROUGHPUT_KEY:
                 self.throughput.set(value)
-            elif key.startswith(semconv.TIMING_PREFIX):
+            elif (stage := semconv.stage_of(key)) is not None and value >= 0:
                 # One value per stage and step, exactly what verl reports: cheaper than a record
                 # per stage call on the training thread, and equal to timing_s by construction.
-                self.stage_duration.record(value, {semconv.ATTR_STAGE: key[len(semconv.TIMING_PREFIX) :]})
+                self.stage_duration.record(value, {semconv.ATTR_STAGE: stage})
             recorded += 1
         return recorded
 

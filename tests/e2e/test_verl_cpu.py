@@ -171,6 +171,10 @@ def test_stage_duration_histogram_matches_verl_timing(run):
     for stage, seconds in total.items():
         assert hist[stage].count == STEPS
         assert hist[stage].value == pytest.approx(seconds, rel=1e-6, abs=1e-6)
+    # exactly verl's stage timers: not the agent loop's per-sample figures under the same prefix
+    stages = {semconv.stage_of(k) for n in range(1, STEPS + 1) for k in run.console[n]} - {None}
+    assert set(hist) == stages, set(hist) ^ stages
+    assert not [s for s in hist if s.startswith("agent_loop")]
 
 
 def test_disabled_switch_leaves_no_telemetry(verl_runs):

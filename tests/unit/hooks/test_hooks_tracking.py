@@ -87,3 +87,23 @@ def test_a_failing_backend_error_passes_through(captured, tracking):
     tracking.logger["broken"] = Broken()
     with pytest.raises(OSError, match="disk full"):
         tracking.log(data={"a": 1.0}, step=1)
+
+
+def test_only_verls_stage_timers_are_stages(captured, tracking):
+    tracking.log(
+        data={
+            "timing_s/gen": 1.5,
+            "timing_s/step": 2.0,
+            "timing_s/agent_loop/generate_sequences/max": 0.7,  # a per-sample aggregate
+            "timing_s/agent_loop/num_preempted/min": -1,  # a count, -1 = unknown: the SDK would refuse it
+            "timing_s/agent_loop/slowest/prompt_length": 12,  # tokens
+        },
+        step=1,
+    )
+    points = captured.metric_points()
+    stages = {p.attributes[semconv.ATTR_STAGE]: p.sum for p in points[semconv.M_STAGE_DURATION]}
+    assert stages == {"gen": 1.5, "step": 2.0}
+    # the others keep their generic gauges, with verl's values
+    assert points["verl.timing_s.agent_loop.num_preempted.min"][0].value == -1
+    assert points["verl.timing_s.agent_loop.slowest.prompt_length"][0].value == 12
+    assert semconv.stage_of("timing_s/") is None and semconv.stage_of("actor/x") is None
