@@ -38,6 +38,7 @@ PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
+STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
 
@@ -110,6 +111,23 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return default
 
 
+def env_stall_after(name: str) -> float | None:
+    """``auto`` (None: derived from recent step times), ``0``/``off`` (0.0) or seconds."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip().lower() in ("", "auto"):
+        return None
+    if raw.strip().lower() in ("off", "false", "0"):
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        _warn(name, raw, "auto")
+        return None
+    return value
+
+
 def env_log_level(name: str, default: int) -> int:
     """A ``logging`` level given by name (``INFO``) or number (``20``)."""
     raw = os.environ.get(name)
@@ -147,6 +165,7 @@ class Settings:
     samples_max_chars: int = 2000
     guard_action: str = "observe"
     guard_rules: str | None = None
+    stall_after_s: float | None = None  # None: auto; 0: off
 
 
 @lru_cache(maxsize=1)
@@ -173,6 +192,7 @@ def settings() -> Settings:
         samples_max_chars=env_int(SAMPLES_MAX_CHARS, 2000, minimum=1),
         guard_action=env_choice(GUARD_ACTION, "observe", GUARD_ACTIONS),
         guard_rules=os.environ.get(GUARD_RULES) or None,
+        stall_after_s=env_stall_after(STALL_AFTER),
     )
 
 

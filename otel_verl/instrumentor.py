@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from otel_verl.config import ensure_run_id
@@ -13,6 +14,7 @@ from otel_verl.hooks.hookset import HookSet
 from otel_verl.package import _instruments
 from otel_verl.process import logs
 from otel_verl.process.state import PROCESS
+from otel_verl.stall import reporter
 
 
 class VerlInstrumentor(BaseInstrumentor):
@@ -37,6 +39,8 @@ class VerlInstrumentor(BaseInstrumentor):
         ensure_run_id()
         if self._hooks is None:
             self._hooks = HookSet(all_hooks())
+            # a process that imports verl reports its stacks when training stalls (not Ray's daemons)
+            wrapt.register_post_import_hook(reporter.start_on_verl_import, "verl")
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:

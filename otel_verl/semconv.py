@@ -25,6 +25,8 @@ RES_RANK = "verl.rank"
 ROLE_TASKRUNNER = "taskrunner"
 ROLE_WORKER = "worker"  # a verl WorkerDict actor: actor/rollout/ref/critic of one rank
 ROLE_AGENT_LOOP = "agent_loop_worker"
+ROLE_LAUNCHER = "launcher"  # the job's driver process (python -m verl.trainer.main_ppo)
+ROLE_RAY_ACTOR = "ray_actor"  # a verl process no hook named (rollout server, reward worker): see ATTR_RAY_ACTOR_CLASS
 ROLE_UNKNOWN = "unknown"
 
 # ---------------------------------------------------------------- spans
@@ -220,3 +222,12 @@ ATTR_GUARD_VALUE = "verl.guard.value"
 ATTR_GUARD_LIMIT = "verl.guard.limit"  # the rule's threshold / fraction / ratio / factor
 ATTR_GUARD_BASELINE = "verl.guard.baseline"
 ATTR_GUARD_CHECKPOINT = "verl.guard.checkpoint"  # the folder verl saved to, when the action saved one
+
+# ---------------------------------------------------------------- stall doctor
+M_TRAINING_STALLED = "verl.training.stalled"  # gauge: 1 while no step has finished for OTEL_VERL_STALL_AFTER
+EVENT_TRAINING_STALLED = "verl.training.stalled"  # log record (TaskRunner) when a stall starts
+EVENT_TRAINING_RESUMED = "verl.training.resumed"  # log record when a step finishes again
+EVENT_STALL_STACKS = "verl.stall.stacks"  # log record per process: body = the stacks of all its threads
+ATTR_STALL_EPISODE = "verl.stall.episode"  # 1, 2, ... per run
+ATTR_STALL_SECONDS = "verl.stall.seconds"  # how long no step had finished
+ATTR_RAY_ACTOR_CLASS = "ray.actor.class"  # the Ray actor class of the reporting process

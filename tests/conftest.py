@@ -121,7 +121,15 @@ def telemetry_env(folder: Path) -> dict[str, str]:
     }
 
 
-def run_instrumented(workdir: Path, driver: str, algo: str, *, env: dict[str, str] | None = None, **kwargs) -> Run:
+def run_instrumented(
+    workdir: Path,
+    driver: str,
+    algo: str,
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    **kwargs,
+) -> Run:
     import verl_cpu_harness
 
     shutil.rmtree(workdir / "telemetry", ignore_errors=True)
@@ -134,7 +142,7 @@ def run_instrumented(workdir: Path, driver: str, algo: str, *, env: dict[str, st
         algo=algo,
         launcher="opentelemetry-instrument",
         env={**clean, **telemetry_env(folder), **(env or {})},
-        timeout=RUN_TIMEOUT_S,
+        timeout=RUN_TIMEOUT_S if timeout_s is None else timeout_s,
         stream=clock,
         **kwargs,
     )

@@ -38,6 +38,7 @@ from otel_verl.hooks.spans import SpanState, close_span, open_span
 from otel_verl.hooks.trainer import step_attributes
 from otel_verl.instruments.training import TrainingMetrics
 from otel_verl.process.state import PROCESS
+from otel_verl.stall.watchdog import STEP_CLOCK
 
 STEP = "step"
 
@@ -64,13 +65,17 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
             if last is not None and last[0] == id(timing_raw):
                 parent = trace.set_span_in_context(trace.NonRecordingSpan(last[1]))
     span_name = semconv.SPAN_STEP if name == STEP else semconv.SPAN_STAGE_PREFIX + name
-    return open_span(span_name, context=parent, attributes=attrs)
+    state = open_span(span_name, context=parent, attributes=attrs)
+    if name == STEP:
+        STEP_CLOCK.step_started(attrs.get(semconv.ATTR_STEP), state[0].get_span_context())
+    return state
 
 
 @safe("stage span end")
 def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
     close_span(state, error=error)
     if error is None and name == STEP:
+        STEP_CLOCK.step_ended()
         PROCESS.last_step = (id(timing_raw), state[0].get_span_context())
         step, ended = getattr(PROCESS.trainer, "global_steps", None), time.time()
         # in the same ordered background queue as the step's Tracking.log values

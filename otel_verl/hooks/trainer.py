@@ -28,6 +28,7 @@ from otel_verl.hooks.spans import SpanState, call_traced, close_span, open_span
 from otel_verl.process import worker_metrics
 from otel_verl.process.state import PROCESS
 from otel_verl.run_config import config_json
+from otel_verl.stall.watchdog import STEP_CLOCK, WATCHDOG
 
 V0 = targets.TRAINER_V0
 V1 = targets.TRAINER_V1
@@ -137,11 +138,19 @@ def _flush() -> None:
     PROCESS.telemetry.flush()
 
 
+@safe("stall watchdog start")
+def _watch() -> None:
+    STEP_CLOCK.fit_started()
+    WATCHDOG.start()
+
+
 def _fit_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     _remember(instance)
+    _watch()
     try:
         return wrapped(*args, **kwargs)
     finally:
+        WATCHDOG.stop()
         _flush()
 
 

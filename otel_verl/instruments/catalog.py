@@ -70,6 +70,9 @@ KL = InstrumentSpec(semconv.M_KL, GAUGE, "", "KL divergence as logged by verl")
 REWARD = InstrumentSpec(semconv.M_REWARD, GAUGE, "", "Mean sequence reward of the batch")
 THROUGHPUT = InstrumentSpec(semconv.M_THROUGHPUT, GAUGE, "{token}/s", "Tokens per second per GPU (perf/throughput)")
 NONFINITE = InstrumentSpec(semconv.M_NONFINITE, COUNTER, "{value}", "NaN or inf values verl logged")
+TRAINING_STALLED = InstrumentSpec(
+    semconv.M_TRAINING_STALLED, GAUGE, "", "1 while no training step has finished for OTEL_VERL_STALL_AFTER"
+)
 GUARD_TRIGGERED = InstrumentSpec(
     semconv.M_GUARD_TRIGGERED, COUNTER, "{firing}", "Guard rules that fired (attribute verl.guard.rule)"
 )
@@ -129,6 +132,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     THROUGHPUT,
     NONFINITE,
     GUARD_TRIGGERED,
+    TRAINING_STALLED,
     TRAJECTORY_DURATION,
     LLM_CALL_DURATION,
     RESPONSE_TOKENS,

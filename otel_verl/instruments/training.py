@@ -35,6 +35,7 @@ class TrainingMetrics:
         self.throughput = catalog.create(meter, catalog.THROUGHPUT)
         self.nonfinite = catalog.create(meter, catalog.NONFINITE)
         self.guard_triggered = catalog.create(meter, catalog.GUARD_TRIGGERED)
+        self.stalled = catalog.create(meter, catalog.TRAINING_STALLED)
 
     def _gauge(self, key: str) -> Any:
         gauge = self._gauges.get(key)

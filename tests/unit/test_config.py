@@ -85,6 +85,7 @@ INVALID = {
     config.SAMPLES_PER_STEP: ("four", "samples_per_step", 4, "4"),
     config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
     config.GUARD_ACTION: ("pause", "guard_action", "observe", "'observe'"),
+    config.STALL_AFTER: ("soon", "stall_after_s", None, "'auto'"),
 }
 # Free-form values: any string is valid, so there is no invalid value; empty means the default.
 FREE_FORM = {

@@ -31,6 +31,25 @@ def _server_name(replica_rank: int, name_suffix: str = "") -> str:
     return f"{_NAME_PREFIX}{replica_rank}_0{name_suffix}"
 
 
+# Fault injection for tests (opt-in): VERL_CPU_HARNESS_HANG_AFTER=<n> makes the server stop
+# answering after its n-th generate call: every later call blocks forever in _stuck_in_generate
+# (a stuck rollout server: no error, nothing in the logs).
+HANG_AFTER = "VERL_CPU_HARNESS_HANG_AFTER"
+_generate_calls = [0]
+
+
+def _stuck_in_generate() -> None:
+    threading.Event().wait()
+
+
+def _maybe_hang() -> None:
+    raw = os.environ.get(HANG_AFTER, "")
+    if raw.isdigit():
+        _generate_calls[0] += 1
+        if _generate_calls[0] > int(raw):
+            _stuck_in_generate()
+
+
 class HFCPUServer:
     def __init__(self, config, model_config, replica_rank: int) -> None:
         from transformers import AutoModelForCausalLM
@@ -69,6 +88,7 @@ class HFCPUServer:
         return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
 
     def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
+        _maybe_hang()
         cfg = self.config
         max_tokens = params.pop("max_tokens", None) or params.pop("max_new_tokens", None)
         if max_tokens is None:  # as vLLMHttpServer: capped by response_length and the total budget

@@ -1,0 +1,10 @@
+"""The stall doctor: when no training step has finished for ``OTEL_VERL_STALL_AFTER``, every verl
+process of the job reports where each of its threads is.
+
+* ``watchdog``: in the TaskRunner, the step clock and the decision (a stall starts, repeats, ends);
+* ``board``: how the decision reaches every process, on every host (Ray's GCS key-value store);
+* ``reporter``: a thread in every verl process that reads the board and reports its stacks;
+* ``stacks``: the formatted stacks of all threads of this process, as a log record.
+
+README.md, "Stall doctor".
+"""

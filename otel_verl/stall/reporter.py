@@ -1,0 +1,72 @@
+"""In every verl process: a daemon thread that reads the stall board and reports its stacks.
+
+Started when the process imports verl (never in Ray's own daemons), and only with a run id and
+the stall doctor on. It reads one small key from Ray's GCS every ``POLL_S`` seconds; for each new
+publication of a stall (an episode, or its bounded repeats) it emits this process's stacks
+(``stacks.report``). A process that never made telemetry before (a rollout server, a reward
+worker) builds its pipeline then, named by its Ray actor class.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from otel_verl import semconv
+from otel_verl._safe import safe
+from otel_verl.config import settings
+from otel_verl.process.state import PROCESS
+from otel_verl.stall import board, stacks
+
+POLL_S = 5.0
+
+
+def _actor_class() -> str | None:
+    try:
+        import ray
+
+        handle = ray.get_runtime_context().current_actor
+        return str(handle._ray_actor_creation_function_descriptor.class_name)  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - not an actor (the driver), or Ray moved it: the pid still says who
+        return None
+
+
+class Reporter:
+    def __init__(self) -> None:
+        self.seen: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        cfg = settings()
+        if self._thread is not None or not cfg.run_id or cfg.stall_after_s == 0:
+            return
+        self._thread = threading.Thread(target=self._run, name=stacks.OWN_THREADS[0], daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self.poll()
+
+    @safe("stall reporter")
+    def poll(self) -> bool:
+        """Read the board once; True when this process reported its stacks."""
+        state: dict[str, Any] | None = board.read(str(settings().run_id))
+        if not state or state.get("state") != "stalled":
+            return False
+        key = (int(state.get("episode", 0)), int(state.get("seq", 0)))
+        if key == self.seen:
+            return False
+        self.seen = key
+        actor = _actor_class()
+        if PROCESS.identity.role == semconv.ROLE_UNKNOWN:  # no hook named it: a rollout server, the driver...
+            PROCESS.identify(role=semconv.ROLE_RAY_ACTOR if actor else semconv.ROLE_LAUNCHER)
+        return stacks.report(state, actor)
+
+
+REPORTER = Reporter()
+
+
+def start_on_verl_import(_module: Any = None) -> None:
+    """``verl`` was imported here: this is a verl process, so it reports its stacks on a stall."""
+    REPORTER.start()

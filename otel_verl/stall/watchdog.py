@@ -1,0 +1,172 @@
+"""In the TaskRunner: the step clock, and the decision that training stalled (or resumed).
+
+The stage hook tells the clock when a step starts and ends. A daemon thread checks it every few
+seconds: when no step has finished for ``OTEL_VERL_STALL_AFTER`` (``auto``: 10x the median of the
+last 20 steps, at least ``FLOOR_S``), it records ``verl.training.stalled`` = 1, emits a
+``verl.training.stalled`` log record and a console line, and publishes the stall on the board, so
+that every process reports its stacks; it publishes again every ``OTEL_VERL_STALL_AFTER`` while the
+stall lasts (a bounded rate), and says when a step completes again.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from opentelemetry._logs import SeverityNumber
+
+from otel_verl import semconv
+from otel_verl._safe import safe
+from otel_verl.config import settings
+from otel_verl.process.state import PROCESS
+from otel_verl.stall import board
+
+FLOOR_S = 600.0  # auto: never sooner than 10 minutes (first steps compile, load, warm up)
+AUTO_FACTOR = 10.0
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.step: int | None = None  # the step in progress, or the last one
+        self.context: Any = None  # its span context
+        self.started: float | None = None
+        self.last_end: float | None = None  # monotonic; the fit's start before the first step
+        self.durations: deque[float] = deque(maxlen=20)
+
+    def fit_started(self) -> None:
+        with self.lock:
+            self.last_end = time.monotonic()
+
+    def step_started(self, step: int | None, context: Any) -> None:
+        with self.lock:
+            self.step, self.context, self.started = step, context, time.monotonic()
+            if self.last_end is None:
+                self.last_end = self.started
+
+    def step_ended(self) -> None:
+        with self.lock:
+            now = time.monotonic()
+            if self.started is not None:
+                self.durations.append(now - self.started)
+            self.last_end, self.started = now, None
+
+
+STEP_CLOCK = StepClock()
+
+
+def limit_s() -> float | None:
+    """Seconds without a finished step that count as a stall; None: the stall doctor is off."""
+    configured = settings().stall_after_s
+    if configured is not None:
+        return configured if configured > 0 else None
+    durations = list(STEP_CLOCK.durations)
+    auto = AUTO_FACTOR * statistics.median(durations) if durations else 0.0
+    return max(FLOOR_S, auto)
+
+
+class Watchdog:
+    def __init__(self) -> None:
+        self.episode = 0
+        self.seq = 0
+        self.stalled_since: float | None = None
+        self.published_at = 0.0
+        self.ended_at_stall: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and limit_s() is not None and settings().run_id:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="otel-verl-stall-watch", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval()):
+            self.check()
+
+    @staticmethod
+    def _interval() -> float:
+        limit = limit_s()
+        return 5.0 if limit is None else min(5.0, max(limit / 4, 0.5))
+
+    @safe("stall watchdog")
+    def check(self, now: float | None = None) -> str | None:
+        """One look at the clock; returns what it did (``stalled``, ``repeated``, ``resumed``) or None."""
+        limit = limit_s()
+        with STEP_CLOCK.lock:
+            last_end, step, context = STEP_CLOCK.last_end, STEP_CLOCK.step, STEP_CLOCK.context
+            in_progress = STEP_CLOCK.started is not None
+        if limit is None or last_end is None:
+            return None
+        now = time.monotonic() if now is None else now
+        since = now - last_end
+        if self.stalled_since is not None and last_end > self.ended_at_stall:  # type: ignore[operator]
+            self._resumed(step, now - self.stalled_since)
+            return "resumed"
+        if since <= limit:
+            return None
+        current = step if in_progress or step is None else step + 1
+        if self.stalled_since is None:
+            self.episode += 1
+            self.seq = 1
+            self.stalled_since, self.ended_at_stall = now, last_end
+            self._publish(current, context, since, limit, now)
+            self._stalled(current, since, limit)
+            return "stalled"
+        if now - self.published_at >= limit:
+            self.seq += 1
+            self._publish(current, context, since, limit, now)
+            return "repeated"
+        return None
+
+    def _publish(self, step: int | None, context: Any, since: float, limit: float, now: float) -> None:
+        doc: dict[str, Any] = {"state": "stalled", "episode": self.episode, "seq": self.seq}
+        doc.update(stalled_s=round(since, 3), limit_s=limit)
+        if step is not None:
+            doc["step"] = step
+        if context is not None and getattr(context, "is_valid", False):
+            doc["trace_id"] = format(context.trace_id, "032x")
+            doc["span_id"] = format(context.span_id, "016x")
+        board.publish(str(settings().run_id), doc)
+        self.published_at = now
+
+    def _emit(self, event: str, text: str, severity: SeverityNumber, attrs: dict[str, Any]) -> None:
+        print(text, file=sys.stdout, flush=True)
+        provider = PROCESS.logger_provider()
+        if provider is not None:
+            provider.get_logger(semconv.SCOPE).emit(
+                event_name=event, body=text, severity_number=severity, severity_text=severity.name, attributes=attrs
+            )
+        PROCESS.instruments.training.stalled.set(1 if event == semconv.EVENT_TRAINING_STALLED else 0)
+        PROCESS.telemetry.export_soon()  # no step boundary comes to export it
+
+    def _stalled(self, step: int | None, since: float, limit: float) -> None:
+        attrs: dict[str, Any] = {semconv.ATTR_STALL_EPISODE: self.episode, semconv.ATTR_STALL_SECONDS: since}
+        if step is not None:
+            attrs[semconv.ATTR_STEP] = step
+        text = (
+            f"otel-verl: no training step has finished for {since:.0f} s (limit {limit:.0f} s, step {step} in "
+            "progress): every verl process reports its threads' stacks (log records verl.stall.stacks)"
+        )
+        self._emit(semconv.EVENT_TRAINING_STALLED, text, SeverityNumber.WARN, attrs)
+
+    def _resumed(self, step: int | None, lasted: float) -> None:
+        board.publish(str(settings().run_id), {"state": "resumed", "episode": self.episode, "seq": self.seq})
+        attrs: dict[str, Any] = {semconv.ATTR_STALL_EPISODE: self.episode, semconv.ATTR_STALL_SECONDS: lasted}
+        if step is not None:
+            attrs[semconv.ATTR_STEP] = step
+        text = f"otel-verl: training resumed: step {step} finished after a stall of {lasted:.0f} s"
+        self._emit(semconv.EVENT_TRAINING_RESUMED, text, SeverityNumber.INFO, attrs)
+        self.stalled_since = self.ended_at_stall = None
+
+
+WATCHDOG = Watchdog()

@@ -1,0 +1,80 @@
+"""The stall doctor on the real CPU trainer: the rollout server stops answering after its 8th
+request (``VERL_CPU_HARNESS_HANG_AFTER``: step 1 takes 8, so step 2 hangs) and
+``OTEL_VERL_STALL_AFTER=15``. Within the limit plus a bounded delay every verl process has
+reported its threads' stacks, the rollout server's naming the function it is stuck in; the test
+then kills the job (the run's timeout)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+STALL_AFTER = 15
+KILL_AFTER_S = 150  # start-up ~40 s + step 1 + 15 s + a 5 s poll + flush, with room for a loaded machine
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory, run_verl_instrumented):
+    workdir = tmp_path_factory.mktemp("stall")
+    env = {"VERL_CPU_HARNESS_HANG_AFTER": "8", "OTEL_VERL_STALL_AFTER": str(STALL_AFTER)}
+    return run_verl_instrumented(
+        workdir, "v0", "grpo", steps=3, val_before_train=False, env=env, timeout_s=KILL_AFTER_S
+    )
+
+
+def _records(run) -> list[tuple[dict, dict]]:
+    """(resource attributes, record) of every log record the run wrote."""
+    out = []
+    for path in run.telemetry_dir.glob("logs-*.jsonl"):
+        for line in path.read_text().splitlines():
+            for rl in json.loads(line).get("resourceLogs", []):
+                res = {a["key"]: next(iter(a["value"].values())) for a in rl["resource"]["attributes"]}
+                out += [(res, r) for sl in rl["scopeLogs"] for r in sl["logRecords"]]
+    return out
+
+
+def _attrs(record: dict) -> dict:
+    return {a["key"]: next(iter(a["value"].values())) for a in record.get("attributes", [])}
+
+
+def test_the_job_hung_and_was_killed(hung):
+    assert hung.returncode == 124, hung.output[-3000:]  # killed by the test, as a user would
+    assert sorted(hung.console) == [1]
+    assert f"(limit {STALL_AFTER} s, step 2 in progress)" in hung.output
+
+
+def test_every_verl_process_reported_its_stacks(hung):
+    stalls = [(res, r) for res, r in _records(hung) if r.get("eventName") == semconv.EVENT_STALL_STACKS]
+    roles = {res.get(semconv.RES_ROLE) for res, _ in stalls}
+    assert {"taskrunner", "worker", "agent_loop_worker", "ray_actor", "launcher"} <= roles, roles
+    classes = {_attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) for _, r in stalls}
+    assert {"TaskRunner", "AgentLoopWorker", "HFCPUServer", "RewardLoopWorker"} <= classes, classes
+    (step1,) = [s for s in hung.spans if s.name == semconv.SPAN_STEP]  # the only step that ended
+    for _, r in stalls:
+        attrs = _attrs(r)
+        assert int(attrs[semconv.ATTR_STEP]) == 2 and int(attrs[semconv.ATTR_STALL_EPISODE]) == 1
+        assert r["traceId"] and r["traceId"] != step1.trace_id  # the trace of step 2, in progress
+        assert 'Thread "MainThread"' in r["body"]["stringValue"]
+    assert len({r["traceId"] for _, r in stalls}) == 1
+
+
+def test_the_rollout_servers_stack_names_where_it_is_stuck(hung):
+    servers = [
+        r
+        for _, r in _records(hung)
+        if r.get("eventName") == semconv.EVENT_STALL_STACKS
+        and _attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) == "HFCPUServer"
+    ]
+    assert servers and all("_stuck_in_generate" in r["body"]["stringValue"] for r in servers)
+
+
+def test_the_taskrunner_said_the_run_stalled(hung):
+    (res, rec), *_ = [(res, r) for res, r in _records(hung) if r.get("eventName") == semconv.EVENT_TRAINING_STALLED]
+    assert res[semconv.RES_ROLE] == "taskrunner" and int(_attrs(rec)[semconv.ATTR_STEP]) == 2
+    stalled = [p for p in hung.points if p.name == semconv.M_TRAINING_STALLED]
+    assert stalled and stalled[-1].value == 1

@@ -1,0 +1,70 @@
+"""The stall decision in the TaskRunner (``otel_verl.stall.watchdog``), on a fake clock and board."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_verl import config, semconv
+from otel_verl.stall import board, watchdog
+
+
+@pytest.fixture
+def published(monkeypatch):
+    docs = []
+    monkeypatch.setattr(board, "publish", lambda run_id, doc: docs.append((run_id, doc)) or True)
+    monkeypatch.setattr(watchdog, "STEP_CLOCK", watchdog.StepClock())
+    return docs
+
+
+def _limit(monkeypatch, raw):
+    monkeypatch.setenv(config.STALL_AFTER, raw)
+    config.settings.cache_clear()
+
+
+def test_the_limit_auto_fixed_or_off(monkeypatch, published):
+    _limit(monkeypatch, "auto")
+    assert watchdog.limit_s() == watchdog.FLOOR_S  # no step yet: the floor
+    for d in (100.0, 120.0, 90.0):
+        watchdog.STEP_CLOCK.durations.append(d)
+    assert watchdog.limit_s() == 1000.0  # 10x the median step, above the floor
+    _limit(monkeypatch, "42")
+    assert watchdog.limit_s() == 42.0
+    _limit(monkeypatch, "off")
+    assert watchdog.limit_s() is None
+
+
+def test_stalled_then_repeated_at_a_bounded_rate_then_resumed(logged, monkeypatch, published, capsys):
+    _limit(monkeypatch, "10")
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-s")
+    config.settings.cache_clear()
+    clock, wd = watchdog.STEP_CLOCK, watchdog.Watchdog()
+    clock.step_started(7, None)
+    t0 = clock.started
+    assert wd.check(now=t0 + 5) is None
+    assert wd.check(now=t0 + 11) == "stalled"
+    assert wd.check(now=t0 + 12) is None  # published just now: not again yet
+    assert wd.check(now=t0 + 22) == "repeated"
+    states = [doc for _, doc in published]
+    assert [(d["state"], d["episode"], d["seq"], d["step"]) for d in states] == [
+        ("stalled", 1, 1, 7),
+        ("stalled", 1, 2, 7),
+    ]
+    clock.step_ended()  # the step finishes after all
+    assert wd.check() == "resumed"
+    assert published[-1][1]["state"] == "resumed"
+    out = capsys.readouterr().out
+    assert "no training step has finished for 11 s (limit 10 s, step 7 in progress)" in out
+    assert "training resumed: step 7 finished" in out
+    events = [r.event_name for r in logged.records()]
+    assert events == [semconv.EVENT_TRAINING_STALLED, semconv.EVENT_TRAINING_RESUMED]
+    # a second stall is a new episode
+    clock.step_started(8, None)
+    assert wd.check(now=clock.started + 11) == "stalled"
+    assert published[-1][1]["episode"] == 2
+
+
+def test_off_never_starts_a_thread(monkeypatch, published):
+    _limit(monkeypatch, "0")
+    wd = watchdog.Watchdog()
+    wd.start()
+    assert wd._thread is None  # noqa: SLF001
