@@ -55,7 +55,7 @@ def test_healthy_setup_passes(env, listener):
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{listener}")
     rc, text = _run()
     assert rc == 0, text
-    assert "ok  verl 0.9.1 (supported: <0.10,>=0.9.0)" in text
+    assert "ok  verl 0.9.1 (supported: <0.10,>=0.9.1)" in text
     assert "entry point opentelemetry_instrumentor: verl = otel_verl:VerlInstrumentor" in text
     assert "entry point verl.plugins: otel_verl = otel_verl._verl_plugin" in text
     assert f"traces: otlp_proto_grpc -> http://127.0.0.1:{listener} (reachable" in text
@@ -238,7 +238,7 @@ def test_unsupported_verl_version_is_a_problem(env, monkeypatch):
     monkeypatch.setattr(doctor, "_version", lambda dist: "0.11.0")
     rc, text = _run()
     assert rc == 1
-    assert "!!  verl 0.11.0 is outside the supported range <0.10,>=0.9.0" in text
+    assert "!!  verl 0.11.0 is outside the supported range <0.10,>=0.9.1" in text
 
 
 def test_disabled_switch_is_reported(env):
