@@ -4,6 +4,8 @@ Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a not
 
 * verl installed and inside the supported range (``otel_verl.package._instruments``);
 * the entry points ``opentelemetry_instrumentor: verl`` and ``verl.plugins: otel_verl``;
+* the extras that settings in force use (``[system]`` for ``process.*``, ``[gpu]`` for NVML),
+  their packages read from otel-verl's installed metadata: a missing one is a note;
 * the kill switch (``otel_verl.config.disabled_reason``: ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``,
   ``OTEL_SDK_DISABLED``);
 * ``OTEL_VERL_*`` values (a bad one is a problem: it would fall back to its default), and every
@@ -105,6 +107,33 @@ def check_entry_points(r: Checks) -> None:
             r.bad(f"entry point {group}: {name} not found (is otel-verl installed in this environment?)")
 
 
+# extra -> (the setting that uses it, what is missing without it); the packages come from the metadata
+EXTRAS = {
+    "system": ("process_metrics", "no process.* CPU/memory metrics from the workers"),
+    "gpu": ("gpu_metrics", "no hw.gpu.utilization (hw.gpu.memory.* still comes from torch)"),
+}
+
+
+def check_extras(r: Checks, s: config.Settings) -> None:
+    from packaging.requirements import Requirement
+
+    try:
+        requires = importlib.metadata.requires("otel-verl") or []
+    except importlib.metadata.PackageNotFoundError:
+        return  # not installed: check_entry_points says so
+    for extra, (field_name, without) in EXTRAS.items():
+        reqs = [q for q in map(Requirement, requires) if q.marker and q.marker.evaluate({"extra": extra})]
+        if not reqs or not getattr(s, field_name):
+            continue
+        missing = [q.name for q in reqs if _version(q.name) is None]
+        if missing:
+            r.note(
+                f'otel-verl[{extra}] not installed ({", ".join(missing)}): {without}; pip install "otel-verl[{extra}]"'
+            )
+        else:
+            r.ok(f"otel-verl[{extra}]: {', '.join(f'{q.name} {_version(q.name)}' for q in reqs)}")
+
+
 def check_switches(r: Checks) -> None:
     # A note, not a problem: switching otel-verl off is a choice.
     reason = config.disabled_reason()
@@ -116,7 +145,7 @@ def check_switches(r: Checks) -> None:
         r.note(f"{reason}: no telemetry will be produced")
 
 
-def check_settings(r: Checks) -> None:
+def check_settings(r: Checks) -> config.Settings:
     records: list[logging.LogRecord] = []
 
     class _Catch(logging.Handler):
@@ -144,6 +173,7 @@ def check_settings(r: Checks) -> None:
     for name in sorted(n for n in os.environ if n.startswith("OTEL_VERL_") and n not in known):
         close = get_close_matches(name, known, n=1)
         r.note(f"{name} is not an otel-verl setting (ignored){f'; did you mean {close[0]}?' if close else ''}")
+    return s
 
 
 def _reachable(url: str) -> tuple[bool, str]:
@@ -274,7 +304,7 @@ def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None) -> in
     check_entry_points(r)
     check_switches(r)
     print("settings:", file=out)
-    check_settings(r)
+    check_extras(r, check_settings(r))
     print("exporters:", file=out)
     check_exporters(r)
     print("hooks:", file=out)

@@ -282,3 +282,17 @@ def test_grpc_endpoint_keeps_the_base_url(env, listener):
     assert rc == 0, text
     assert f"traces: otlp_proto_grpc -> http://127.0.0.1:{listener} (reachable" in text  # no /v1/traces for gRPC
     assert f"metrics: otlp_proto_http -> http://127.0.0.1:{listener}/custom (reachable" in text  # used as is
+
+
+def test_missing_extras_are_named_for_the_settings_that_need_them(env, monkeypatch):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda dist: None if dist in ("nvidia-ml-py",) else real(dist))
+    rc, text = _run()
+    assert rc == 0, text  # a note, not a problem: traces and verl's metrics need no extra
+    assert "--  otel-verl[gpu] not installed (nvidia-ml-py): no hw.gpu.utilization" in text
+    assert 'pip install "otel-verl[gpu]"' in text
+    assert "ok  otel-verl[system]: opentelemetry-instrumentation-system-metrics " in text
+    env.setenv("OTEL_VERL_GPU_METRICS", "false")  # turned off: nothing to say about its extra
+    assert "otel-verl[gpu]" not in _run()[1]
