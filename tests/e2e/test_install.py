@@ -79,7 +79,7 @@ def test_build_makes_a_complete_wheel_and_sdist(installed):
 
 def test_doctor_runs_from_the_fresh_venv(installed):
     venv, _, _ = installed
-    where = _run([venv / "bin" / "python", "-c", "import otel_verl; print(otel_verl.__file__)"])
+    where = _run([venv / "bin" / "python", "-c", "import otel_verl; print(otel_verl.__file__)"], cwd=venv)
     assert where.stdout.strip().startswith(str(venv))  # the installed copy, not this clone
     doctor = _run([venv / "bin" / "otel-verl", "doctor"], cwd=venv)
     out = doctor.stdout
@@ -107,10 +107,19 @@ def test_install_from_a_git_url(installed):
             "-q",
             "--force-reinstall",
             "--no-deps",
-            f"otel-verl @ git+file://{REPO}",
+            f"git+file://{REPO}",
         ]
     )
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
     helped = _run([venv / "bin" / "otel-verl", "--help"])
     assert helped.returncode == 0 and "doctor" in helped.stdout
+    origin = _run(
+        [
+            venv / "bin" / "python",
+            "-c",
+            "import importlib.metadata as m; print(m.distribution('otel-verl').read_text('direct_url.json'))",
+        ],
+        cwd=venv,
+    )
+    assert '"vcs": "git"' in origin.stdout, origin.stdout  # installed from the git URL, not the wheel
     print(f"git URL install: {time.monotonic() - start:.0f} s")
