@@ -32,13 +32,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+MAX_TIMEOUT_S = 86400.0  # a day per request: beyond it the socket layer cannot represent the deadline
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    if not 0 < value <= MAX_TIMEOUT_S:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0 and up to {MAX_TIMEOUT_S:g}")
     return value
 
 

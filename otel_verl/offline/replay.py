@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -57,6 +58,7 @@ REJECTED = {"traces": "rejectedSpans", "metrics": "rejectedDataPoints", "logs": 
 # ``max_request_body_size``, whose default is 20 MiB (``defaultMaxRequestBodySize`` in
 # collector/config/confighttp/confighttp.go); larger stored lines are split to stay under it.
 MAX_REQUEST_BYTES = 20 * 1024 * 1024
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110 token)
 
 
 def parse_headers(text: str | None) -> dict[str, str]:
@@ -72,8 +74,21 @@ def parse_headers(text: str | None) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"entry {n} is not key=value (values not shown)")
-        out[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
+        key, value = urllib.parse.unquote(key.strip()), urllib.parse.unquote(value.strip())
+        if not _TOKEN.fullmatch(key):
+            raise ValueError(f"entry {n}: the header name is not an HTTP token (values not shown)")
+        if any(c in value for c in "\r\n\0") or not value.isascii() and not _latin1(value):
+            raise ValueError(f"entry {n}: the value has a character an HTTP header cannot carry (values not shown)")
+        out[key] = value
     return out
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def signal_url(signal: str, endpoint: str | None, env: Mapping[str, str]) -> str:

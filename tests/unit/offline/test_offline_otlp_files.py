@@ -110,6 +110,16 @@ def test_run_folder_says_what_is_wrong(tmp_path):
     assert run_folder(tmp_path) == tmp_path
 
 
+def test_an_unreadable_folder_is_a_problem(tmp_path, monkeypatch):
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(otlp_files.os, "scandir", denied)  # as chmod 000 does for a user other than root
+    with pytest.raises(CommandError, match=f"cannot read {tmp_path}: Permission denied") as exc:
+        run_folder(tmp_path)
+    assert exc.value.code == PROBLEM
+
+
 def test_count_items_per_signal(tmp_path):
     write_metrics(tmp_path, "worker0", 1, 1, [gauge("verl.a", 1.0), gauge("verl.b", 2.0)])
     ((number, _, batch),) = iter_lines(tmp_path / "metrics-worker0-1.jsonl")
