@@ -1,26 +1,50 @@
 #!/usr/bin/env bash
-# The main job: a real verl GRPO run (v1 driver, 3 steps, tiny random model) on this CPU,
-# under `opentelemetry-instrument`, writing OTLP JSON files; then a summary of what it wrote.
+# The main job: a real verl GRPO run (v1 driver, 3 steps, tiny random model) on this CPU, under
+# `opentelemetry-instrument`, writing OTLP JSON files; then what the run did, in RL terms first,
+# from its telemetry, and where the traces, metrics and report are. One line per phase and step;
+# verl's own log (about 1,000 lines of Ray and verl output) is kept in .work/demo/run.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+work=.work/demo
+steps=${STEPS:-3}
+phase() { printf '\n== %s\n' "$*"; }
+
+phase "1/4 setting up .venv (the first time a few minutes, mostly torch)"
 bash scripts/setup.sh
 
-work=.work/demo
 rm -rf "$work/telemetry"
+mkdir -p "$work"
 # Any OTLP exporter works the same way; files need no server.
 export OTEL_TRACES_EXPORTER=otlp_json_file OTEL_METRICS_EXPORTER=otlp_json_file OTEL_LOGS_EXPORTER=none
 export OTEL_VERL_FILE_DIR="$PWD/$work/telemetry" OTEL_SERVICE_NAME=verl-cpu-demo
-# verl_cpu_harness (tests/harness) makes the model/data and runs, in $work:
-#   opentelemetry-instrument python -m verl.trainer.main_ppo <overrides>
-.venv/bin/python -m verl_cpu_harness --workdir "$work" --driver "${DRIVER:-v1}" --algo "${ALGO:-grpo}" \
-  --steps "${STEPS:-3}" --launcher "$PWD/.venv/bin/opentelemetry-instrument"
+phase "2/4 training: verl GRPO (${DRIVER:-v1} driver), $steps steps of a tiny random model on CPU"
+echo "  command: opentelemetry-instrument python -m verl.trainer.main_ppo <overrides>, in $work"
+echo "  otel-verl: $(.venv/bin/python -c 'import os, otel_verl; print(os.path.dirname(otel_verl.__file__))')"
+echo "  verl's own log: $work/run.log (tail -f it to watch everything)"
+# verl_cpu_harness (tests/harness) makes the model/data and runs the command above, printing one
+# line per phase of the run (Ray up, model loaded, validation, each step) instead of verl's log.
+if ! .venv/bin/python -m verl_cpu_harness --workdir "$work" --driver "${DRIVER:-v1}" --algo "${ALGO:-grpo}" \
+  --steps "$steps" --launcher "$PWD/.venv/bin/opentelemetry-instrument" --progress; then
+  echo "the run failed; the end of verl's log ($work/run.log):"
+  tail -n 40 "$work/run.log"
+  exit 1
+fi
 
-echo
-echo "== telemetry written to $work/telemetry =="
-ls -l "$work/telemetry"
-echo
+phase "3/4 what the run did, from its telemetry (otel-verl summary)"
 .venv/bin/otel-verl summary "$work/telemetry"
-echo
-# The same files as one self-contained HTML page (stage breakdown, the slowest step's trace
-# with its rollout trajectories, rollout latency, reward/KL/throughput curves).
+
+phase "4/4 the same run as one HTML page (otel-verl report)"
 .venv/bin/otel-verl report "$work/telemetry" -o "$work/report.html"
+
+cat <<EOT
+
+== where everything is
+  report    $work/report.html: open file://$PWD/$work/report.html in a browser (no network needed):
+            stage breakdown per step, the slowest step's timeline with its rollouts, curves
+  traces    $work/telemetry/traces-*.jsonl (OTLP JSON, one export request per line, one file per process)
+  metrics   $work/telemetry/metrics-*.jsonl
+  verl log  $work/run.log
+  In Grafana/Tempo/Prometheus: docker compose -f collector/compose.yaml up -d, then
+            .venv/bin/otel-verl replay $work/telemetry --endpoint http://localhost:4318
+            and open http://localhost:3000 (dashboard "verl RL training")
+EOT

@@ -1,58 +1,138 @@
 """``otel-verl``: command-line tools around a run's telemetry.
 
-Argument parsing only; each command is a module of ``otel_verl.offline``:
+Argument parsing and dispatch only; each command is a module of ``otel_verl.offline``:
 
 ``otel-verl summary DIR`` prints what a run wrote with the ``otlp_json_file`` exporters;
 ``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page;
 ``otel-verl replay DIR --endpoint URL`` sends them to an OTLP/HTTP endpoint;
-``otel-verl doctor`` checks what the instrumentation would do here (exit code 1 on a problem).
+``otel-verl doctor`` checks what the instrumentation would do here.
+
+Whatever goes wrong ends as one ``otel-verl <command>: ...`` line on stderr and an exit code
+(``otel_verl.offline.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
 from pathlib import Path
+from typing import NoReturn
+
+from otel_verl.offline.errors import OK, PROBLEM, USAGE, CommandError
+
+EPILOG = "exit codes: 0 ok, 1 problem found (named on stderr), 2 usage error"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (argparse prints the usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+MAX_TIMEOUT_S = 86400.0  # a day per request: beyond it the socket layer cannot represent the deadline
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT_S:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0 and up to {MAX_TIMEOUT_S:g}")
+    return value
+
+
+def _bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1024:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes of at least 1024")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="otel-verl", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p_sum = sub.add_parser("summary", help="summarise a run's OTLP JSON files")
-    p_sum.add_argument("folder", type=Path)
-    p_rep = sub.add_parser("report", help="render a run's OTLP JSON files as one self-contained HTML page")
-    p_rep.add_argument("folder", type=Path)
+    parser = _Parser(
+        prog="otel-verl",
+        description="Tools around the telemetry of verl runs instrumented by otel-verl.",
+        epilog=EPILOG,
+    )
+    # metavar: argparse names the dest in "required" errors; COMMAND is what a user would type.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    validation = {
+        "action": "store_true",
+        "help": "let validation trajectories be the slowest too (default: training trajectories only)",
+    }
+    p_sum = sub.add_parser("summary", help="summarise a run's OTLP JSON files", epilog=EPILOG)
+    p_sum.add_argument("folder", type=Path, help="the run's OTEL_VERL_FILE_DIR")
+    p_sum.add_argument("--include-validation", **validation)
+    p_rep = sub.add_parser(
+        "report", help="render a run's OTLP JSON files as one self-contained HTML page", epilog=EPILOG
+    )
+    p_rep.add_argument("folder", type=Path, help="the run's OTEL_VERL_FILE_DIR")
     p_rep.add_argument("-o", "--output", type=Path, help="HTML file to write (default: FOLDER/report.html)")
-    p_play = sub.add_parser("replay", help="send a run's OTLP JSON files to an OTLP/HTTP endpoint")
-    p_play.add_argument("folder", type=Path)
+    p_rep.add_argument("--include-validation", **validation)
+    p_play = sub.add_parser("replay", help="send a run's OTLP JSON files to an OTLP/HTTP endpoint", epilog=EPILOG)
+    p_play.add_argument("folder", type=Path, help="the run's OTEL_VERL_FILE_DIR")
     p_play.add_argument(
         "--endpoint", help="OTLP/HTTP base URL, e.g. http://collector:4318 (default: OTEL_EXPORTER_OTLP_*ENDPOINT)"
     )
     p_play.add_argument("--headers", help="k=v,k2=v2 (default: OTEL_EXPORTER_OTLP_*HEADERS)")
-    p_play.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
-    sub.add_parser("doctor", help="check what the instrumentation would do in this environment")
+    p_play.add_argument("--timeout", type=_seconds, default=10.0, help="seconds per request (default 10)")
+    p_play.add_argument(
+        "--max-request-bytes",
+        type=_bytes,
+        default=None,
+        help="split stored lines above this size into several requests (default 20 MiB, the Collector's default limit)",
+    )
+    sub.add_parser("doctor", help="check what the instrumentation would do in this environment", epilog=EPILOG)
     return parser
+
+
+def _run(ns: argparse.Namespace) -> int:
+    # Each command imports only its own module: `otel-verl summary` needs no HTTP, doctor no file reader.
+    if ns.command == "summary":
+        from otel_verl.offline.summary import summary
+
+        return summary(ns.folder, include_validation=ns.include_validation)
+    if ns.command == "report":
+        from otel_verl.offline.report import report
+
+        return report(ns.folder, ns.output, include_validation=ns.include_validation)
+    if ns.command == "replay":
+        from otel_verl.offline.replay import MAX_REQUEST_BYTES, replay
+
+        limit = ns.max_request_bytes or MAX_REQUEST_BYTES
+        return replay(ns.folder, ns.endpoint, ns.headers, ns.timeout, max_request_bytes=limit)
+    from otel_verl.offline.doctor import doctor
+
+    return doctor()
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
-    # Each command imports only its own module: `otel-verl summary` needs no HTML, doctor no file reader.
-    if ns.cmd == "summary":
-        from otel_verl.offline.summary import summary
-
-        return summary(ns.folder)
-    if ns.cmd == "report":
-        from otel_verl.offline.report import report
-
-        return report(ns.folder, ns.output)
-    if ns.cmd == "replay":
-        from otel_verl.offline.replay import replay
-
-        return replay(ns.folder, endpoint=ns.endpoint, headers=ns.headers, timeout=ns.timeout)
-    if ns.cmd == "doctor":
-        from otel_verl.offline.doctor import doctor
-
-        return doctor()
-    return 2
+    where = f"otel-verl {ns.command}"
+    try:
+        return _run(ns)
+    except CommandError as exc:
+        print(f"{where}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print(f"{where}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `otel-verl summary DIR | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
+    except Exception as exc:  # noqa: BLE001 - the last guard of "never a traceback"
+        print(
+            f"{where}: unexpected error {type(exc).__name__}: {exc} (a bug in otel-verl: please report it)",
+            file=sys.stderr,
+        )
+        return PROBLEM
 
 
 if __name__ == "__main__":

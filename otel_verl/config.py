@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
+from typing import Any
 
 _log = logging.getLogger(__name__)
 
@@ -143,6 +144,11 @@ def env_log_level(name: str, default: int) -> int:
     return default
 
 
+def env_str(name: str, default: str | None) -> str | None:
+    """A free-form value: any non-empty string."""
+    return os.environ.get(name) or default
+
+
 @dataclass(frozen=True)
 class Settings:
     run_id: str | None
@@ -154,46 +160,63 @@ class Settings:
     step_export: bool
     ray_runtime_env: bool
     ray_runtime_env_secrets: bool
-    rollout_spans_per_step: int = 64
-    gpu_metrics: bool = True
-    process_metrics: bool = True
-    ray_system_metrics: bool = False
-    log_level: int = logging.WARNING
-    samples: bool = False
-    samples_every_n_steps: int = 10
-    samples_per_step: int = 4
-    samples_max_chars: int = 2000
-    guard_action: str = "observe"
-    guard_rules: str | None = None
-    stall_after_s: float | None = None  # None: auto; 0: off
+    rollout_spans_per_step: int
+    gpu_metrics: bool
+    process_metrics: bool
+    ray_system_metrics: bool
+    log_level: int
+    samples: bool
+    samples_every_n_steps: int
+    samples_per_step: int
+    samples_max_chars: int
+    guard_action: str
+    guard_rules: str | None
+    stall_after_s: float | None  # None: auto; 0: off
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One ``OTEL_VERL_*`` setting: its ``Settings`` field, default, and parser ``read(name, default)``."""
+
+    name: str
+    field: str
+    default: Any
+    read: Callable[[str, Any], Any]
+
+    def value(self) -> Any:
+        return self.read(self.name, self.default)
+
+
+# Every setting, in README order: the one list settings() and ``otel-verl doctor`` read.
+VARIABLES: tuple[Variable, ...] = (
+    Variable(RUN_ID, "run_id", None, env_str),
+    Variable(PROJECT, "project", None, env_str),
+    Variable(EXPERIMENT, "experiment", None, env_str),
+    Variable(FILE_DIR, "file_dir", DEFAULT_FILE_DIR, env_str),
+    Variable(SHUTDOWN_TIMEOUT, "shutdown_timeout_s", 5.0, env_float),
+    Variable(FORWARD_METRICS, "forward_metrics", True, env_bool),
+    Variable(STEP_EXPORT, "step_export", True, env_bool),
+    Variable(RAY_RUNTIME_ENV, "ray_runtime_env", True, env_bool),
+    Variable(RAY_RUNTIME_ENV_SECRETS, "ray_runtime_env_secrets", False, env_bool),
+    Variable(RAY_SYSTEM_METRICS, "ray_system_metrics", False, env_bool),
+    Variable(ROLLOUT_SPANS_PER_STEP, "rollout_spans_per_step", 64, partial(env_int, minimum=-1)),
+    Variable(GPU_METRICS, "gpu_metrics", True, env_bool),
+    Variable(PROCESS_METRICS, "process_metrics", True, env_bool),
+    Variable(LOG_LEVEL, "log_level", logging.WARNING, env_log_level),
+    Variable(SAMPLES, "samples", False, env_bool),
+    Variable(SAMPLES_EVERY_N_STEPS, "samples_every_n_steps", 10, partial(env_int, minimum=1)),
+    Variable(SAMPLES_PER_STEP, "samples_per_step", 4, partial(env_int, minimum=1)),
+    Variable(SAMPLES_MAX_CHARS, "samples_max_chars", 2000, partial(env_int, minimum=1)),
+    Variable(GUARD_ACTION, "guard_action", "observe", partial(env_choice, choices=GUARD_ACTIONS)),
+    Variable(GUARD_RULES, "guard_rules", None, env_str),
+    Variable(STALL_AFTER, "stall_after_s", None, lambda name, default: env_stall_after(name)),
+)
 
 
 @lru_cache(maxsize=1)
 def settings() -> Settings:
     """This process's settings (read once: the environment of a running job does not change)."""
-    return Settings(
-        run_id=os.environ.get(RUN_ID) or None,
-        project=os.environ.get(PROJECT) or None,
-        experiment=os.environ.get(EXPERIMENT) or None,
-        file_dir=os.environ.get(FILE_DIR) or DEFAULT_FILE_DIR,
-        shutdown_timeout_s=env_float(SHUTDOWN_TIMEOUT, 5.0),
-        forward_metrics=env_bool(FORWARD_METRICS, True),
-        step_export=env_bool(STEP_EXPORT, True),
-        ray_runtime_env=env_bool(RAY_RUNTIME_ENV, True),
-        ray_runtime_env_secrets=env_bool(RAY_RUNTIME_ENV_SECRETS, False),
-        rollout_spans_per_step=env_int(ROLLOUT_SPANS_PER_STEP, 64, minimum=-1),
-        gpu_metrics=env_bool(GPU_METRICS, True),
-        process_metrics=env_bool(PROCESS_METRICS, True),
-        ray_system_metrics=env_bool(RAY_SYSTEM_METRICS, False),
-        log_level=env_log_level(LOG_LEVEL, logging.WARNING),
-        samples=env_bool(SAMPLES, False),
-        samples_every_n_steps=env_int(SAMPLES_EVERY_N_STEPS, 10, minimum=1),
-        samples_per_step=env_int(SAMPLES_PER_STEP, 4, minimum=1),
-        samples_max_chars=env_int(SAMPLES_MAX_CHARS, 2000, minimum=1),
-        guard_action=env_choice(GUARD_ACTION, "observe", GUARD_ACTIONS),
-        guard_rules=os.environ.get(GUARD_RULES) or None,
-        stall_after_s=env_stall_after(STALL_AFTER),
-    )
+    return Settings(**{v.field: v.value() for v in VARIABLES})
 
 
 def ensure_run_id() -> str:

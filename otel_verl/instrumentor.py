@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection
 from typing import Any
 
@@ -41,10 +42,13 @@ class VerlInstrumentor(BaseInstrumentor):
             self._hooks = HookSet(all_hooks())
             # a process that imports verl reports its stacks when training stalls (not Ray's daemons)
             wrapt.register_post_import_hook(reporter.start_on_verl_import, "verl")
+        elif "verl" in sys.modules:  # instrumented again after uninstrument()
+            reporter.REPORTER.start()
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._hooks is not None:
             self._hooks.uninstall()
         logs.detach()
+        reporter.REPORTER.stop()
         PROCESS.forget_run()

@@ -13,11 +13,22 @@ class OtlpReceiver:
     """``with OtlpReceiver() as rx: ... rx.url`` - answers 200 ``{}`` unless told otherwise.
 
     ``status``: HTTP status to answer; ``answer``: JSON body to answer (e.g. a partialSuccess);
-    ``delay``: seconds to wait before answering; ``fail_first``: answer 503 to the first N requests.
+    ``delay``: seconds to wait before answering; ``fail_first``: answer 503 to the first N requests;
+    ``max_body``: answer 413 to a body above this many bytes, as a Collector does above its
+    ``max_request_body_size`` (``sizes`` records every body's length).
     """
 
-    def __init__(self, status: int = 200, answer: dict | None = None, delay: float = 0.0, fail_first: int = 0):
+    def __init__(
+        self,
+        status: int = 200,
+        answer: dict | None = None,
+        delay: float = 0.0,
+        fail_first: int = 0,
+        max_body: int | None = None,
+    ):
         self.status = status
+        self.max_body = max_body
+        self.sizes: list[int] = []
         self.answer = answer or {}
         self.delay = delay
         self.fail_first = fail_first
@@ -28,14 +39,17 @@ class OtlpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                too_big = receiver.max_body is not None and len(body) > receiver.max_body
                 with receiver._lock:
-                    receiver.requests.append(
-                        (self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(body))
-                    )
+                    receiver.sizes.append(len(body))
+                    if not too_big:
+                        receiver.requests.append(
+                            (self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(body))
+                        )
                     n = len(receiver.requests)
                 if receiver.delay:
                     time.sleep(receiver.delay)
-                status = 503 if n <= receiver.fail_first else receiver.status
+                status = 413 if too_big else 503 if n <= receiver.fail_first else receiver.status
                 payload = json.dumps(receiver.answer if status == 200 else {"message": "nope"}).encode()
                 try:
                     self.send_response(status)

@@ -7,5 +7,7 @@ Nothing here runs inside a training process; the ``otel-verl`` commands (``otel_
 * ``replay``: ``otel-verl replay DIR``, the stored OTLP JSON sent to an OTLP/HTTP endpoint;
 * ``doctor``: ``otel-verl doctor``, what the instrumentation would do in this environment;
 * ``otlp_files``: reads the OTLP JSON-lines files the ``otlp_json_file`` exporters write;
-* ``endpoints``: the OTLP endpoint rule (``OTEL_EXPORTER_OTLP_*``) replay and doctor share.
+* ``endpoints``: the OTLP endpoint rule (``OTEL_EXPORTER_OTLP_*``) replay and doctor share;
+* ``run_facts``: what summary and report both state (the slowest trajectory, values per step);
+* ``errors``: how a command ends (exit codes, the one stderr line).
 """

@@ -4,16 +4,23 @@ Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a not
 
 * verl installed and inside the supported range (``otel_verl.package._instruments``);
 * the entry points ``opentelemetry_instrumentor: verl`` and ``verl.plugins: otel_verl``;
+* the extras that settings in force use (``[system]`` for ``process.*``, ``[gpu]`` for NVML),
+  their packages read from otel-verl's installed metadata: a missing one is a note;
 * the kill switch (``otel_verl.config.disabled_reason``: ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``,
   ``OTEL_SDK_DISABLED``);
-* ``OTEL_VERL_*`` values (a bad one is a problem: it would fall back to its default);
-* the trace/metric exporters from ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``, each
-  resolved to its entry point, and for OTLP the endpoint (``otel_verl.offline.endpoints``), probed
-  with a TCP connect (1 s timeout); for ``otlp_json_file`` the folder, checked writable;
+* ``OTEL_VERL_*`` values (a bad one is a problem: it would fall back to its default), and every
+  setting of ``otel_verl.config.VARIABLES`` that differs from its default; an ``OTEL_VERL_*``
+  variable that is no setting is noted (a typo?);
+* the exporters of each signal from ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` /
+  ``OTEL_LOGS_EXPORTER``, each resolved to its entry point, and for OTLP the signal's protocol and
+  endpoint (``otel_verl.offline.endpoints``): a malformed one is a problem, a URL is probed with
+  a TCP connect (1 s timeout, once per URL) and judged for each signal that uses it; for
+  ``otlp_json_file`` the folder, checked writable;
 * every hook of ``otel_verl.hooks.all_hooks()``: whether its target exists in the installed verl
-  (imports verl's modules).
+  (imports verl's modules; the warnings verl gives while importing are collected and listed after
+  the hooks).
 
-Exit code 0 when nothing is wrong, 1 otherwise.
+Exit code 0 when nothing is wrong, 1 otherwise (``otel_verl.offline.errors``).
 """
 
 from __future__ import annotations
@@ -25,20 +32,23 @@ import os
 import socket
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
-from otel_verl import config, redact
+from otel_verl import config
 from otel_verl.offline import endpoints
+from otel_verl.offline.errors import CommandError
 from otel_verl.package import _instruments
 
 if TYPE_CHECKING:
     from otel_verl.hooks.hookset import Hook
 
 CONNECT_TIMEOUT_S = 1.0
-_SIGNALS = {"traces": "OTEL_TRACES_EXPORTER", "metrics": "OTEL_METRICS_EXPORTER"}
+_SIGNALS = {"traces": "OTEL_TRACES_EXPORTER", "metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
 
 
 @dataclass
@@ -97,6 +107,33 @@ def check_entry_points(r: Checks) -> None:
             r.bad(f"entry point {group}: {name} not found (is otel-verl installed in this environment?)")
 
 
+# extra -> (the setting that uses it, what is missing without it); the packages come from the metadata
+EXTRAS = {
+    "system": ("process_metrics", "no process.* CPU/memory metrics from the workers"),
+    "gpu": ("gpu_metrics", "no hw.gpu.utilization (hw.gpu.memory.* still comes from torch)"),
+}
+
+
+def check_extras(r: Checks, s: config.Settings) -> None:
+    from packaging.requirements import Requirement
+
+    try:
+        requires = importlib.metadata.requires("otel-verl") or []
+    except importlib.metadata.PackageNotFoundError:
+        return  # not installed: check_entry_points says so
+    for extra, (field_name, without) in EXTRAS.items():
+        reqs = [q for q in map(Requirement, requires) if q.marker and q.marker.evaluate({"extra": extra})]
+        if not reqs or not getattr(s, field_name):
+            continue
+        missing = [q.name for q in reqs if _version(q.name) is None]
+        if missing:
+            r.note(
+                f'otel-verl[{extra}] not installed ({", ".join(missing)}): {without}; pip install "otel-verl[{extra}]"'
+            )
+        else:
+            r.ok(f"otel-verl[{extra}]: {', '.join(f'{q.name} {_version(q.name)}' for q in reqs)}")
+
+
 def check_switches(r: Checks) -> None:
     # A note, not a problem: switching otel-verl off is a choice.
     reason = config.disabled_reason()
@@ -108,7 +145,7 @@ def check_switches(r: Checks) -> None:
         r.note(f"{reason}: no telemetry will be produced")
 
 
-def check_settings(r: Checks) -> None:
+def check_settings(r: Checks) -> config.Settings:
     records: list[logging.LogRecord] = []
 
     class _Catch(logging.Handler):
@@ -126,21 +163,17 @@ def check_settings(r: Checks) -> None:
         config.settings.cache_clear()
     for record in records:
         r.bad(record.getMessage().removeprefix("otel-verl: "))
-    r.ok(
-        f"{config.SHUTDOWN_TIMEOUT}={s.shutdown_timeout_s:g} s, {config.FORWARD_METRICS}={s.forward_metrics}, "
-        f"{config.STEP_EXPORT}={s.step_export}, {config.RAY_RUNTIME_ENV}={s.ray_runtime_env}"
-    )
-
-
-def _shown(url: str) -> str:
-    """``url`` as printed: credentials in it (``user:pass@``, a query) are replaced."""
-    parts = urlsplit(url if "://" in url else f"//{url}")
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = f"{redact.REDACTED}@{netloc.rsplit('@', 1)[1]}"
-    query = redact.REDACTED if parts.query else ""
-    shown = parts._replace(netloc=netloc, query=query).geturl()
-    return shown if "://" in url else shown.removeprefix("//")
+    changed = [f"{v.name}={os.environ[v.name]}" for v in config.VARIABLES if getattr(s, v.field) != v.default]
+    total = len(config.VARIABLES)
+    if changed:
+        r.ok(f"{len(changed)} of {total} OTEL_VERL_* settings differ from their defaults: {', '.join(changed)}")
+    else:
+        r.ok(f"all {total} OTEL_VERL_* settings at their defaults")
+    known = [v.name for v in config.VARIABLES]
+    for name in sorted(n for n in os.environ if n.startswith("OTEL_VERL_") and n not in known):
+        close = get_close_matches(name, known, n=1)
+        r.note(f"{name} is not an otel-verl setting (ignored){f'; did you mean {close[0]}?' if close else ''}")
+    return s
 
 
 def _reachable(url: str) -> tuple[bool, str]:
@@ -155,7 +188,7 @@ def _reachable(url: str) -> tuple[bool, str]:
 
 
 def check_exporters(r: Checks) -> None:
-    probed: dict[str, bool] = {}
+    probed: dict[str, tuple[bool, str]] = {}  # url -> (reachable, where): each URL is probed once
     for signal, env in _SIGNALS.items():
         raw = os.environ.get(env)
         names = [n.strip() for n in (raw or "otlp").split(",") if n.strip()]
@@ -178,17 +211,29 @@ def check_exporters(r: Checks) -> None:
                 _check_writable(r, folder)
                 continue
             if lookup in ("otlp_proto_grpc", "otlp_proto_http"):
-                url = endpoints.signal_endpoint(signal, protocol=protocol)
-                if url not in probed:
-                    probed[url], where = _reachable(url)
-                    if probed[url]:
-                        r.ok(f"{signal}: {lookup} -> {_shown(url)} (reachable: TCP connect to {where})")
-                    else:
-                        r.bad(f"{signal}: {lookup} -> {_shown(url)} NOT reachable: {where}")
-                else:
-                    r.ok(f"{signal}: {lookup} -> {_shown(url)} (see above)")
+                _check_endpoint(r, signal, lookup, protocol, probed)
                 continue
             r.ok(f"{signal}: exporter {name}")
+
+
+def _check_endpoint(r: Checks, signal: str, exporter: str, protocol: str, probed: dict[str, tuple[bool, str]]) -> None:
+    """Judge ``signal``'s own endpoint: protocol and URL well-formed, and the URL reachable."""
+    wrong = endpoints.protocol_problem(signal)
+    endpoint = endpoints.resolve(signal, protocol=protocol)
+    wrong = wrong or endpoint.problem(protocol)
+    if wrong:
+        r.bad(f"{signal}: {wrong}")
+        return
+    url = endpoint.url
+    again = url in probed
+    if not again:
+        probed[url] = _reachable(url)
+    reachable, where = probed[url]
+    how = " (probed above)" if again else ""
+    if reachable:
+        r.ok(f"{signal}: {exporter} -> {endpoints.shown(url)} (reachable: TCP connect to {where}){how}")
+    else:
+        r.bad(f"{signal}: {exporter} -> {endpoints.shown(url)} NOT reachable: {where}{how}")
 
 
 def _check_writable(r: Checks, folder: str) -> None:
@@ -226,9 +271,13 @@ def check_hooks(r: Checks, hooks: Sequence[Hook] | None = None) -> None:
     from otel_verl.hooks.hookset import package_version
 
     version = package_version("verl")
+    caught: list[warnings.WarningMessage] = []
     for hook in all_hooks() if hooks is None else hooks:
         where = f"{hook.module}.{hook.target}"
-        why = _resolve(hook.module, hook.target)
+        # verl warns while importing (optional engines missing): listed after the hooks, not amid them
+        with warnings.catch_warnings(record=True) as got:  # keeps the filters: what Python would print
+            why = _resolve(hook.module, hook.target)
+        caught += got
         cond = " (only in Ray worker actors)" if hook.only_if is not None else ""
         if why is None:
             r.ok(f"hook {where}{cond}")
@@ -236,10 +285,15 @@ def check_hooks(r: Checks, hooks: Sequence[Hook] | None = None) -> None:
             r.note(f"hook {where}: {why} in verl {version} (optional: skipped)")
         else:
             r.bad(f"hook {where}: {why} in verl {version}; that telemetry would be disabled")
+    messages = list(dict.fromkeys(f"{w.category.__name__}: {str(w.message).strip()}" for w in caught))
+    if messages:
+        print(f"warnings while importing verl's modules ({len(messages)}; not otel-verl problems):", file=r.out)
+    for message in messages:
+        r.note(message)
 
 
 def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None) -> int:
-    """Run every check, printing one line each; 0 when no problem was found, else 1."""
+    """Run every check, printing one line each; 0 when no problem was found, else a ``CommandError``."""
     from otel_verl.version import __version__
 
     out = sys.stdout if out is None else out
@@ -250,7 +304,7 @@ def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None) -> in
     check_entry_points(r)
     check_switches(r)
     print("settings:", file=out)
-    check_settings(r)
+    check_extras(r, check_settings(r))
     print("exporters:", file=out)
     check_exporters(r)
     print("hooks:", file=out)
@@ -259,7 +313,7 @@ def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None) -> in
     else:
         r.note("skipped: verl is not installed")
     if r.problems:
-        print(f"{len(r.problems)} problem(s) found.", file=out)
-        return 1
+        more = f" (and {len(r.problems) - 1} more: the !! lines above)" if len(r.problems) > 1 else ""
+        raise CommandError(f"{len(r.problems)} problem(s) found: {r.problems[0]}{more}")
     print("no problems found.", file=out)
     return 0

@@ -1,17 +1,76 @@
 """Read the OTLP JSON-lines files the ``otlp_json_file`` exporters write (one per process).
 
 Used by ``otel-verl summary``/``report``/``replay`` and by the tests that check a real run's telemetry.
-A line that is not valid JSON (the last line of a process killed while writing) is skipped; pass
-``bad=[]`` to the readers to learn which ones.
+Whatever cannot be used is left out and noted in a ``Skipped`` (pass one to the readers): a line
+that is not JSON (the last line of a process killed while writing is cut short), not UTF-8 text,
+longer than ``MAX_LINE_BYTES``, or JSON that is not an OTLP export request; a file that cannot be
+opened. Nothing here writes to the folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
+
+SIGNALS = ("traces", "metrics", "logs")
+# signal -> (the request's list of resources, each resource's list of scopes, each scope's items)
+REQUEST_KEYS = {
+    "traces": ("resourceSpans", "scopeSpans", "spans"),
+    "metrics": ("resourceMetrics", "scopeMetrics", "metrics"),
+    "logs": ("resourceLogs", "scopeLogs", "logRecords"),
+}
+# A stored line is one export batch: a few MB at most (the BatchSpanProcessor sends up to 512
+# spans; each attribute is bounded). Longer lines are not read, so a stray file cannot exhaust memory.
+MAX_LINE_BYTES = 256 * 1024 * 1024
+# Errors a malformed request raises while it is decoded (missing key, wrong JSON type, bad number).
+_MALFORMED = (LookupError, TypeError, ValueError, AttributeError)
+
+
+@dataclass
+class Skipped:
+    """What the readers left out, so that whoever shows the rest can say so in one line."""
+
+    lines: dict[Path, list[tuple[int, str]]] = field(default_factory=dict)  # file -> [(line number, why)]
+    files: dict[Path, str] = field(default_factory=dict)  # file -> why it could not be read
+
+    def line(self, path: Path, number: int, why: str) -> None:
+        self.lines.setdefault(path, []).append((number, why))
+
+    def file(self, path: Path, why: str) -> None:
+        self.files[path] = why
+
+    def __bool__(self) -> bool:
+        return bool(self.lines or self.files)
+
+    @property
+    def line_count(self) -> int:
+        return sum(len(v) for v in self.lines.values())
+
+    def describe(self, most: int = 6) -> str:
+        """``skipped 2 lines and 1 file: traces-a.jsonl line 4 (cut short), ...``: at most ``most`` places."""
+        places = [f"{p.name} ({why})" for p, why in self.files.items()]
+        for path, bad in self.lines.items():
+            reasons = sorted({why for _, why in bad})
+            where = f"line {bad[0][0]}" if len(bad) == 1 else f"{len(bad)} lines from line {bad[0][0]}"
+            places.append(f"{path.name} {where} ({'; '.join(reasons)})")
+        counts = []
+        if self.line_count:
+            counts.append(f"{self.line_count} line{'s' if self.line_count != 1 else ''}")
+        if self.files:
+            counts.append(f"{len(self.files)} unreadable file{'s' if len(self.files) != 1 else ''}")
+        more = f", and {len(places) - most} more files" if len(places) > most else ""
+        return f"skipped {' and '.join(counts)}: {', '.join(places[:most])}{more}"
+
+
+def size(n: int) -> str:
+    """``256 MiB``, ``4096 bytes``."""
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 def _value(v: dict[str, Any]) -> Any:
@@ -25,7 +84,13 @@ def _value(v: dict[str, Any]) -> Any:
 
 
 def _attrs(items: list[dict[str, Any]] | None) -> dict[str, Any]:
-    return {a["key"]: _value(a.get("value", {})) for a in items or []}
+    return {_str(a["key"]): _value(a.get("value", {})) for a in items or []}
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
 
 
 @dataclass
@@ -76,99 +141,192 @@ class MetricPoint:
     temporality: int = 0  # OTLP AggregationTemporality: 1 delta, 2 cumulative, 0 unspecified/gauge
 
 
-SIGNALS = ("traces", "metrics", "logs")
-
-
 def signal_files(folder: str | Path, signal: str) -> list[Path]:
     """The OTLP JSON-lines files of one signal in ``folder``, sorted (``<signal>-*.jsonl``)."""
     return sorted(Path(folder).glob(f"{signal}-*.jsonl"))
 
 
-def iter_lines(path: Path, bad: list[tuple[Path, int]] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(raw line, decoded request) for each valid non-empty line of one file."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
+def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
+    """``folder``, checked to be a readable folder with files of ``signals``; else a ``CommandError``."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise CommandError(f"{folder} does not exist", USAGE)
+    if not folder.is_dir():
+        raise CommandError(f"{folder} is not a folder (give the folder OTEL_VERL_FILE_DIR named)", USAGE)
+    try:
+        with os.scandir(folder):
+            pass
+    except OSError as exc:
+        raise CommandError(f"cannot read {folder}: {exc.strerror or exc}") from None
+    if not any(signal_files(folder, sig) for sig in signals):
+        names = ", ".join(f"{sig}-*.jsonl" for sig in signals)
+        raise CommandError(f"no telemetry files ({names}) in {folder}", PROBLEM)
+    return folder
+
+
+def _discard_rest_of_line(f) -> None:
+    while True:
+        chunk = f.readline(1024 * 1024)
+        if not chunk or chunk.endswith(b"\n"):
+            return
+
+
+def iter_lines(path: Path, skipped: Skipped | None = None) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, raw line, decoded JSON object) for each usable non-empty line of one file."""
+    skipped = Skipped() if skipped is None else skipped
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; opening may fail on its own
+    except OSError as exc:
+        skipped.file(path, f"cannot read: {exc.strerror or exc}")
+        return
+    with f:
+        number = 0
+        while True:
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                skipped.file(path, f"cannot read: {exc.strerror or exc}")
+                return
+            if not raw:
+                return
+            number += 1
+            complete = raw.endswith(b"\n")
+            if len(raw) > MAX_LINE_BYTES and not complete:
+                _discard_rest_of_line(f)
+                skipped.line(path, number, f"longer than {size(MAX_LINE_BYTES)}")
                 continue
             try:
-                batch = json.loads(line)
-            except ValueError:
-                if bad is not None:
-                    bad.append((path, lineno))
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                skipped.line(path, number, "not UTF-8 text")
                 continue
-            if isinstance(batch, dict):
-                yield line, batch
-            elif bad is not None:
-                bad.append((path, lineno))
+            if not text:
+                continue
+            try:
+                batch = json.loads(text)
+            except (ValueError, RecursionError):
+                # the exporter ends every line with a newline: one without is a write cut short
+                skipped.line(path, number, "not JSON" if complete else "cut short")
+                continue
+            if not isinstance(batch, dict):
+                skipped.line(path, number, "not an OTLP export request")
+                continue
+            yield number, text, batch
 
 
-def _lines(folder: Path, prefix: str, bad: list[tuple[Path, int]] | None = None) -> Iterator[dict[str, Any]]:
-    for path in signal_files(folder, prefix):
-        for _, batch in iter_lines(path, bad):
-            yield batch
+def requests(
+    folder: Path, signal: str, skipped: Skipped | None = None
+) -> Iterator[tuple[Path, int, str, dict[str, Any]]]:
+    """(file, line number, raw line, request) for every stored export request of ``signal``.
+
+    A JSON object without the signal's top-level list (``resourceSpans``, ...) is not one: skipped.
+    """
+    skipped = Skipped() if skipped is None else skipped
+    key = REQUEST_KEYS[signal][0]
+    for path in signal_files(folder, signal):
+        for number, text, batch in iter_lines(path, skipped):
+            if not isinstance(batch.get(key), list):
+                skipped.line(path, number, f"not an OTLP {signal} request")
+                continue
+            yield path, number, text, batch
 
 
-def read_spans(folder: str | Path, bad: list[tuple[Path, int]] | None = None) -> list[SpanRecord]:
+def _spans(batch: dict[str, Any]) -> list[SpanRecord]:
     out: list[SpanRecord] = []
-    for batch in _lines(Path(folder), "traces", bad):
-        for rs in batch.get("resourceSpans", []):
-            resource = _attrs(rs.get("resource", {}).get("attributes"))
-            for ss in rs.get("scopeSpans", []):
-                for s in ss.get("spans", []):
-                    out.append(
-                        SpanRecord(
-                            name=s["name"],
-                            trace_id=s["traceId"],
-                            span_id=s["spanId"],
-                            parent_id=s.get("parentSpanId", ""),
-                            start_ns=int(s["startTimeUnixNano"]),
-                            end_ns=int(s["endTimeUnixNano"]),
-                            attributes=_attrs(s.get("attributes")),
-                            resource=resource,
-                            status=s.get("status", {}).get("code", "STATUS_CODE_UNSET"),
-                            events=s.get("events", []),
-                            links=[
-                                SpanLink(lk.get("traceId", ""), lk.get("spanId", ""), _attrs(lk.get("attributes")))
-                                for lk in s.get("links", [])
-                            ],
-                        )
+    for rs in batch["resourceSpans"]:
+        resource = _attrs(rs.get("resource", {}).get("attributes"))
+        for ss in rs.get("scopeSpans", []):
+            for s in ss.get("spans", []):
+                out.append(
+                    SpanRecord(
+                        name=_str(s["name"]),
+                        trace_id=_str(s["traceId"]),
+                        span_id=_str(s["spanId"]),
+                        parent_id=_str(s.get("parentSpanId", "")),
+                        start_ns=int(s["startTimeUnixNano"]),
+                        end_ns=int(s["endTimeUnixNano"]),
+                        attributes=_attrs(s.get("attributes")),
+                        resource=resource,
+                        status=_str(s.get("status", {}).get("code", "STATUS_CODE_UNSET")),
+                        events=list(s.get("events", [])),
+                        links=[
+                            SpanLink(
+                                _str(lk.get("traceId", "")), _str(lk.get("spanId", "")), _attrs(lk.get("attributes"))
+                            )
+                            for lk in s.get("links", [])
+                        ],
                     )
+                )
     return out
 
 
-def read_metric_points(folder: str | Path, bad: list[tuple[Path, int]] | None = None) -> list[MetricPoint]:
+def _points(batch: dict[str, Any]) -> list[MetricPoint]:
     out: list[MetricPoint] = []
-    for batch in _lines(Path(folder), "metrics", bad):
-        for rm in batch.get("resourceMetrics", []):
-            resource = _attrs(rm.get("resource", {}).get("attributes"))
-            for sm in rm.get("scopeMetrics", []):
-                for m in sm.get("metrics", []):
-                    for kind in ("gauge", "sum", "histogram"):
-                        if kind not in m:
-                            continue
-                        temporality = _temporality(m[kind].get("aggregationTemporality"))
-                        for p in m[kind].get("dataPoints", []):
-                            if kind == "histogram":
-                                value, count = p.get("sum"), int(p.get("count", 0))
-                            else:
-                                value = p.get("asDouble", p.get("asInt"))
-                                value, count = (float(value) if value is not None else None), None
-                            out.append(
-                                MetricPoint(
-                                    m["name"],
-                                    kind,
-                                    value,
-                                    count,
-                                    _attrs(p.get("attributes")),
-                                    resource,
-                                    int(p.get("timeUnixNano", 0)),
-                                    [float(b) for b in p.get("explicitBounds", [])] if kind == "histogram" else None,
-                                    [int(c) for c in p.get("bucketCounts", [])] if kind == "histogram" else None,
-                                    int(p.get("startTimeUnixNano", 0)),
-                                    temporality,
-                                )
+    for rm in batch["resourceMetrics"]:
+        resource = _attrs(rm.get("resource", {}).get("attributes"))
+        for sm in rm.get("scopeMetrics", []):
+            for m in sm.get("metrics", []):
+                for kind in ("gauge", "sum", "histogram"):
+                    if kind not in m:
+                        continue
+                    temporality = _temporality(m[kind].get("aggregationTemporality"))
+                    for p in m[kind].get("dataPoints", []):
+                        if kind == "histogram":
+                            value, count = p.get("sum"), int(p.get("count", 0))
+                            value = float(value) if value is not None else None
+                        else:
+                            value = p.get("asDouble", p.get("asInt"))
+                            value, count = (float(value) if value is not None else None), None
+                        out.append(
+                            MetricPoint(
+                                _str(m["name"]),
+                                kind,
+                                value,
+                                count,
+                                _attrs(p.get("attributes")),
+                                resource,
+                                int(p.get("timeUnixNano", 0)),
+                                [float(b) for b in p.get("explicitBounds", [])] if kind == "histogram" else None,
+                                [int(c) for c in p.get("bucketCounts", [])] if kind == "histogram" else None,
+                                int(p.get("startTimeUnixNano", 0)),
+                                temporality,
                             )
+                        )
+    return out
+
+
+def check_request(signal: str, batch: dict[str, Any]) -> int:
+    """The items of one stored request, decoded as the readers decode them (so that replay sends
+    exactly what summary and report read); ValueError when it is not an OTLP request of ``signal``."""
+    try:
+        if signal == "traces":
+            _spans(batch)
+        elif signal == "metrics":
+            _points(batch)
+    except _MALFORMED as exc:
+        raise ValueError(f"not an OTLP {signal} request") from exc
+    return count_items(signal, batch)
+
+
+def read_spans(folder: str | Path, skipped: Skipped | None = None) -> list[SpanRecord]:
+    out: list[SpanRecord] = []
+    skipped = Skipped() if skipped is None else skipped
+    for path, number, _, batch in requests(Path(folder), "traces", skipped):
+        try:
+            out.extend(_spans(batch))
+        except _MALFORMED:
+            skipped.line(path, number, "not an OTLP traces request")
+    return out
+
+
+def read_metric_points(folder: str | Path, skipped: Skipped | None = None) -> list[MetricPoint]:
+    out: list[MetricPoint] = []
+    skipped = Skipped() if skipped is None else skipped
+    for path, number, _, batch in requests(Path(folder), "metrics", skipped):
+        try:
+            out.extend(_points(batch))
+        except _MALFORMED:
+            skipped.line(path, number, "not an OTLP metrics request")
     return out
 
 
@@ -179,17 +337,17 @@ def _temporality(value: Any) -> int:
 
 
 def count_items(signal: str, batch: dict[str, Any]) -> int:
-    """Spans, metric data points or log records in one OTLP export request."""
-    if signal == "traces":
-        return sum(len(ss.get("spans", [])) for rs in batch.get("resourceSpans", []) for ss in rs.get("scopeSpans", []))
-    if signal == "logs":
-        return sum(
-            len(sl.get("logRecords", [])) for rl in batch.get("resourceLogs", []) for sl in rl.get("scopeLogs", [])
-        )
-    n = 0
-    for rm in batch.get("resourceMetrics", []):
-        for sm in rm.get("scopeMetrics", []):
-            for m in sm.get("metrics", []):
-                for kind in ("gauge", "sum", "histogram", "exponentialHistogram", "summary"):
-                    n += len(m.get(kind, {}).get("dataPoints", []))
-    return n
+    """Spans, metric data points or log records in one OTLP export request (ValueError: not one)."""
+    resources_key, scopes_key, items_key = REQUEST_KEYS[signal]
+    try:
+        if signal != "metrics":
+            return sum(len(sc.get(items_key, [])) for r in batch[resources_key] for sc in r.get(scopes_key, []))
+        n = 0
+        for r in batch[resources_key]:
+            for sc in r.get(scopes_key, []):
+                for m in sc.get(items_key, []):
+                    for kind in ("gauge", "sum", "histogram", "exponentialHistogram", "summary"):
+                        n += len(m.get(kind, {}).get("dataPoints", []))
+        return n
+    except _MALFORMED as exc:
+        raise ValueError(f"not an OTLP {signal} request") from exc

@@ -1,120 +1,154 @@
 """``otel-verl summary RUN_DIR``: a run's stored telemetry as a few lines of text.
 
-Reads what the ``otlp_json_file`` exporters wrote (``OTEL_VERL_FILE_DIR``) and prints the processes
-that reported, one line per step trace with its stage spans and worker spans, the slowest rollout
-trajectory, and the main training metrics as exported at each step.
+Reads what the ``otlp_json_file`` exporters wrote (``OTEL_VERL_FILE_DIR``) through the report's
+model (``report.model.build``: one reading of the run for both tools) and prints, in RL terms
+first: the training steps and the time of each stage, reward/KL and the other curves of the report
+at each step, the slowest rollout trajectory and its step's tail; then, in OpenTelemetry terms, the
+processes that reported and each step's trace. What the reader skipped is named on stderr.
 """
 
 from __future__ import annotations
 
 import sys
-from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from otel_verl import semconv
-from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
+from otel_verl.offline.errors import CommandError, warn
+from otel_verl.offline.otlp_files import run_folder
+from otel_verl.offline.report.model import Report, StepRow, build
 
-# (metric, (attribute, value) the point must carry, or None)
-MAIN_METRICS: tuple[tuple[str, tuple[str, str] | None], ...] = (
-    (semconv.M_TRAINING_STEP, None),
-    (semconv.M_REWARD, (semconv.ATTR_REWARD_SOURCE, "score")),
-    (semconv.M_KL, (semconv.ATTR_KL_SOURCE, "kl_loss")),
-    (semconv.M_KL, (semconv.ATTR_KL_SOURCE, "ppo_kl")),
-    (semconv.metric_name("actor/entropy"), None),
-    (semconv.metric_name("actor/grad_norm"), None),
-    (semconv.M_THROUGHPUT, None),
-    (semconv.metric_name("perf/time_per_step"), None),
-)
+MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
+MISSING = "-"
 
 
-def summary(folder: Path, out: TextIO | None = None) -> int:
-    """Print the summary of ``folder``; 1 when it holds no spans and no metric points."""
+def summary(
+    folder: Path, out: TextIO | None = None, err: TextIO | None = None, include_validation: bool = False
+) -> int:
+    """Print the summary of ``folder``; a ``CommandError`` when it holds nothing readable."""
     out = sys.stdout if out is None else out
-    spans = read_spans(folder)
-    points = read_metric_points(folder)
-    if not spans and not points:
-        print(f"no telemetry files in {folder}", file=out)
-        return 1
-    _print_processes(spans, out)
-    _print_steps(spans, out)
-    _print_rollout(spans, out)
-    print("\nmetrics (values exported at each step):", file=out)
-    for label, values in metric_series(points):
-        print(f"  {label}: {', '.join(f'{v:.6g}' for v in values)}", file=out)
+    rep = build(run_folder(folder, ("traces", "metrics")), include_validation)
+    skipped = rep.skipped.describe() if rep.skipped else None
+    if not rep.spans and not rep.points:
+        raise CommandError(
+            f"no spans or metric points could be read from {folder}" + (f" ({skipped})" if skipped else "")
+        )
+    for line in lines(rep):
+        print(line, file=out)
+    out.flush()
+    if skipped:
+        warn("summary", skipped, err)
     return 0
 
 
-def _print_processes(spans: list[SpanRecord], out: TextIO) -> None:
-    procs = Counter(
-        (s.resource.get(semconv.RES_ROLE), s.resource.get(semconv.RES_RANK), s.resource.get("process.pid"))
-        for s in spans
-    )
-    run_ids = {s.resource.get(semconv.RES_RUN_ID) for s in spans}
-    print(f"run {', '.join(sorted(map(str, run_ids)))}: {len(spans)} spans from {len(procs)} processes", file=out)
-    for (role, rank, pid), n in sorted(procs.items(), key=lambda kv: str(kv[0])):
-        print(f"  {role}{'' if rank is None else f' rank {rank}'} (pid {pid}): {n} spans", file=out)
-
-
-def _print_steps(spans: list[SpanRecord], out: TextIO) -> None:
-    by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
-    for s in spans:
-        by_trace[s.trace_id].append(s)
-    print("\nstep traces:", file=out)
-    steps = sorted(
-        (s for s in spans if s.name == semconv.SPAN_STEP), key=lambda s: s.attributes.get(semconv.ATTR_STEP, 0)
-    )
-    for step in steps:
-        members = by_trace[step.trace_id]
-        stages = sorted((s for s in members if semconv.ATTR_STAGE in s.attributes), key=lambda s: s.start_ns)
-        workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
-        ranks = sorted({s.attributes.get(semconv.RES_RANK) for s in workers}, key=str)
-        stage_txt = " ".join(f"{s.attributes[semconv.ATTR_STAGE]}={s.seconds:.2f}s" for s in stages)
-        print(
-            f"  step {step.attributes.get(semconv.ATTR_STEP)} ({step.seconds:.2f}s, trace {step.trace_id[:8]}): "
-            f"{stage_txt}; {len(workers)} worker spans from ranks {ranks}",
-            file=out,
-        )
-
-
-def _print_rollout(spans: list[SpanRecord], out: TextIO) -> None:
-    trajectories = [s for s in spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
-    if not trajectories:
-        return
-    slowest = max(trajectories, key=lambda s: s.seconds)
-    print(
-        f"\nrollout: {len(trajectories)} trajectory spans; slowest {slowest.seconds:.2f}s "
-        f"(submitted at step {slowest.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)}, "
-        f"trace {slowest.trace_id[:8]})",
-        file=out,
-    )
-
-
-def metric_series(points: Iterable[MetricPoint]) -> list[tuple[str, list[float]]]:
-    """(label, values in time order) for each of ``MAIN_METRICS`` with points.
-
-    A gauge is exported again at every export interval until it changes, so runs of one value
-    are shown once.
-    """
-    ordered = sorted(points, key=lambda p: p.time_ns)
-    out: list[tuple[str, list[float]]] = []
-    for name, attr in MAIN_METRICS:
-        values = [
-            p.value
-            for p in ordered
-            if p.name == name and p.value is not None and (attr is None or p.attributes.get(attr[0]) == attr[1])
-        ]
-        if values:
-            label = name if attr is None else f"{name}{{{attr[0]}={attr[1]}}}"
-            out.append((label, dedupe(values)))
+def lines(rep: Report) -> list[str]:
+    """The summary's lines."""
+    out = [_headline(rep)]
+    out += [f"  note: {n}" for n in rep.notes if not (rep.skipped and n == rep.skipped.describe())]
+    if rep.steps:
+        out += ["", "time per stage, seconds (verl's timing_s/<stage>, from the verl.<stage> spans):"]
+        stages = [("total", {r.step: r.span.seconds for r in rep.steps})]
+        stages += [(st, {r.step: r.stages[st] for r in rep.steps if st in r.stages}) for st in rep.stage_order]
+        stages.append(("other (outside any stage)", {r.step: r.other for r in rep.steps}))
+        out += _table([r.step for r in rep.steps], stages, "{:.2f}")
+    series = [(label, values) for _, _, curve in rep.curves for label, values in curve]
+    if series:
+        steps = sorted({s for _, values in series for s in values})
+        out += ["", "metrics at each training step (the value verl logged, as exported at the end of the step):"]
+        out += _table(steps, series, "{:.4g}")
+    out += _slowest(rep)
+    out += _telemetry(rep)
     return out
 
 
-def dedupe(values: list[float]) -> list[float]:
-    """``values`` without consecutive repeats."""
-    out: list[float] = []
-    for v in values:
-        if not out or out[-1] != v:
-            out.append(v)
+def _headline(rep: Report) -> str:
+    meta = rep.meta
+    who = ", ".join(f"{k} {meta[k]}" for k in ("service", "driver", "experiment") if k in meta)
+    total = sum(r.span.seconds for r in rep.steps)
+    steps = f"{len(rep.steps)} training steps, {total:.1f} s in steps" if rep.steps else "no training steps"
+    return f"verl run {meta.get('run id', '(no run id)')}{f' ({who})' if who else ''}: {steps}"
+
+
+def _table(steps: Sequence[int], rows: list[tuple[str, dict[int, float]]], fmt: str) -> list[str]:
+    """Rows of values under one column per step; long runs show the first and last steps."""
+    shown: list[int | None] = list(steps)
+    note = ""
+    if len(steps) > MAX_STEP_COLUMNS:
+        half = MAX_STEP_COLUMNS // 2
+        shown = [*steps[:half], None, *steps[-half:]]
+        note = (
+            f"  (steps {steps[0]}-{steps[half - 1]} and {steps[-half]}-{steps[-1]} of {len(steps)}; the report has all)"
+        )
+    cells = [["step", *("..." if s is None else str(s) for s in shown)]]
+    for label, values in rows:
+        cells.append(
+            [label, *("..." if s is None else fmt.format(values[s]) if s in values else MISSING for s in shown)]
+        )
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    table = [
+        "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in cells
+    ]
+    return table + ([note] if note else [])
+
+
+def _step_of(rep: Report, step: object) -> StepRow | None:
+    return next((r for r in rep.steps if r.step == step), None)
+
+
+def _slowest(rep: Report) -> list[str]:
+    s = rep.slowest
+    if s is None:
+        if rep.validation_trajectories and not rep.trajectory_seconds:
+            return [
+                "",
+                f"slowest rollout: none among training trajectories ({rep.validation_trajectories} validation "
+                f"ones; {rep.slowest_rule})",
+            ]
+        return []
+    a = s.attributes
+    what = (
+        " ".join(
+            bit
+            for bit in (
+                f"sample {a[semconv.ATTR_ROLLOUT_SAMPLE_INDEX]}" if semconv.ATTR_ROLLOUT_SAMPLE_INDEX in a else "",
+                f"rollout {a[semconv.ATTR_ROLLOUT_INDEX]}" if semconv.ATTR_ROLLOUT_INDEX in a else "",
+            )
+            if bit
+        )
+        or f"span {s.span_id}"
+    )
+    if a.get(semconv.ATTR_ROLLOUT_VALIDATE):
+        what = f"validation {what}"
+    submit = a.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
+    tokens = a.get(semconv.ATTR_ROLLOUT_RESPONSE_TOKENS)
+    facts = [f"{s.seconds:.2f} s", what]
+    facts += [f"submitted at step {submit}"] if submit is not None else []
+    facts += [f"{tokens} response tokens"] if tokens is not None else []
+    row = _step_of(rep, submit)
+    if row is not None and row.tail_ratio is not None and row.slowest is not None and row.slowest.span_id == s.span_id:
+        gen = row.stages.get("gen")
+        facts.append(f"{row.tail_ratio:.1f}x its step's median" + (f", in a gen stage of {gen:.2f} s" if gen else ""))
+    return [
+        "",
+        f"slowest rollout trajectory ({rep.slowest_rule}):",
+        "  " + ", ".join(facts),
+        "  A step's rollout ends with its slowest trajectory: a long tail idles the other rollout slots and",
+        "  delays the whole step (verl.rollout.tail_ratio tracks it; the report's timeline shows it in red).",
+    ]
+
+
+def _telemetry(rep: Report) -> list[str]:
+    out = ["", f"telemetry: {rep.spans} spans, {rep.points} metric points, from {len(rep.processes)} processes:"]
+    out += [f"  {proc}: {n} spans" for proc, n in rep.processes]
+    if rep.steps:
+        out.append("step traces (verl.step roots; v1 rollout traces joined by verl.rollout.submit_step):")
+    for r in rep.steps:
+        ranks = f" from ranks {', '.join(r.worker_ranks)}" if r.worker_ranks else ""
+        error = "; ERROR" if r.error else ""
+        out.append(
+            f"  step {r.step}: trace {r.span.trace_id}, {r.spans} spans, {r.trajectories} trajectories"
+            f"{', worker spans' + ranks if r.worker_ranks else ''}{error}"
+        )
     return out

@@ -41,11 +41,17 @@ class Reporter:
         cfg = settings()
         if self._thread is not None or not cfg.run_id or cfg.stall_after_s == 0:
             return
-        self._thread = threading.Thread(target=self._run, name=stacks.OWN_THREADS[0], daemon=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(self._stop,), name=stacks.OWN_THREADS[0], daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(POLL_S):
+    def stop(self) -> None:
+        """``uninstrument()``: the thread ends at its next wake-up."""
+        self._stop.set()
+        self._thread = None
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(POLL_S):
             self.poll()
 
     @safe("stall reporter")

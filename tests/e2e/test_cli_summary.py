@@ -3,32 +3,49 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
+from otel_verl.offline.errors import CommandError
 from otel_verl.offline.summary import summary
 
 pytestmark = pytest.mark.e2e
 
 
+def _row(text: str, label: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"  {label} "))
+    return line[len(label) + 2 :].split()
+
+
 def test_summary_of_a_real_run(verl_runs):
     run = verl_runs.get("v0", "grpo", steps=2)
     assert run.returncode == 0, run.output[-4000:]
-    out = io.StringIO()
-    assert summary(run.telemetry_dir, out=out) == 0
+    out, err = io.StringIO(), io.StringIO()
+    assert summary(run.telemetry_dir, out=out, err=err) == 0
     text = out.getvalue()
+    assert err.getvalue() == ""  # nothing skipped in a clean run
+    assert re.fullmatch(
+        r"verl run \w+ \(service verl-e2e, driver v0, .*\): 2 training steps, [\d.]+ s in steps", text.splitlines()[0]
+    )
+    assert _row(text, "step")[:2] == ["1", "2"]
+    for stage in ("gen", "update_actor"):  # verl's own timing_s/<stage>, to the printed precision
+        shown = [float(v) for v in _row(text, stage)]
+        assert shown == pytest.approx([run.console[n][f"timing_s/{stage}"] for n in (1, 2)], abs=0.006), stage
+    assert _row(text, "actor/grad_norm") == [f"{run.console[n]['actor/grad_norm']:.4g}" for n in (1, 2)]
+    assert _row(text, "critic/score/mean") == [f"{run.console[n]['critic/score/mean']:.4g}" for n in (1, 2)]
     assert "taskrunner" in text and "worker rank 0" in text and "agent_loop_worker" in text
     for n in (1, 2):
-        line = next(line for line in text.splitlines() if line.strip().startswith(f"step {n} ("))
-        assert "gen=" in line and "update_actor=" in line and "ranks [0]" in line
-    trajectories = [s for s in run.spans if s.name == "verl.rollout.trajectory"]
-    assert f"rollout: {len(trajectories)} trajectory spans" in text
-    logged = [run.console[n]["actor/grad_norm"] for n in (1, 2)]
-    grad_line = next(line for line in text.splitlines() if "verl.actor.grad_norm:" in line)
-    assert grad_line.split(":", 1)[1].strip() == ", ".join(f"{v:.6g}" for v in logged)
+        line = next(line for line in text.splitlines() if line.startswith(f"  step {n}: trace "))
+        assert "worker spans from ranks 0" in line
+    training = [
+        s for s in run.spans if s.name == "verl.rollout.trajectory" and not s.attributes.get("verl.rollout.validate")
+    ]
+    slowest = max(training, key=lambda s: s.seconds)
+    assert "slowest rollout trajectory (training trajectories only;" in text
+    assert f"\n  {slowest.seconds:.2f} s, " in text
 
 
 def test_summary_of_an_empty_folder(tmp_path):
-    out = io.StringIO()
-    assert summary(tmp_path, out=out) == 1
-    assert "no telemetry files" in out.getvalue()
+    with pytest.raises(CommandError, match="no telemetry files"):
+        summary(tmp_path)

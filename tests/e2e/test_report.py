@@ -233,6 +233,20 @@ def test_rollout_latency_distribution(rendered):
     _, _, trajectories = expected(run)
     training = [s for ts in trajectories.values() for s in ts]
     section = dom.find("section", id="rollout")
+    # the run's slowest trajectory, by the rule summary states too: training trajectories only
+    slowest = max(
+        (
+            s
+            for s in run.spans
+            if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY and not s.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)
+        ),
+        key=lambda s: s.seconds,
+    )
+    named = section.find("p", cls="run-slowest")
+    assert named.attrs["data-span-id"] == slowest.span_id and "training trajectories only" in named.all_text()
+    summary = subprocess.run([*CLI, "summary", str(run.telemetry_dir)], capture_output=True, text=True, timeout=120)
+    assert summary.returncode == 0 and summary.stderr == ""
+    assert f"\n  {slowest.seconds:.2f} s, " in summary.stdout
     stats = section.find("p", cls="stats")
     assert int(stats.attrs["data-count"]) == len(training)
     assert float(stats.attrs["data-max"]) == pytest.approx(max(s.seconds for s in training), abs=1e-9)
@@ -280,7 +294,8 @@ def test_screenshot_is_kept(rendered):
 
 def test_report_cli_on_an_empty_folder(tmp_path):
     cli = subprocess.run([*CLI, "report", str(tmp_path)], capture_output=True, text=True)
-    assert cli.returncode == 1 and "no telemetry files" in cli.stdout
+    assert cli.returncode == 1 and cli.stdout == ""
+    assert cli.stderr.startswith("otel-verl report: no telemetry files") and cli.stderr.count("\n") == 1
     assert not (tmp_path / "report.html").exists()
 
 
@@ -288,9 +303,9 @@ def test_replay_of_a_real_run_delivers_every_span(verl_runs):
     run = verl_runs.get("v1", "grpo", steps=STEPS)
     assert run.returncode == 0, run.output[-4000:]
     lines = {sig: sum(1 for p in signal_files(run.telemetry_dir, sig) for _ in iter_lines(p)) for sig in ("traces",)}
-    logs = [b for p in signal_files(run.telemetry_dir, "logs") for _, b in iter_lines(p)]
+    logs = [b for p in signal_files(run.telemetry_dir, "logs") for _, _, b in iter_lines(p)]
     points = sum(
-        count_items("metrics", b) for p in signal_files(run.telemetry_dir, "metrics") for _, b in iter_lines(p)
+        count_items("metrics", b) for p in signal_files(run.telemetry_dir, "metrics") for _, _, b in iter_lines(p)
     )
     with OtlpReceiver() as rx:
         cli = subprocess.run(

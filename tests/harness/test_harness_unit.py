@@ -67,3 +67,37 @@ def test_plugin_active_on_cpu_only_host():
     from verl.workers.rollout.replica import get_rollout_replica_class
 
     assert get_rollout_replica_class("hfcpu").__name__ == "HFCPUReplica"
+
+
+def test_progress_prints_one_line_per_phase_and_step(tmp_path):
+    import io
+    from itertools import count
+
+    from verl_cpu_harness.progress import Progress
+
+    log = "\n".join(
+        [
+            "2026-12-01 08:04:54,921\tINFO worker.py:2029 -- Started a local Ray instance. View the dashboard",
+            "\x1b[36m(WorkerDict pid=5396)\x1b[0m Qwen2ForCausalLM contains 94.78K parameters",
+            "\x1b[36m(TaskRunnerV1 pid=1)\x1b[0m step:0 - val-aux/x:np.float64(0.5)"
+            " - val-core/tiny_add/acc/mean@1:np.float64(0.0)",
+            "Training Progress:   0%|          | 0/2 [00:00<?, ?it/s]",
+            "(TaskRunnerV1 pid=1) step:1 - actor/entropy:5.75 - critic/score/mean:0.0332 - actor/ppo_kl:0.0"
+            " - timing_s/step:2.803",
+            "(TaskRunnerV1 pid=1) step:1 - actor/entropy:5.75",  # the same step again: no second line
+            "(TaskRunnerV1 pid=1) step:2 - critic/score/mean:0.5 - actor/kl_loss:0.01 - response_length/mean:15.88",
+        ]
+    )
+    out = io.StringIO()
+    ticks = count()
+    progress = Progress(2, out, clock=lambda: float(next(ticks)))
+    for line in log.splitlines(keepends=True):
+        progress.write(line)
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == [
+        "Ray is up: a local cluster for verl's TaskRunner and worker actors",
+        "workers are up: the actor/rollout model Qwen2ForCausalLM (94.78K parameters) is loaded",
+        "validation before training: val-core/tiny_add/acc/mean@1 0",
+        "training step 1/2 done: 2.8 s, reward 0.0332, kl 0, entropy 5.75",
+        "training step 2/2 done: reward 0.5, kl 0.01, response length 15.88",
+    ]

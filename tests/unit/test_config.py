@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -95,6 +96,16 @@ FREE_FORM = {
     config.FILE_DIR: ("file_dir", config.DEFAULT_FILE_DIR),
     config.GUARD_RULES: ("guard_rules", None),  # a path; an unusable file is judged when it is read
 }
+
+
+def test_one_table_lists_every_variable_and_every_setting():
+    """settings() and ``otel-verl doctor`` read config.VARIABLES: it must hold every variable and field."""
+    import dataclasses
+
+    assert {v.name for v in config.VARIABLES} == set(_defined_variables().values())
+    assert sorted(v.field for v in config.VARIABLES) == sorted(f.name for f in dataclasses.fields(config.Settings))
+    for v in config.VARIABLES:
+        assert getattr(config.settings(), v.field) == v.default or v.name in os.environ, v.name
 
 
 def test_every_variable_has_a_bad_value_case():

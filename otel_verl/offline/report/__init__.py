@@ -28,50 +28,60 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from otel_verl.offline.otlp_files import signal_files
+from otel_verl.offline.errors import USAGE, CommandError, warn
+from otel_verl.offline.otlp_files import run_folder, signal_files
 from otel_verl.offline.report.model import Report, build
 from otel_verl.offline.report.page import render
 
-__all__ = ["NoTelemetry", "Report", "build", "render", "report", "write_report"]
+__all__ = ["Report", "build", "render", "report", "write_report"]
 
 
-class NoTelemetry(Exception):
-    """The folder holds nothing to report on (the message says why)."""
-
-
-def write_report(folder: str | Path, out: str | Path | None = None) -> tuple[Path, Report]:
-    """Build and write the page (default ``folder/report.html``); raises NoTelemetry when ``folder``
-    holds nothing to show."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise NoTelemetry(f"{folder} is not a folder")
-    if not any(signal_files(folder, sig) for sig in ("traces", "metrics")):
-        raise NoTelemetry(f"no telemetry files (traces-*.jsonl, metrics-*.jsonl) in {folder}")
-    rep = build(folder)
-    if not rep.spans and not rep.points:
-        raise NoTelemetry(f"the telemetry files in {folder} hold no spans and no metric points")
+def write_report(
+    folder: str | Path, out: str | Path | None = None, include_validation: bool = False
+) -> tuple[Path, Report]:
+    """Build and write the page (default ``folder/report.html``); a ``CommandError`` when ``folder``
+    holds nothing to show or the page cannot be written. Never writes over an input file."""
+    folder = run_folder(folder, ("traces", "metrics"))
     path = Path(out) if out is not None else folder / "report.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(rep), encoding="utf-8")
+    if path.is_dir():
+        raise CommandError(f"-o {path} is a folder; give the HTML file's name", USAGE)
+    inputs = {p.resolve() for sig in ("traces", "metrics", "logs") for p in signal_files(folder, sig)}
+    if path.resolve() in inputs:
+        raise CommandError(f"-o {path} is one of the run's telemetry files; the report never writes over them", USAGE)
+    rep = build(folder, include_validation)
+    if not rep.spans and not rep.points:
+        why = f" ({rep.skipped.describe()})" if rep.skipped else ""
+        raise CommandError(f"the telemetry files in {folder} hold no spans and no metric points{why}")
+    page = render(rep)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:  # e.g. a read-only run folder: pass -o
+        why = exc.strerror or exc
+        raise CommandError(f"cannot write the report to {path}: {why} (choose another place with -o)") from None
     return path, rep
 
 
-def report(folder: Path, output: Path | None = None, out: TextIO | None = None) -> int:
-    """The ``otel-verl report`` command: write the page and say what is in it; 1 when nothing was written."""
+def report(
+    folder: Path,
+    output: Path | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    include_validation: bool = False,
+) -> int:
+    """The ``otel-verl report`` command: write the page and say what is in it."""
     out = sys.stdout if out is None else out
-    try:
-        path, rep = write_report(folder, output)
-    except NoTelemetry as exc:
-        print(str(exc), file=out)
-        return 1
-    except OSError as exc:  # e.g. a read-only run folder: pass -o
-        print(f"cannot write the report: {exc}", file=out)
-        return 1
+    path, rep = write_report(folder, output, include_validation)
     print(
         f"wrote {path}: {len(rep.steps)} steps, {rep.spans} spans, {rep.points} metric points"
         + (f" (default timeline: step {rep.default_step}, the slowest)" if rep.default_step is not None else ""),
         file=out,
     )
+    skipped = rep.skipped.describe() if rep.skipped else None
     for note in rep.notes:
-        print(f"  note: {note}", file=out)
+        if note != skipped:  # that one goes to stderr
+            print(f"  note: {note}", file=out)
+    out.flush()
+    if skipped:
+        warn("report", skipped, err)
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from otel_verl import semconv
@@ -238,6 +239,24 @@ def histogram_svg(edges: list[float], counts: list[int], unit: str, marks: dict[
     return "".join(out)
 
 
+@dataclass(frozen=True)
+class LineStyle:
+    color: str
+    width: float
+    dash: str
+    radius: float
+    fill: str
+
+
+def line_style(k: int, n: int) -> LineStyle:
+    """How line ``k`` of ``n`` in one chart is drawn. Lines can coincide (``critic/score/mean`` equals
+    ``critic/rewards/mean`` without a KL penalty): earlier lines are wider with larger markers and later
+    ones dashed with hollow markers, so a line drawn over another leaves it visible."""
+    color = LINE_COLORS[k % len(LINE_COLORS)]
+    wider = n - 1 - k
+    return LineStyle(color, 2 + 2.5 * wider, "" if k == 0 else "6 4", 3 + 2 * wider, color if k == 0 else "#fff")
+
+
 def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -> str:
     """One line per (label, step -> value) series, steps on the x axis."""
     width, height, left, bottom, top = 540, 220, 64, 36, 12
@@ -276,13 +295,17 @@ def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -
             f'text-anchor="middle">{esc(unit)}</text>'
         )
     for k, (label, data) in enumerate(lines):
-        color = LINE_COLORS[k % len(LINE_COLORS)]
+        style = line_style(k, len(lines))
         pts = " ".join(f"{sx(s):.1f},{sy(v):.1f}" for s, v in data.items())
         out.append(f'<g class="series" data-label="{esc(label)}">')
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
+        out.append(
+            f'<polyline points="{pts}" fill="none" stroke="{style.color}" stroke-width="{style.width}"'
+            f"{f' stroke-dasharray={chr(34)}{style.dash}{chr(34)}' if style.dash else ''}/>"
+        )
         for s, v in data.items():
             out.append(
-                f'<circle data-step="{s}" data-value="{v!r}" cx="{sx(s):.1f}" cy="{sy(v):.1f}" r="3" fill="{color}">'
+                f'<circle data-step="{s}" data-value="{v!r}" cx="{sx(s):.1f}" cy="{sy(v):.1f}" r="{style.radius}" '
+                f'fill="{style.fill}" stroke="{style.color}" stroke-width="1.5">'
                 f"<title>{esc(label)} step {s}: {number(v)}</title></circle>"
             )
         out.append("</g>")

@@ -12,11 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from otel_verl import semconv
-from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans, signal_files
+from otel_verl.offline.otlp_files import MetricPoint, Skipped, SpanRecord, read_metric_points, read_spans, signal_files
+from otel_verl.offline.run_facts import (
+    INSTANCE,
+    attr_key,
+    is_trajectory,
+    is_validation,
+    slowest_rule,
+    slowest_trajectory,
+    step_gauges,
+    tail_ratio,
+    trajectory_pool,
+)
 
 MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (the slowest and the last ones beyond)
 MAX_TRAJECTORY_ROWS = 48  # trajectory rows per step timeline (the slowest ones)
-INSTANCE = "service.instance.id"
 
 # (chart title, unit, [(metric, (attribute, value) or None, label)]); charts without data are left out
 CURVES: tuple[tuple[str, str, list[tuple[str, tuple[str, str] | None, str]]], ...] = (
@@ -43,9 +53,12 @@ class StepRow:
     span: SpanRecord
     stages: dict[str, float]  # top-level stage -> seconds (summed if timed twice), in start order
     other: float  # step time not covered by a top-level stage
-    slowest: SpanRecord | None = None  # slowest (training) trajectory of the step
+    slowest: SpanRecord | None = None  # the step's slowest trajectory (run_facts.slowest_trajectory)
     trajectories: int = 0
     error: bool = False
+    tail_ratio: float | None = None  # slowest / median of the step's trajectory pool
+    spans: int = 0  # in the step's trace, with the rollout traces joined to it
+    worker_ranks: list[str] = field(default_factory=list)  # ranks that sent verl.worker.* spans
 
 
 @dataclass
@@ -82,7 +95,9 @@ class Report:
     files: dict[str, int]  # signal -> files read
     spans: int
     points: int
-    bad_lines: int
+    skipped: Skipped  # what the reader left out (also in notes)
+    slowest: SpanRecord | None  # the run's slowest trajectory (run_facts.slowest_trajectory)
+    slowest_rule: str  # which trajectories "the slowest" is chosen from (run_facts.slowest_rule)
     meta: dict[str, str]
     processes: list[tuple[str, int]]  # ("taskrunner pid 870", spans)
     steps: list[StepRow]
@@ -97,38 +112,10 @@ class Report:
     notes: list[str]
 
 
-def _attr_key(attributes: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, str(v)) for k, v in attributes.items()))
-
-
 def series_label(name: str, attributes: dict[str, Any]) -> str:
     if not attributes:
         return name
     return name + "{" + ",".join(f"{k}={v}" for k, v in sorted(attributes.items())) + "}"
-
-
-def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[int, float]]:
-    """Gauge values per training step: (name, attributes) -> {step: value}.
-
-    A process exports all its gauges at each step boundary with one timestamp; the
-    ``verl.training.step`` gauge of the same export names the step. Exports without it
-    (validation before training, processes that log nothing) are left out.
-    """
-    groups: dict[tuple[Any, int], list[MetricPoint]] = defaultdict(list)
-    for p in points:
-        if p.kind == "gauge" and p.value is not None:
-            who = p.resource.get(INSTANCE) or p.resource.get("process.pid")
-            groups[(who, p.time_ns)].append(p)
-    out: dict[tuple[str, tuple], dict[int, float]] = defaultdict(dict)
-    for key in sorted(groups, key=lambda k: k[1]):
-        batch = groups[key]
-        step = next((p.value for p in batch if p.name == semconv.M_TRAINING_STEP and not p.attributes), None)
-        if step is None:
-            continue
-        for p in batch:
-            if p.name != semconv.M_TRAINING_STEP:
-                out[(p.name, _attr_key(p.attributes))][int(step)] = float(p.value)  # type: ignore[arg-type]
-    return dict(out)
 
 
 def trajectory_histogram(points: Iterable[MetricPoint], validate: bool = False) -> Histogram | None:
@@ -143,7 +130,7 @@ def trajectory_histogram(points: Iterable[MetricPoint], validate: bool = False) 
         if p.temporality == 1:
             deltas.append(p)
             continue
-        key = (p.resource.get(INSTANCE), _attr_key(p.attributes), p.start_ns)
+        key = (p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns)
         if key not in latest or p.time_ns >= latest[key].time_ns:
             latest[key] = p
     chosen = list(latest.values()) + deltas
@@ -180,17 +167,7 @@ def _row_kind(span: SpanRecord) -> str:
     return "other"
 
 
-def _is_training_trajectory(span: SpanRecord) -> bool:
-    return span.name == semconv.SPAN_ROLLOUT_TRAJECTORY and not span.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)
-
-
-def _slowest(trajectories: list[SpanRecord]) -> SpanRecord | None:
-    training = [s for s in trajectories if not s.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)]
-    pool = training or trajectories
-    return max(pool, key=lambda s: (s.end_ns - s.start_ns, s.span_id)) if pool else None
-
-
-def _timeline(step: StepRow, members: list[SpanRecord]) -> Timeline:
+def _timeline(step: StepRow, members: list[SpanRecord], include_validation: bool) -> Timeline:
     ids = {s.span_id for s in members}
     children: dict[str, list[SpanRecord]] = defaultdict(list)
     for s in members:
@@ -205,8 +182,8 @@ def _timeline(step: StepRow, members: list[SpanRecord]) -> Timeline:
         children[anchor.span_id].append(s)
     linked = {s.span_id for s in linked_roots}
 
-    trajectories = [s for s in members if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
-    slowest = _slowest(trajectories)
+    trajectories = [s for s in members if is_trajectory(s)]
+    slowest = slowest_trajectory(trajectories, include_validation)
     shown = set()
     if len(trajectories) > MAX_TRAJECTORY_ROWS:
         shown = {s.span_id for s in sorted(trajectories, key=lambda s: s.start_ns - s.end_ns)[:MAX_TRAJECTORY_ROWS]}
@@ -233,23 +210,26 @@ def _timeline(step: StepRow, members: list[SpanRecord]) -> Timeline:
     return Timeline(step.step, rows, t0, max(t1, t0 + 1), slowest, len(trajectories))
 
 
-def build(folder: str | Path) -> Report:
-    """Read ``folder``'s traces and metrics and work out everything the page shows."""
+def build(folder: str | Path, include_validation: bool = False) -> Report:
+    """Read ``folder``'s traces and metrics and work out everything the page shows.
+
+    ``include_validation``: validation trajectories may be "the slowest" (``run_facts.trajectory_pool``).
+    """
     folder = Path(folder)
-    bad: list[tuple[Path, int]] = []
-    spans = read_spans(folder, bad)
-    points = read_metric_points(folder, bad)
+    skipped = Skipped()
+    spans = read_spans(folder, skipped)
+    points = read_metric_points(folder, skipped)
     notes: list[str] = []
-    if bad:
-        notes.append(f"{len(bad)} line(s) that are not OTLP JSON were skipped (first: {bad[0][0].name}:{bad[0][1]})")
+    if skipped:
+        notes.append(skipped.describe())
     step_spans = sorted(
         (s for s in spans if s.name == semconv.SPAN_STEP and isinstance(s.attributes.get(semconv.ATTR_STEP), int)),
         key=lambda s: (s.attributes[semconv.ATTR_STEP], s.start_ns),
     )
-    steps, stage_order, members_of = _steps(spans, step_spans, notes)
+    steps, stage_order, members_of = _steps(spans, step_spans, notes, include_validation)
     default_step = max(steps, key=lambda r: (r.span.seconds, r.step)).step if steps else None
-    timelines = _timelines(steps, members_of, notes)
-    trajectory_spans = [s for s in spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+    timelines = _timelines(steps, members_of, notes, include_validation)
+    trajectory_spans = [s for s in spans if is_trajectory(s)]
     series = step_gauges(points)
     if not spans:
         notes.append("no spans (traces-*.jsonl missing or empty): no stage breakdown, timeline or trajectory spans")
@@ -262,15 +242,17 @@ def build(folder: str | Path) -> Report:
         files={sig: len(signal_files(folder, sig)) for sig in ("traces", "metrics", "logs")},
         spans=len(spans),
         points=len(points),
-        bad_lines=len(bad),
+        skipped=skipped,
+        slowest=slowest_trajectory(trajectory_spans, include_validation),
+        slowest_rule=slowest_rule(include_validation),
         meta=_meta(spans, points, step_spans),
         processes=_processes(spans),
         steps=steps,
         stage_order=stage_order,
         timelines=timelines,
         default_step=default_step,
-        trajectory_seconds=[s.seconds for s in trajectory_spans if _is_training_trajectory(s)],
-        validation_trajectories=sum(1 for s in trajectory_spans if not _is_training_trajectory(s)),
+        trajectory_seconds=[s.seconds for s in trajectory_spans if not is_validation(s)],
+        validation_trajectories=sum(1 for s in trajectory_spans if is_validation(s)),
         trajectory_metric=trajectory_histogram(points),
         curves=_curves(series),
         gauges={
@@ -303,7 +285,7 @@ def _linked_traces(by_trace: dict[str, list[SpanRecord]], step_traces: set[str])
 
 
 def _steps(
-    spans: list[SpanRecord], step_spans: list[SpanRecord], notes: list[str]
+    spans: list[SpanRecord], step_spans: list[SpanRecord], notes: list[str], include_validation: bool
 ) -> tuple[list[StepRow], list[str], dict[int, list[SpanRecord]]]:
     """One row per step (its top-level stages), the stages in first-seen order, each step's spans."""
     by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
@@ -331,22 +313,29 @@ def _steps(
                 covered += s.seconds
                 if stage not in stage_order:
                     stage_order.append(stage)
-        trajectories = [s for s in members if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+        trajectories = [s for s in members if is_trajectory(s)]
+        pool = trajectory_pool(trajectories, include_validation)
+        workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
         steps.append(
             StepRow(
                 n,
                 st,
                 stages,
                 max(0.0, st.seconds - covered),
-                _slowest(trajectories),
+                slowest_trajectory(pool, include_validation),
                 len(trajectories),
                 any(s.status == "STATUS_CODE_ERROR" for s in by_trace[st.trace_id]),
+                tail_ratio(pool),
+                len(members),
+                sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
             )
         )
     return steps, stage_order, members_of
 
 
-def _timelines(steps: list[StepRow], members_of: dict[int, list[SpanRecord]], notes: list[str]) -> dict[int, Timeline]:
+def _timelines(
+    steps: list[StepRow], members_of: dict[int, list[SpanRecord]], notes: list[str], include_validation: bool
+) -> dict[int, Timeline]:
     """The timelines in the page: every step's, or for a long run the slowest and the last ones."""
     chosen = [r.step for r in steps]
     if len(chosen) > MAX_TIMELINE_STEPS:
@@ -357,7 +346,7 @@ def _timelines(steps: list[StepRow], members_of: dict[int, list[SpanRecord]], no
             f"timelines are included for {len(chosen)} of {len(steps)} steps (the {half} slowest and the last {half})"
         )
     by_step = {r.step: r for r in steps}
-    return {n: _timeline(by_step[n], members_of[n]) for n in chosen}
+    return {n: _timeline(by_step[n], members_of[n], include_validation) for n in chosen}
 
 
 def _curves(

@@ -12,13 +12,13 @@ from importlib import resources
 
 from otel_verl import semconv
 from otel_verl.offline.report.charts import (
-    LINE_COLORS,
     OTHER,
     SLOWEST_COLOR,
     duration,
     esc,
     histogram_svg,
     legend,
+    line_style,
     line_svg,
     nice_ticks,
     number,
@@ -105,10 +105,13 @@ def _timelines_section(report: Report, colors: dict[str, str]) -> str:
             '<p>Step <select id="step-pick">' + options + "</select> <small>opens on the slowest step. Bars: stages, "
             "<code>verl.wg.*</code> driver calls, <code>verl.worker.*</code> in each rank, trajectories (dark "
             "inner bars: LLM calls; dashed outline: a trace of its own joined by "
-            f"<code>{semconv.ATTR_ROLLOUT_SUBMIT_STEP}</code>). Slowest trajectory in red.</small></p>"
+            f"<code>{semconv.ATTR_ROLLOUT_SUBMIT_STEP}</code>). Slowest trajectory in red, chosen among "
+            f"{esc(report.slowest_rule)}.</small></p>"
         )
         for n in sorted(report.timelines):
-            parts.append(_timeline_section(report.timelines[n], colors, n == default, steps[n].span.seconds))
+            parts.append(
+                _timeline_section(report.timelines[n], colors, n == default, steps[n].span.seconds, report.slowest_rule)
+            )
     else:
         parts.append('<p class="empty">No step traces.</p>')
     parts.append("</section>")
@@ -165,7 +168,7 @@ def _stage_table(report: Report) -> str:
     return "".join(out)
 
 
-def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_seconds: float) -> str:
+def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_seconds: float, rule: str) -> str:
     s = tl.slowest
     if s is not None:
         a = s.attributes
@@ -179,7 +182,8 @@ def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_se
         ]
         slow = (
             f'<p class="slowest-note" data-span-id="{s.span_id}" data-seconds="{s.seconds!r}">'
-            f'<span class="swatch" style="background:{SLOWEST_COLOR}"></span> Slowest trajectory: '
+            f'<span class="swatch" style="background:{SLOWEST_COLOR}"></span> Slowest trajectory '
+            f'<small class="rule">({esc(rule)})</small>: '
             f'<code class="span-id">{s.span_id}</code> <b class="seconds">{duration(s.seconds)}</b> '
             f"({esc(', '.join(b for b in bits if b))}; trace <code>{s.trace_id}</code>)</p>"
         )
@@ -206,7 +210,18 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def _rollout_section(report: Report) -> str:
-    out = ['<section id="rollout"><h2>Rollout latency</h2><div class="row">']
+    out = ['<section id="rollout"><h2>Rollout latency</h2>']
+    s = report.slowest
+    if s is not None:
+        submit = s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
+        out.append(
+            f'<p class="run-slowest" data-span-id="{s.span_id}" data-seconds="{s.seconds!r}">Slowest trajectory of '
+            f"the run: <b>{duration(s.seconds)}</b> <code>{s.span_id}</code>"
+            + (f", submitted at step {esc(submit)}" if submit is not None else "")
+            + f' <small class="rule">(chosen among {esc(report.slowest_rule)}; <code>otel-verl summary</code> names '
+            "the same one)</small></p>"
+        )
+    out.append('<div class="row">')
     values = report.trajectory_seconds
     if values:
         hi = max(values)
@@ -271,10 +286,7 @@ def _curves_section(report: Report) -> str:
         return "".join(out) + "</section>"
     out.append('<div class="grid">')
     for title, unit, lines in report.curves:
-        keys = "".join(
-            f'<span class="key"><i style="background:{LINE_COLORS[k % len(LINE_COLORS)]}"></i>{esc(label)}</span>'
-            for k, (label, _) in enumerate(lines)
-        )
+        keys = "".join(_curve_key(k, lines) for k in range(len(lines)))
         out.append(
             f'<div class="panel"><h3>{esc(title)}</h3><div class="legend">{keys}</div>'
             f"{line_svg(title, unit, lines)}</div>"
@@ -294,6 +306,20 @@ def _curves_section(report: Report) -> str:
     out.append(_folded("".join(table), len(steps), "values per step"))
     out.append("</section>")
     return "".join(out)
+
+
+def _curve_key(k: int, lines: list[tuple[str, dict[int, float]]]) -> str:
+    """The legend entry of line ``k``, drawn as ``line_style`` draws it, saying when it repeats an earlier line."""
+    label, data = lines[k]
+    style = line_style(k, len(lines))
+    swatch = (
+        f'<i class="dashed" style="border-color:{style.color}"></i>'
+        if style.dash
+        else (f'<i style="background:{style.color}"></i>')
+    )
+    same = next((other for other, values in lines[:k] if values == data), None)
+    note = f' <small class="same">(same values as {esc(same)})</small>' if same else ""
+    return f'<span class="key" data-label="{esc(label)}">{swatch}{esc(label)}{note}</span>'
 
 
 def _folded(table: str, rows: int, what: str) -> str:

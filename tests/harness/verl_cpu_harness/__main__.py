@@ -1,8 +1,9 @@
 """python -m verl_cpu_harness --workdir DIR [--driver v1|v0] [--algo grpo|ppo] [--steps N]
-[--n-gpus N] [--launcher "opentelemetry-instrument"] [--timeout S] [-- extra Hydra overrides]
+[--n-gpus N] [--launcher "opentelemetry-instrument"] [--timeout S] [--progress] [-- extra Hydra overrides]
 
 Makes the assets in DIR and runs ``[launcher] python -m verl.trainer.main_ppo <overrides>``
-with cwd=DIR, streaming its output (also saved to DIR/run.log); exits with its exit code.
+with cwd=DIR, streaming its output (always saved to DIR/run.log; with --progress only one line
+per phase and step is printed); exits with its exit code.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .progress import Progress
 from .runner import run_verl
 
 
@@ -29,7 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-freq", type=int, default=-1)
     parser.add_argument("--launcher", default=None, help="words placed before python, e.g. opentelemetry-instrument")
     parser.add_argument("--timeout", type=float, default=None, help="seconds; on expiry the run is killed (exit 124)")
+    parser.add_argument("--progress", action="store_true", help="one line per phase and step instead of verl's log")
     ns = parser.parse_args(argv)
+    stream = sys.stdout
+    if ns.progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the assets' "Writing model shards" bar: one line per phase only
+        stream = Progress(ns.steps)
+        stream.say("start", "making a tiny random model and its data, then starting verl")
     result = run_verl(
         ns.workdir,
         driver=ns.driver,
@@ -41,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         extra=extra,
         launcher=ns.launcher,
         timeout=ns.timeout,
+        stream=stream,
     )
     print(f"[verl_cpu_harness] exit={result.returncode} wall={result.wall_s:.1f}s", file=sys.stderr, flush=True)
     return result.returncode

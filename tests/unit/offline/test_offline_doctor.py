@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import socket
+import sys
 
 import pytest
 
-from otel_verl import cli
+from otel_verl import cli, config
 from otel_verl.hooks import Hook
 from otel_verl.offline import doctor
+from otel_verl.offline.errors import CommandError
 
 
 def _noop(wrapped, instance, args, kwargs):
@@ -30,26 +32,22 @@ def listener():
 
 @pytest.fixture
 def env(monkeypatch):
-    for var in (
-        "OTEL_TRACES_EXPORTER",
-        "OTEL_METRICS_EXPORTER",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-        "OTEL_SDK_DISABLED",
-        "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
-        "OTEL_VERL_SHUTDOWN_TIMEOUT",
-    ):
+    for var in list(sys.modules["os"].environ):
+        if var.startswith(("OTEL_EXPORTER_OTLP_", "OTEL_VERL_")) or var.endswith("_EXPORTER"):
+            monkeypatch.delenv(var, raising=False)
+    for var in ("OTEL_SDK_DISABLED", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")  # the tests below look at traces and metrics
     return monkeypatch
 
 
 def _run(hooks=GOOD_HOOKS) -> tuple[int, str]:
+    """doctor's exit code (as the CLI returns it) and output; a problem's one line is added last."""
     out = io.StringIO()
-    rc = doctor.doctor(out=out, hooks=hooks)
+    try:
+        rc = doctor.doctor(out=out, hooks=hooks)
+    except CommandError as exc:
+        return exc.code, out.getvalue() + f"ERROR {exc}\n"
     return rc, out.getvalue()
 
 
@@ -57,7 +55,7 @@ def test_healthy_setup_passes(env, listener):
     env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{listener}")
     rc, text = _run()
     assert rc == 0, text
-    assert "ok  verl 0.9.1 (supported: <0.10,>=0.9.0)" in text
+    assert "ok  verl 0.9.1 (supported: <0.10,>=0.9.1)" in text
     assert "entry point opentelemetry_instrumentor: verl = otel_verl:VerlInstrumentor" in text
     assert "entry point verl.plugins: otel_verl = otel_verl._verl_plugin" in text
     assert f"traces: otlp_proto_grpc -> http://127.0.0.1:{listener} (reachable" in text
@@ -93,6 +91,57 @@ def test_unreachable_endpoint_is_a_problem(env):
     assert rc == 1
     assert f"!!  traces: otlp_proto_http -> http://127.0.0.1:{port}/v1/traces NOT reachable" in text
     assert f"!!  metrics: otlp_proto_http -> http://127.0.0.1:{port}/v1/metrics NOT reachable" in text
+    assert text.endswith(
+        f"ERROR 2 problem(s) found: traces: otlp_proto_http -> http://127.0.0.1:{port}/v1/traces NOT "
+        "reachable: " + text.split("NOT reachable: ", 1)[1].split("\n", 1)[0] + " (and 1 more: the !! lines above)\n"
+    )
+
+
+def test_the_endpoint_is_judged_for_each_signal(env, listener):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    env.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{listener}")
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed}")
+    env.delenv("OTEL_LOGS_EXPORTER")  # logs too, default otlp: same URL as metrics
+    rc, text = _run()
+    assert rc == 1
+    assert f"ok  traces: otlp_proto_grpc -> http://127.0.0.1:{listener} (reachable" in text
+    assert f"!!  metrics: otlp_proto_grpc -> http://127.0.0.1:{closed} NOT reachable" in text
+    # probed once, judged again: never "ok" next to an unreachable URL
+    logs = next(line for line in text.splitlines() if "logs: otlp_proto_grpc" in line)
+    assert logs.startswith("  !!  ") and logs.endswith("(probed above)")
+    assert "ERROR 2 problem(s) found: metrics:" in text
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "not a url",
+            "OTEL_EXPORTER_OTLP_ENDPOINT='not a url' is not a valid URL (it contains a space)",
+        ),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:70000", "its port is not a number from 0 to 65535"),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "ftp://collector",
+            "_TRACES_ENDPOINT='ftp://collector' is not a valid URL",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "thrift",
+            "OTEL_EXPORTER_OTLP_PROTOCOL='thrift' is not one of grpc, http/protobuf, http/json",
+        ),
+    ],
+)
+def test_a_malformed_endpoint_setting_is_named_not_probed(env, variable, value, expected):
+    env.setenv(variable, value)
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    rc, text = _run()
+    assert rc == 1
+    assert "!!  traces: " in text and expected in text
+    assert "reachable" not in text and ":80" not in text  # no DNS lookup of "not a url"
 
 
 def test_file_exporter_needs_no_endpoint(env, tmp_path):
@@ -112,8 +161,63 @@ def test_unknown_exporter_and_bad_setting_are_problems(env):
     rc, text = _run()
     assert rc == 1
     assert "!!  traces: exporter 'jaeger_thrift' not installed" in text
-    assert "!!  ignoring OTEL_VERL_SHUTDOWN_TIMEOUT='soon'" in text
-    assert "OTEL_VERL_SHUTDOWN_TIMEOUT=5 s" in text  # the default it falls back to
+    assert "!!  ignoring OTEL_VERL_SHUTDOWN_TIMEOUT='soon' (not valid); using the default 5.0" in text
+    assert f"ok  all {len(config.VARIABLES)} OTEL_VERL_* settings at their defaults" in text  # it fell back
+
+
+def _non_default(variable: config.Variable) -> str:
+    """A valid value of ``variable`` other than its default."""
+    if isinstance(variable.default, bool):
+        return str(not variable.default).lower()
+    if isinstance(variable.default, float):
+        return "7.5"
+    if variable.name == config.LOG_LEVEL:
+        return "INFO"
+    if variable.name == config.GUARD_ACTION:
+        return "stop"
+    if variable.name == config.STALL_AFTER:
+        return "120"
+    if isinstance(variable.default, int):
+        return str(variable.default + 3)
+    return "custom"
+
+
+def test_the_settings_line_shows_every_setting_that_differs_from_its_default(env):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    rc, text = _run()
+    assert rc == 0 and f"ok  all {len(config.VARIABLES)} OTEL_VERL_* settings at their defaults" in text
+    for variable in config.VARIABLES:  # every one of them, from config's own list
+        env.setenv(variable.name, _non_default(variable))
+    env.setenv(config.STEP_EXPORT, "true")  # set, but to its default: not listed
+    env.setenv("OTEL_VERL_SAMPLE", "true")  # a typo
+    rc, text = _run()
+    assert rc == 0, text
+    line = next(line for line in text.splitlines() if "differ from their defaults" in line)
+    n = len(config.VARIABLES)
+    assert line.startswith(f"  ok  {n - 1} of {n} OTEL_VERL_* settings differ from their defaults: ")
+    for variable in config.VARIABLES:
+        shown = f"{variable.name}={_non_default(variable)}"
+        assert (shown in line) == (variable.name != config.STEP_EXPORT), variable.name
+    assert "--  OTEL_VERL_SAMPLE is not an otel-verl setting (ignored); did you mean OTEL_VERL_SAMPLES?" in text
+
+
+def test_warnings_from_verl_imports_come_after_the_hook_list(env, tmp_path, monkeypatch, capsys):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    (tmp_path / "noisy_engine.py").write_text(
+        "import warnings\nwarnings.warn('engine X is not available', UserWarning)\ndef f(): pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hooks = [GOOD_HOOKS[0], Hook("noisy_engine", "f", _noop), GOOD_HOOKS[0]]
+    rc, text = _run(hooks)
+    assert rc == 0, text
+    lines = text.splitlines()
+    hook_lines = [i for i, line in enumerate(lines) if line.startswith("  ok  hook ")]
+    assert hook_lines == list(range(hook_lines[0], hook_lines[0] + 3))  # nothing between them
+    i = lines.index("warnings while importing verl's modules (1; not otel-verl problems):")
+    assert i > hook_lines[-1] and lines[i + 1] == "  --  UserWarning: engine X is not available"
+    assert capsys.readouterr().err == ""
 
 
 def test_missing_hook_target_names_the_verl_version(env):
@@ -129,7 +233,7 @@ def test_missing_hook_target_names_the_verl_version(env):
     assert "!!  hook verl.utils.tracking.Tracking.log_v2: Tracking.log_v2 missing in verl 0.9.1" in text
     assert "--  hook verl.utils.tracking.Gone.log: Gone missing in verl 0.9.1 (optional: skipped)" in text
     assert "!!  hook verl.no_such_module.f: module verl.no_such_module not importable" in text
-    assert "3 problem(s)" not in text and "2 problem(s) found." in text
+    assert "ERROR 2 problem(s) found: hook verl.utils.tracking.Tracking.log_v2: " in text
 
 
 def test_unsupported_verl_version_is_a_problem(env, monkeypatch):
@@ -138,7 +242,7 @@ def test_unsupported_verl_version_is_a_problem(env, monkeypatch):
     monkeypatch.setattr(doctor, "_version", lambda dist: "0.11.0")
     rc, text = _run()
     assert rc == 1
-    assert "!!  verl 0.11.0 is outside the supported range <0.10,>=0.9.0" in text
+    assert "!!  verl 0.11.0 is outside the supported range <0.10,>=0.9.1" in text
 
 
 def test_disabled_switch_is_reported(env):
@@ -152,9 +256,17 @@ def test_disabled_switch_is_reported(env):
 
 def test_cli_subcommand_returns_the_exit_code(env, monkeypatch, capsys):
     env.setenv("OTEL_TRACES_EXPORTER", "no_such_exporter")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
     monkeypatch.setattr("otel_verl.hooks.all_hooks", lambda: GOOD_HOOKS)
     assert cli.main(["doctor"]) == 1
-    assert "not installed" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "not installed" in captured.out
+    assert (
+        captured.err
+        == "otel-verl doctor: 1 problem(s) found: traces: exporter 'no_such_exporter' not installed "
+        + captured.out.split("exporter 'no_such_exporter' not installed ", 1)[1].split("\n", 1)[0]
+        + "\n"
+    )
 
 
 def test_sdk_switch_is_reported(env):
@@ -174,3 +286,17 @@ def test_grpc_endpoint_keeps_the_base_url(env, listener):
     assert rc == 0, text
     assert f"traces: otlp_proto_grpc -> http://127.0.0.1:{listener} (reachable" in text  # no /v1/traces for gRPC
     assert f"metrics: otlp_proto_http -> http://127.0.0.1:{listener}/custom (reachable" in text  # used as is
+
+
+def test_missing_extras_are_named_for_the_settings_that_need_them(env, monkeypatch):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda dist: None if dist in ("nvidia-ml-py",) else real(dist))
+    rc, text = _run()
+    assert rc == 0, text  # a note, not a problem: traces and verl's metrics need no extra
+    assert "--  otel-verl[gpu] not installed (nvidia-ml-py): no hw.gpu.utilization" in text
+    assert 'pip install "otel-verl[gpu]"' in text
+    assert "ok  otel-verl[system]: opentelemetry-instrumentation-system-metrics " in text
+    env.setenv("OTEL_VERL_GPU_METRICS", "false")  # turned off: nothing to say about its extra
+    assert "otel-verl[gpu]" not in _run()[1]

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from offline_otlp_json import gauge, span, traj_hist, write_metrics, write_spans
 
 from otel_verl import semconv
-from otel_verl.offline.otlp_files import count_items, iter_lines, read_metric_points, read_spans, signal_files
+from otel_verl.offline import otlp_files
+from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
+from otel_verl.offline.otlp_files import (
+    Skipped,
+    count_items,
+    iter_lines,
+    read_metric_points,
+    read_spans,
+    run_folder,
+    signal_files,
+)
 
 
 def test_spans_and_points_are_decoded(tmp_path):
@@ -33,17 +44,89 @@ def test_broken_lines_are_skipped_and_reported(tmp_path):
     path = tmp_path / "metrics-worker0-1.jsonl"
     with open(path, "a") as f:
         f.write("\n[1, 2]\n")  # JSON, but not an export request
+        f.write('{"resourceSpans": []}\n')  # a request of another signal
+        f.write(
+            '{"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"gauge": {"dataPoints": [{}]}}]}]}]}\n'
+        )  # no name
+        f.write("[" * 100_000 + "\n")  # nested deeper than the JSON decoder recurses
         f.write('{"resourceMetrics": [{"reso')  # a process killed while writing
-    bad: list = []
-    assert len(read_metric_points(tmp_path, bad)) == 1
-    assert bad == [(path, 3), (path, 4)]
+    skipped = Skipped()
+    assert len(read_metric_points(tmp_path, skipped)) == 1
+    assert skipped.lines == {
+        path: [
+            (3, "not an OTLP export request"),
+            (4, "not an OTLP metrics request"),
+            (5, "not an OTLP metrics request"),
+            (6, "not JSON"),
+            (7, "cut short"),
+        ]
+    }
+    assert skipped.describe() == (
+        "skipped 5 lines: metrics-worker0-1.jsonl 5 lines from line 3 "
+        "(cut short; not JSON; not an OTLP export request; not an OTLP metrics request)"
+    )
     assert signal_files(tmp_path, "metrics") == [path] and signal_files(tmp_path, "traces") == []
+
+
+def test_binary_oversized_and_unreadable_files_are_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(otlp_files, "MAX_LINE_BYTES", 4096)
+    _, root = span(semconv.SPAN_STEP, "d" * 16, 0, 1, verl__step=1)
+    write_spans(tmp_path, "taskrunner", 1, [root])
+    big = {"resourceSpans": [{"scopeSpans": [{"spans": [root] * 40}]}]}
+    with open(tmp_path / "traces-taskrunner-1.jsonl", "a") as f:
+        f.write(json.dumps(big) + "\n")  # valid, but longer than the limit
+        f.write(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [root]}]}]}) + "\n")  # read again after it
+    (tmp_path / "traces-junk-2.jsonl").write_bytes(b"\x00\xff\xfe garbage \x80\n" * 3)
+    (tmp_path / "traces-dir-3.jsonl").mkdir()
+    (tmp_path / "traces-gone-4.jsonl").symlink_to(tmp_path / "nowhere")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    skipped = Skipped()
+    assert [s.name for s in read_spans(tmp_path, skipped)] == [semconv.SPAN_STEP] * 2
+    assert skipped.lines == {
+        tmp_path / "traces-taskrunner-1.jsonl": [(2, "longer than 4096 bytes")],
+        tmp_path / "traces-junk-2.jsonl": [(1, "not UTF-8 text"), (2, "not UTF-8 text"), (3, "not UTF-8 text")],
+    }
+    assert skipped.files == {
+        tmp_path / "traces-dir-3.jsonl": "cannot read: Is a directory",
+        tmp_path / "traces-gone-4.jsonl": "cannot read: No such file or directory",
+    }
+    assert skipped.describe().startswith("skipped 4 lines and 2 unreadable files: traces-dir-3.jsonl (cannot read")
+    assert skipped.describe(most=3).endswith(", and 1 more files")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before  # read only
+
+
+def test_run_folder_says_what_is_wrong(tmp_path):
+    with pytest.raises(CommandError, match="does not exist") as exc:
+        run_folder(tmp_path / "missing")
+    assert exc.value.code == USAGE
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CommandError, match="is not a folder") as exc:
+        run_folder(tmp_path / "file")
+    assert exc.value.code == USAGE
+    with pytest.raises(CommandError, match=r"no telemetry files \(traces-\*.jsonl, metrics-\*.jsonl\)") as exc:
+        run_folder(tmp_path, ("traces", "metrics"))
+    assert exc.value.code == PROBLEM
+    (tmp_path / "logs-a-1.jsonl").write_text("")
+    assert run_folder(tmp_path) == tmp_path
+
+
+def test_an_unreadable_folder_is_a_problem(tmp_path, monkeypatch):
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(otlp_files.os, "scandir", denied)  # as chmod 000 does for a user other than root
+    with pytest.raises(CommandError, match=f"cannot read {tmp_path}: Permission denied") as exc:
+        run_folder(tmp_path)
+    assert exc.value.code == PROBLEM
 
 
 def test_count_items_per_signal(tmp_path):
     write_metrics(tmp_path, "worker0", 1, 1, [gauge("verl.a", 1.0), gauge("verl.b", 2.0)])
-    ((_, batch),) = iter_lines(tmp_path / "metrics-worker0-1.jsonl")
+    ((number, _, batch),) = iter_lines(tmp_path / "metrics-worker0-1.jsonl")
+    assert number == 1
     assert count_items("metrics", batch) == 2
     logs = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{}, {}, {}]}]}]}
     assert count_items("logs", json.loads(json.dumps(logs))) == 3
     assert count_items("traces", {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}, {"spans": [{}]}]}]}) == 2
+    with pytest.raises(ValueError, match="not an OTLP traces request"):
+        count_items("traces", {"resourceSpans": 7})

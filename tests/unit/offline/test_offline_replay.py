@@ -23,8 +23,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import cli
+from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
 from otel_verl.offline.otlp_files import read_metric_points, read_spans
-from otel_verl.offline.replay import parse_headers, replay, signal_url
+from otel_verl.offline.replay import MAX_REQUEST_BYTES, parse_headers, replay, signal_url, split_request
 
 
 @pytest.fixture
@@ -68,6 +69,17 @@ def run_dir(tmp_path: Path) -> Path:
     return folder
 
 
+def _replay(folder: Path, **kwargs) -> tuple[int, str, str]:
+    """(exit code as the CLI returns it, stdout, stderr) of ``replay``."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        rc = replay(folder, out=out, err=err, **kwargs)
+    except CommandError as exc:
+        rc = exc.code
+        err.write(f"otel-verl replay: {exc}\n")
+    return rc, out.getvalue(), err.getvalue()
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,7 +117,7 @@ def test_replay_uses_the_sdk_environment_without_flags(run_dir):
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": traces_rx.url + "/custom/traces",  # used as is
             "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "x-api-key=logs",
         }
-        assert replay(run_dir, env=env, out=io.StringIO()) == 0
+        assert _replay(run_dir, env=env)[0] == 0
     assert {p for p, _, _ in traces_rx.requests} == {"/custom/traces"} and len(traces_rx.span_ids()) == 12
     assert {p for p, _, _ in rx.requests} == {"/v1/metrics", "/v1/logs"}
     for path, headers, _ in rx.requests:
@@ -114,72 +126,135 @@ def test_replay_uses_the_sdk_environment_without_flags(run_dir):
 
 
 def test_replay_fails_fast_on_a_refused_endpoint(run_dir):
-    out = io.StringIO()
     start = time.monotonic()
-    rc = replay(run_dir, endpoint=f"http://127.0.0.1:{_closed_port()}", timeout=2, out=out)
-    assert rc == 1
+    rc, text, err = _replay(run_dir, endpoint=f"http://127.0.0.1:{_closed_port()}", timeout=2)
+    assert rc == PROBLEM
     assert time.monotonic() - start < 5
-    text = out.getvalue()
     assert "0 spans sent in 0 requests" in text and "12 requests failed" in text and "refused" in text
-    assert text.rstrip().endswith(f"FAILED: 0 items replayed from {run_dir}")
+    assert err == f"otel-verl replay: 20 requests failed (0 items replayed from {run_dir}; details above)\n"
 
 
 def test_replay_is_bounded_by_its_timeout(run_dir):
-    out = io.StringIO()
     with OtlpReceiver(delay=5) as rx:
         start = time.monotonic()
-        rc = replay(run_dir, endpoint=rx.url, timeout=0.3, out=out)
+        rc, text, _ = _replay(run_dir, endpoint=rx.url, timeout=0.3)
         elapsed = time.monotonic() - start
-    assert rc == 1
+    assert rc == PROBLEM
     # one timed-out request per signal, then that signal gives up: 3 x 0.3 s
     assert elapsed < 3, elapsed
     assert len(rx.requests) == 3
-    assert "timed out" in out.getvalue()
+    assert "timed out" in text
 
 
 def test_replay_retries_throttling_and_reports_http_errors_and_rejections(run_dir):
     with OtlpReceiver(fail_first=1) as rx:  # first answer 503, then 200
-        assert replay(run_dir, endpoint=rx.url, out=io.StringIO()) == 0
+        assert _replay(run_dir, endpoint=rx.url)[0] == 0
     assert len(rx.span_ids()) == 12 + 1  # the refused first request was sent again
 
-    out = io.StringIO()
     with OtlpReceiver(status=400) as rx:
-        assert replay(run_dir, endpoint=rx.url, out=out) == 1
-    assert "HTTP 400" in out.getvalue() and "12 requests failed" in out.getvalue()
+        rc, text, _ = _replay(run_dir, endpoint=rx.url)
+    assert rc == PROBLEM and "HTTP 400" in text and "12 requests failed" in text
 
-    out = io.StringIO()
     answer = {"partialSuccess": {"rejectedSpans": "1", "errorMessage": "too old"}}
     with OtlpReceiver(answer=answer) as rx:
-        assert replay(run_dir, endpoint=rx.url, out=out) == 1
-    assert "12 spans rejected by the endpoint" in out.getvalue() and "too old" in out.getvalue()
+        rc, text, err = _replay(run_dir, endpoint=rx.url)
+    assert rc == PROBLEM and "12 spans rejected by the endpoint" in text and "too old" in text
+    assert err.startswith("otel-verl replay: 12 items rejected (")
 
 
 def test_replay_skips_broken_lines_and_needs_files(run_dir, tmp_path):
     with open(next(run_dir.glob("traces-*.jsonl")), "a") as f:
         f.write('{"resourceSpans": [{"resou')  # a process killed while writing
-    out = io.StringIO()
     with OtlpReceiver() as rx:
-        assert replay(run_dir, endpoint=rx.url, out=out) == 0
-    assert len(rx.span_ids()) == 12 and "1 lines that are not JSON skipped" in out.getvalue()
+        rc, _, err = _replay(run_dir, endpoint=rx.url)
+    assert rc == 0 and len(rx.span_ids()) == 12
+    assert err == "otel-verl replay: warning: skipped 1 line: traces-taskrunner-11.jsonl line 7 (cut short)\n"
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    out = io.StringIO()
-    assert replay(empty, endpoint="http://127.0.0.1:9", out=out) == 1
-    assert "no telemetry files" in out.getvalue()
+    rc, _, err = _replay(empty, endpoint="http://127.0.0.1:9")
+    assert rc == PROBLEM and "no telemetry files" in err
 
 
 def test_headers_format(run_dir):
     assert parse_headers("a=1, b = x%3Dy ,") == {"a": "1", "b": "x=y"}
-    with pytest.raises(ValueError):
-        parse_headers("novalue")
-    out = io.StringIO()
-    assert replay(run_dir, endpoint="http://127.0.0.1:9", headers="broken", out=out) == 2
-    assert "bad headers" in out.getvalue()
+    with pytest.raises(ValueError, match="entry 2 is not key=value"):
+        parse_headers("a=1,s3cret-token")
+    rc, _, err = _replay(run_dir, endpoint="http://127.0.0.1:9", headers="Bearer s3cret")
+    assert (rc, err) == (USAGE, "otel-verl replay: --headers: entry 1 is not key=value (values not shown)\n")
+    rc, _, err = _replay(run_dir, env={"OTEL_EXPORTER_OTLP_LOGS_HEADERS": "a=1,s3cret"})
+    assert rc == USAGE and "OTEL_EXPORTER_OTLP_LOGS_HEADERS: entry 2" in err and "s3cret" not in err
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "env", "message"),
+    [
+        ("not a url", {}, "--endpoint='not a url' is not a valid URL (it contains a space)"),
+        ("collector:4318", {}, "--endpoint='collector:4318' is not a valid URL (OTLP/HTTP needs http:// or https://)"),
+        (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "not a url"}, "OTEL_EXPORTER_OTLP_ENDPOINT='not a url' is not a valid"),
+        (None, {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:123456"}, "_METRICS_ENDPOINT='http://c:123456' is"),
+        ("http://u:s3cret@c:99999", {}, "--endpoint='http://[REDACTED]@c:99999' is not a valid URL (its port"),
+    ],
+)
+def test_a_malformed_endpoint_is_a_usage_error_before_anything_is_sent(run_dir, endpoint, env, message):
+    rc, out, err = _replay(run_dir, endpoint=endpoint, env=env)
+    assert rc == USAGE and out == ""
+    assert err.startswith("otel-verl replay: ") and message in err and err.count("\n") == 1
+
+
+def test_a_line_above_the_request_limit_is_split_and_every_span_arrives(run_dir):
+    path = next(run_dir.glob("traces-*.jsonl"))
+    spans = [
+        s
+        for line in path.read_text().splitlines()
+        for s in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    ]
+    first = json.loads(path.read_text().splitlines()[0])
+    first["resourceSpans"][0]["scopeSpans"][0]["spans"] = spans * 20  # 120 spans in one stored line
+    big = json.dumps(first)
+    with open(path, "a") as f:
+        f.write(big + "\n")
+    limit = len(big) // 5
+    with OtlpReceiver(max_body=limit) as rx:  # refuses what is above the limit, as a Collector does
+        rc, text, err = _replay(run_dir, endpoint=rx.url, max_request_bytes=limit)
+    assert rc == 0, text + err
+    assert max(rx.sizes) <= limit and len(rx.sizes) >= 12 + 5 + 4 + 4
+    assert sorted(rx.span_ids()) == sorted(s.span_id for s in read_spans(run_dir))  # every stored span, once
+    assert f"; 1 stored lines above {limit} bytes split into " in text
+    pieces = [b for b in rx.bodies("/v1/traces") if len(b["resourceSpans"][0]["scopeSpans"][0]["spans"]) > 1]
+    assert len(pieces) >= 5  # the stored lines of SimpleSpanProcessor hold one span each
+    for body in pieces:  # the split requests keep their resource and scope
+        for rs in body["resourceSpans"]:
+            assert rs["resource"] == first["resourceSpans"][0]["resource"]
+            assert rs["scopeSpans"][0]["scope"] == first["resourceSpans"][0]["scopeSpans"][0]["scope"]
+
+
+def test_split_request_sends_a_single_oversized_item_alone_and_replay_warns(run_dir):
+    request = {
+        "resourceLogs": [
+            {
+                "resource": {},
+                "scopeLogs": [{"scope": {}, "logRecords": [{"body": {"stringValue": "x" * 5000}}, {"body": {}}]}],
+            }
+        ]
+    }
+    bodies = split_request("logs", request, 2048)
+    assert [n for _, n in bodies] == [1, 1] and len(bodies[0][0]) > 2048 >= len(bodies[1][0])
+    assert MAX_REQUEST_BYTES == 20 * 1024 * 1024  # the Collector's default max_request_body_size
+    with open(next(run_dir.glob("logs-*.jsonl")), "a") as f:
+        f.write(json.dumps(request) + "\n")
+    with OtlpReceiver() as rx:
+        rc, _, err = _replay(run_dir, endpoint=rx.url, max_request_bytes=2048)
+    assert rc == 0 and rx.log_records() == 4 + 2
+    assert err == (
+        "otel-verl replay: warning: 1 requests hold one item larger than 2048 bytes alone; "
+        "the endpoint may refuse them\n"
+    )
 
 
 def test_cli_replay(run_dir, capsys):
     with OtlpReceiver() as rx:
         assert cli.main(["replay", str(run_dir), "--endpoint", rx.url, "--timeout", "5"]) == 0
     assert len(rx.span_ids()) == 12
-    assert "12 spans sent" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "12 spans sent" in captured.out and captured.err == ""

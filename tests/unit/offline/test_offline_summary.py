@@ -3,54 +3,113 @@
 from __future__ import annotations
 
 import io
+import os
 
-from otel_verl import cli, semconv
-from otel_verl.offline.otlp_files import MetricPoint
-from otel_verl.offline.summary import MAIN_METRICS, dedupe, metric_series, summary
+import pytest
+from offline_otlp_json import gauge, span, write_metrics, write_spans
 
-
-def test_summary_of_a_v1_run(v1_run):
-    out = io.StringIO()
-    assert summary(v1_run, out=out) == 0
-    text = out.getvalue()
-    assert "run run-1: 27 spans from 3 processes" in text
-    assert "  taskrunner (pid 10): 10 spans\n  worker0 (pid 11): 3 spans" in text
-    step1 = next(line for line in text.splitlines() if line.startswith("  step 1 ("))
-    assert step1.endswith("gen=1.00s old_log_prob=0.25s update_actor=0.50s; 2 worker spans from ranks [0]")
-    # the validation trajectory counts here (the report leaves it out of the slowest)
-    assert "rollout: 8 trajectory spans; slowest 5.00s (submitted at step 1" in text
-    assert "  verl.training.step: 1, 2" in text
-    assert "  verl.training.reward{verl.reward.source=score}: 0.25, 0.75" in text
-    assert "  verl.actor.entropy: 4, 3" in text
+from otel_verl import semconv
+from otel_verl.offline.errors import CommandError
+from otel_verl.offline.summary import MAX_STEP_COLUMNS, summary
 
 
-def test_metric_series_uses_the_semconv_names_and_drops_repeats():
-    names = [name for name, _ in MAIN_METRICS]
-    for key in ("actor/entropy", "actor/grad_norm", "perf/time_per_step"):
-        assert semconv.metric_name(key) in names
-    grad = semconv.metric_name("actor/grad_norm")
-
-    def point(name, value, t, **attrs):
-        return MetricPoint(name, "gauge", value, None, attrs, {}, t)
-
-    points = [
-        point(grad, 2.0, 30),
-        point(grad, 1.0, 10),
-        point(grad, 1.0, 20),  # exported again before it changed
-        point(semconv.M_KL, 0.1, 10, **{semconv.ATTR_KL_SOURCE: "ppo_kl"}),
-        point(semconv.M_KL, 0.9, 10, **{semconv.ATTR_KL_SOURCE: "other"}),  # not a main series
-        point("verl.unrelated", 5.0, 10),
-    ]
-    assert metric_series(points) == [
-        (f"{semconv.M_KL}{{{semconv.ATTR_KL_SOURCE}=ppo_kl}}", [0.1]),
-        (grad, [1.0, 2.0]),
-    ]
-    assert dedupe([1.0, 1.0, 2.0, 1.0]) == [1.0, 2.0, 1.0]
+def _summary(folder, **kwargs) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    assert summary(folder, out=out, err=err, **kwargs) == 0
+    return out.getvalue(), err.getvalue()
 
 
-def test_summary_of_an_empty_folder_and_the_cli(tmp_path, v1_run, capsys):
-    out = io.StringIO()
-    assert summary(tmp_path, out=out) == 1
-    assert out.getvalue() == f"no telemetry files in {tmp_path}\n"
-    assert cli.main(["summary", str(v1_run)]) == 0
-    assert "step traces:" in capsys.readouterr().out
+def _row(text: str, label: str) -> list[str]:
+    """The cells of the table row that starts with ``label``."""
+    line = next(line for line in text.splitlines() if line.startswith(f"  {label} "))
+    return line[len(label) + 2 :].split()
+
+
+def test_summary_speaks_rl_first_then_telemetry(v1_run):
+    text, err = _summary(v1_run)
+    assert err == ""
+    lines = text.splitlines()
+    assert lines[0] == "verl run run-1 (service verl, driver v1): 2 training steps, 4.2 s in steps"
+    assert _row(text, "step") == ["1", "2"]
+    assert _row(text, "total") == ["1.95", "2.30"]
+    assert _row(text, "gen") == ["1.00", "2.00"]
+    assert _row(text, "old_log_prob") == ["0.25", "-"] and _row(text, "adv") == ["-", "0.10"]
+    assert _row(text, "critic/score/mean") == ["0.25", "0.75"]
+    assert _row(text, "actor/kl_loss") == ["0.025", "0.075"]
+    assert _row(text, "actor/entropy") == ["4", "3"]
+    # the slowest trajectory: the training one of step 2 (1.4 s), not the 5 s validation one
+    i = lines.index(
+        "slowest rollout trajectory (training trajectories only; --include-validation counts validation ones too):"
+    )
+    assert lines[i + 1].startswith("  1.40 s, sample 1 rollout 0, submitted at step 2, ")
+    assert "3.5x its step's median, in a gen stage of 2.00 s" in lines[i + 1]
+    assert "A step's rollout ends with its slowest trajectory" in lines[i + 2]
+    # then the OpenTelemetry view
+    assert lines.index("telemetry: 27 spans, 12 metric points, from 3 processes:") > i
+    assert "  taskrunner pid 10: 10 spans" in lines and "  worker0 pid 11: 3 spans" in lines
+    step1 = next(line for line in lines if line.startswith("  step 1: trace "))
+    assert step1.endswith(", 4 trajectories, worker spans from ranks 0")
+
+
+def test_include_validation_changes_the_slowest_and_says_so(v1_run):
+    text, _ = _summary(v1_run, include_validation=True)
+    lines = text.splitlines()
+    i = lines.index("slowest rollout trajectory (training and validation trajectories):")
+    assert lines[i + 1].startswith("  5.00 s, validation span ")
+    assert ", submitted at step 2, 5.6x its step's median" in lines[i + 1]
+
+
+def test_metrics_show_one_value_per_step_repeats_included(tmp_path):
+    reward = {semconv.ATTR_REWARD_SOURCE: "score"}
+    for step in (1, 2, 3):
+        metrics = [gauge(semconv.M_TRAINING_STEP, step), gauge(semconv.M_REWARD, 0.5, **reward)]
+        if step != 2:
+            metrics.append(gauge("verl.actor.grad_norm", 1.5))
+        write_metrics(tmp_path, "taskrunner", 1, step * 10.0, metrics)
+    # a periodic export between step boundaries (no step gauge) adds no column
+    write_metrics(tmp_path, "taskrunner", 1, 35.0, [gauge(semconv.M_REWARD, 9.0, **reward)])
+    text, _ = _summary(tmp_path)
+    assert "metrics at each training step (the value verl logged, as exported at the end of the step):" in text
+    assert _row(text, "step") == ["1", "2", "3"]
+    assert _row(text, "critic/score/mean") == ["0.5", "0.5", "0.5"]  # not collapsed into one value
+    assert _row(text, "actor/grad_norm") == ["1.5", "-", "1.5"]
+    assert "note: no spans" in text  # metrics only: the summary says why there is no stage table
+
+
+def test_long_runs_show_the_first_and_last_steps(tmp_path):
+    n = MAX_STEP_COLUMNS + 8
+    for step in range(1, n + 1):
+        write_metrics(
+            tmp_path, "taskrunner", 1, step, [gauge(semconv.M_TRAINING_STEP, step), gauge(semconv.M_THROUGHPUT, step)]
+        )
+    text, _ = _summary(tmp_path)
+    half = MAX_STEP_COLUMNS // 2
+    assert _row(text, "step") == [*map(str, range(1, half + 1)), "...", *map(str, range(n - half + 1, n + 1))]
+    assert f"(steps 1-{half} and {n - half + 1}-{n} of {n}; the report has all)" in text
+
+
+def test_summary_names_what_it_skipped(v1_run):
+    with open(v1_run / "traces-taskrunner-10.jsonl", "a") as f:
+        f.write('{"resourceSpans": [{"reso')  # a process killed while writing
+    (v1_run / "metrics-junk-1.jsonl").write_bytes(os.urandom(4096).replace(b"\n", b"") + b"\n")
+    (v1_run / "traces-dir-2.jsonl").mkdir()
+    text, err = _summary(v1_run)
+    assert _row(text, "gen") == ["1.00", "2.00"]  # the rest is shown
+    assert err.count("\n") == 1 and err.startswith(
+        "otel-verl summary: warning: skipped 2 lines and 1 unreadable file: "
+    )
+    assert "traces-dir-2.jsonl (cannot read: Is a directory)" in err
+    assert "metrics-junk-1.jsonl line 1 (not UTF-8 text)" in err
+    assert "traces-taskrunner-10.jsonl line 2 (cut short)" in err
+
+
+def test_nothing_readable_is_an_error(tmp_path):
+    with pytest.raises(CommandError, match="no telemetry files"):
+        summary(tmp_path)
+    sid, root = span(semconv.SPAN_STEP, "a" * 16, 0, 1, verl__step=1)
+    (tmp_path / "traces-x-1.jsonl").write_text('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5}]}]}]}\n')
+    with pytest.raises(CommandError, match=r"no spans or metric points could be read .*not an OTLP traces request"):
+        summary(tmp_path)
+    write_spans(tmp_path, "taskrunner", 1, [root])
+    text, err = _summary(tmp_path)
+    assert "1 training steps" in text and "traces-x-1.jsonl line 1 (not an OTLP traces request)" in err

@@ -25,7 +25,7 @@
   function draw(name){
     var d=data[name]||{}, steps=Object.keys(d).map(Number).sort(function(a,b){return a-b;});
     box.innerHTML='';if(!steps.length)return;
-    var W=1100,H=260,L=70,T=12,B=34,pw=W-L-14,ph=H-T-B;
+    var W=1100,H=270,L=70,T=24,B=34,pw=W-L-14,ph=H-T-B;
     var vals=steps.map(function(s){return d[s];}),lo=Math.min.apply(null,vals),hi=Math.max.apply(null,vals);
     if(hi===lo){var p=Math.abs(hi)*0.1||1;lo-=p;hi+=p;}
     var s0=steps[0],s1=steps[steps.length-1];
@@ -38,6 +38,8 @@
     steps.forEach(function(s){var c=el('circle',{cx:x(s),cy:y(d[s]),r:3,fill:'#4e79a7','data-step':s,
       'data-value':d[s]});c.appendChild(el('title',{},'step '+s+': '+d[s]));svg.appendChild(c);
       svg.appendChild(el('text',{'class':'tick',x:x(s),y:T+ph+14,'text-anchor':'middle'},s));});
+    svg.appendChild(el('text',{'class':'axis x-label',x:L+pw/2,y:H-4,'text-anchor':'middle'},'step'));
+    svg.appendChild(el('text',{'class':'axis y-label',x:L,y:14,'text-anchor':'start'},name));
     box.appendChild(svg);
   }
   sel.addEventListener('change',function(){draw(sel.value);});

@@ -8,17 +8,20 @@ import pytest
 from offline_otlp_json import gauge, write_metrics
 
 from otel_verl import cli, semconv
+from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
 from otel_verl.offline.otlp_files import read_metric_points
-from otel_verl.offline.report import NoTelemetry, report, write_report
+from otel_verl.offline.report import report, write_report
 
 
 def test_empty_partial_and_broken_folders(tmp_path):
-    with pytest.raises(NoTelemetry, match="no telemetry files"):
+    with pytest.raises(CommandError, match="no telemetry files") as exc:
         write_report(tmp_path)
-    with pytest.raises(NoTelemetry, match="not a folder"):
+    assert exc.value.code == PROBLEM
+    with pytest.raises(CommandError, match="does not exist") as exc:
         write_report(tmp_path / "missing")
+    assert exc.value.code == USAGE
     (tmp_path / "metrics-worker0-1.jsonl").write_text("")
-    with pytest.raises(NoTelemetry, match="no spans and no metric points"):
+    with pytest.raises(CommandError, match="no spans and no metric points"):
         write_report(tmp_path)
     # metrics only, plus the half-written last line of a killed process
     reward = gauge(semconv.M_REWARD, 0.5, **{semconv.ATTR_REWARD_SOURCE: "score"})
@@ -27,7 +30,8 @@ def test_empty_partial_and_broken_folders(tmp_path):
         f.write('{"resourceMetrics": [{"reso')
     path, rep = write_report(tmp_path, tmp_path / "out" / "r.html")
     assert path.exists() and rep.steps == [] and len(read_metric_points(tmp_path)) == 2
-    assert any("no spans" in n for n in rep.notes) and any("1 line(s)" in n for n in rep.notes)
+    assert any("no spans" in n for n in rep.notes)
+    assert "skipped 1 line: metrics-taskrunner-1.jsonl line 2 (cut short)" in rep.notes
     page = path.read_text()
     assert "No <code>verl.step</code> spans." in page and 'data-value="0.5"' in page
 
@@ -40,9 +44,7 @@ def test_cli_report(v1_run, tmp_path, capsys):
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert cli.main(["report", str(v1_run)]) == 0 and (v1_run / "report.html").exists()  # default place
     buf = io.StringIO()
-    assert report(tmp_path / "nothing", out=buf) == 1 and "not a folder" in buf.getvalue()
-    buf = io.StringIO()
     assert report(v1_run, v1_run / "missing-dir-file" / "x.html", out=buf) == 0  # parents are made
     (tmp_path / "blocker").write_text("")
-    assert report(v1_run, tmp_path / "blocker" / "x.html", out=buf) == 1
-    assert "cannot write the report" in buf.getvalue()
+    with pytest.raises(CommandError, match="cannot write the report to .*blocker/x.html"):
+        report(v1_run, tmp_path / "blocker" / "x.html", out=buf)

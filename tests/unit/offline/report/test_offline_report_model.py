@@ -10,7 +10,8 @@ from offline_otlp_json import span, write_spans
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import MetricPoint
 from otel_verl.offline.report import build, render
-from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, step_gauges, trajectory_histogram
+from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, trajectory_histogram
+from otel_verl.offline.run_facts import step_gauges
 
 
 def test_build_reads_steps_stages_timelines_and_curves(v1_run):

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 
+import pytest
 from offline_otlp_json import gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
@@ -47,3 +50,58 @@ def test_stylesheet_and_script_come_from_the_package_assets(v1_run):
     css, js = asset("report.css"), asset("report.js")
     assert "table.num" in css and "getElementById('step-pick')" in js
     assert f"<style>{css}</style>" in page and f"<script>{js}</script>" in page
+
+
+def test_the_slowest_trajectory_rule_is_stated_and_shared_with_the_summary(v1_run):
+    from otel_verl.offline.summary import lines
+
+    rep = build(v1_run)
+    page = render(rep)
+    assert page.count("training trajectories only; --include-validation counts validation ones too") == 1 + 2 + 1
+    m = re.search(r'<p class="run-slowest" data-span-id="(\w+)" data-seconds="([\d.]+)">', page)
+    assert m and float(m.group(2)) == pytest.approx(1.4)  # training only: not the 5 s validation one
+    summary_text = "\n".join(lines(rep))
+    assert "  1.40 s, sample 1 rollout 0, submitted at step 2" in summary_text and m.group(1) == rep.slowest.span_id
+    with_validation = build(v1_run, include_validation=True)
+    assert with_validation.slowest.seconds == pytest.approx(5.0)
+    assert "chosen among training and validation trajectories" in render(with_validation)
+
+
+def test_identical_curves_stay_visible(tmp_path):
+    for step, value in ((1, 0.2), (2, 0.4)):
+        rewards = [
+            gauge(semconv.M_REWARD, value, **{semconv.ATTR_REWARD_SOURCE: source}) for source in ("score", "rewards")
+        ]
+        write_metrics(tmp_path, "taskrunner", 1, step, [gauge(semconv.M_TRAINING_STEP, step), *rewards])
+    page = render(build(tmp_path))
+    svg = re.search(r'<svg class="chart curve" data-title="Reward".*?</svg>', page, re.S).group(0)
+    score, rewards = re.findall(r'<g class="series" data-label="([^"]+)"><polyline ([^>]*)/>', svg)
+    assert (score[0], rewards[0]) == ("critic/score/mean", "critic/rewards/mean")  # drawn in this order
+    width = {label: float(re.search(r'stroke-width="([\d.]+)"', attrs).group(1)) for label, attrs in (score, rewards)}
+    assert width["critic/score/mean"] > width["critic/rewards/mean"]  # the one below is wider: it shows around
+    assert "stroke-dasharray" in rewards[1] and "stroke-dasharray" not in score[1]
+    assert '<small class="same">(same values as critic/score/mean)</small>' in page
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_the_any_metric_chart_labels_its_axes(v1_run, tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text(render(build(v1_run)))
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    chart = re.search(r'<svg [^>]*class="chart picked"[^>]*>.*?</svg>', dom, re.S).group(0)
+    assert re.search(r'<text class="axis x-label"[^>]*>step</text>', chart)
+    label = semconv.M_REWARD + "{" + semconv.ATTR_REWARD_SOURCE + "=score}"
+    assert re.search(r'<text class="axis y-label"[^>]*>' + re.escape(label) + "</text>", chart)
