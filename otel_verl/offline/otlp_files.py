@@ -141,6 +141,20 @@ class MetricPoint:
     temporality: int = 0  # OTLP AggregationTemporality: 1 delta, 2 cumulative, 0 unspecified/gauge
 
 
+@dataclass
+class LogEntry:
+    """One stored log record (OTLP ``logRecords`` entry) with its resource."""
+
+    event_name: str
+    body: str
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    trace_id: str
+    span_id: str
+    time_ns: int
+    severity: str
+
+
 def signal_files(folder: str | Path, signal: str) -> list[Path]:
     """The OTLP JSON-lines files of one signal in ``folder``, sorted (``<signal>-*.jsonl``)."""
     return sorted(Path(folder).glob(f"{signal}-*.jsonl"))
@@ -306,6 +320,39 @@ def check_request(signal: str, batch: dict[str, Any]) -> int:
     except _MALFORMED as exc:
         raise ValueError(f"not an OTLP {signal} request") from exc
     return count_items(signal, batch)
+
+
+def _logs(batch: dict[str, Any]) -> list[LogEntry]:
+    out: list[LogEntry] = []
+    for rl in batch["resourceLogs"]:
+        resource = _attrs(rl.get("resource", {}).get("attributes"))
+        for sl in rl.get("scopeLogs", []):
+            for r in sl.get("logRecords", []):
+                body = r.get("body") or {}
+                out.append(
+                    LogEntry(
+                        event_name=_str(r.get("eventName", "")),
+                        body=_str(_value(body)) if body else "",
+                        attributes=_attrs(r.get("attributes")),
+                        resource=resource,
+                        trace_id=_str(r.get("traceId", "")),
+                        span_id=_str(r.get("spanId", "")),
+                        time_ns=int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0),
+                        severity=_str(r.get("severityText", "")),
+                    )
+                )
+    return out
+
+
+def read_log_records(folder: str | Path, skipped: Skipped | None = None) -> list[LogEntry]:
+    out: list[LogEntry] = []
+    skipped = Skipped() if skipped is None else skipped
+    for path, number, _, batch in requests(Path(folder), "logs", skipped):
+        try:
+            out.extend(_logs(batch))
+        except _MALFORMED:
+            skipped.line(path, number, "not an OTLP logs request")
+    return out
 
 
 def read_spans(folder: str | Path, skipped: Skipped | None = None) -> list[SpanRecord]:

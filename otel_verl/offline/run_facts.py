@@ -1,17 +1,20 @@
 """What ``summary`` and ``report`` both say about a run, defined once: which trajectory is "the
-slowest", and the value each gauge had at each training step.
+slowest", the value each gauge had at each training step, and where each process was when the
+run stalled.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from otel_verl import semconv
-from otel_verl.offline.otlp_files import MetricPoint, SpanRecord
+from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
 
 INSTANCE = "service.instance.id"
 
@@ -81,3 +84,65 @@ def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[i
             if p.name != semconv.M_TRAINING_STEP:
                 out[(p.name, attr_key(p.attributes))][int(step)] = float(p.value)  # type: ignore[arg-type]
     return dict(out)
+
+
+@dataclass
+class StallReport:
+    """The latest ``verl.stall.stacks`` record of one process, as the stall doctor sent it."""
+
+    process: str  # "HFCPUServer (ray_actor) pid 7161 on node1"
+    step: int | None
+    episode: int | None
+    seconds: float | None
+    stacks: str
+    trace_id: str
+
+    def where(self) -> list[str]:
+        """One line per thread but telemetry's own: its innermost frame outside Python's standard
+        library (a thread waiting in ``threading.Event.wait`` is stuck where it called it)."""
+        out: list[str] = []
+        for block in self.stacks.split("\n\n"):
+            lines = [line for line in block.splitlines() if line.strip()]
+            if not lines or lines[0].startswith(_TELEMETRY_THREADS):
+                continue
+            frames = [line.strip() for line in lines[1:] if line.strip().startswith("File ")]
+            own = [f for f in frames if not _STDLIB.search(f)]
+            shown = (own or frames or ["(no Python frames)"])[-1]
+            name = lines[0].split(" (ident", 1)[0]
+            out.append(f"{name}: {shown.removeprefix('File ')}")
+        return out
+
+
+_TELEMETRY_THREADS = ('Thread "Otel', 'Thread "otel-verl')  # the SDK's and our own export threads
+_STDLIB = re.compile(r'File "[^"]*/lib/python3\.\d+/(?!site-packages/)')
+
+
+def stall_reports(records: Iterable[LogEntry]) -> tuple[list[LogEntry], list[StallReport]]:
+    """The run's ``verl.training.stalled`` records, and each process's latest stacks (by process)."""
+    stalled = sorted((r for r in records if r.event_name == semconv.EVENT_TRAINING_STALLED), key=lambda r: r.time_ns)
+    latest: dict[tuple[Any, Any], LogEntry] = {}
+    for r in records:
+        if r.event_name != semconv.EVENT_STALL_STACKS:
+            continue
+        key = (r.resource.get("host.name"), r.resource.get("process.pid"))
+        if key not in latest or r.time_ns >= latest[key].time_ns:
+            latest[key] = r
+    reports = []
+    for (host, pid), r in sorted(latest.items(), key=lambda kv: str(kv[0])):
+        role = r.resource.get(semconv.RES_ROLE, "?")
+        rank = r.resource.get(semconv.RES_RANK)
+        actor = r.attributes.get(semconv.ATTR_RAY_ACTOR_CLASS)
+        who = f"{actor} ({role}{'' if rank is None else f' rank {rank}'})" if actor else str(role)
+        step, episode = r.attributes.get(semconv.ATTR_STEP), r.attributes.get(semconv.ATTR_STALL_EPISODE)
+        seconds = r.attributes.get(semconv.ATTR_STALL_SECONDS)
+        reports.append(
+            StallReport(
+                process=f"{who} pid {pid} on {host}",
+                step=int(step) if isinstance(step, (int, float)) else None,
+                episode=int(episode) if isinstance(episode, (int, float)) else None,
+                seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
+                stacks=r.body,
+                trace_id=r.trace_id,
+            )
+        )
+    return stalled, reports

@@ -58,7 +58,24 @@ def lines(rep: Report) -> list[str]:
         out += ["", "metrics at each training step (the value verl logged, as exported at the end of the step):"]
         out += _table(steps, series, "{:.4g}")
     out += _slowest(rep)
+    out += _stall(rep)
     out += _telemetry(rep)
+    return out
+
+
+def _stall(rep: Report) -> list[str]:
+    """Where each process was when the run stalled (the stall doctor's latest report of each)."""
+    if not rep.stall_reports and not rep.stalled:
+        return []
+    first = rep.stalled[0].attributes if rep.stalled else {}
+    step = first.get(semconv.ATTR_STEP, rep.stall_reports[0].step if rep.stall_reports else None)
+    seconds = first.get(semconv.ATTR_STALL_SECONDS, 0)
+    out = ["", f"STALLED at step {step}: no training step finished for {seconds:.0f} s; where each of"]
+    out[-1] += f" {len(rep.stall_reports)} processes was (each thread's innermost frame outside the standard library):"
+    for report in rep.stall_reports:
+        out.append(f"  {report.process}:")
+        out += [f"    {line}" for line in report.where()]
+    out.append("  full stacks: log records verl.stall.stacks in logs-*.jsonl, and in otel-verl report")
     return out
 
 

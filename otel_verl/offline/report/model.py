@@ -12,14 +12,25 @@ from pathlib import Path
 from typing import Any
 
 from otel_verl import semconv
-from otel_verl.offline.otlp_files import MetricPoint, Skipped, SpanRecord, read_metric_points, read_spans, signal_files
+from otel_verl.offline.otlp_files import (
+    LogEntry,
+    MetricPoint,
+    Skipped,
+    SpanRecord,
+    read_log_records,
+    read_metric_points,
+    read_spans,
+    signal_files,
+)
 from otel_verl.offline.run_facts import (
     INSTANCE,
+    StallReport,
     attr_key,
     is_trajectory,
     is_validation,
     slowest_rule,
     slowest_trajectory,
+    stall_reports,
     step_gauges,
     tail_ratio,
     trajectory_pool,
@@ -110,6 +121,8 @@ class Report:
     curves: list[tuple[str, str, list[tuple[str, dict[int, float]]]]]
     gauges: dict[str, dict[int, float]]  # every per-step gauge series, label -> step -> value
     notes: list[str]
+    stalled: list[LogEntry] = field(default_factory=list)  # verl.training.stalled records (run_facts)
+    stall_reports: list[StallReport] = field(default_factory=list)  # each process's latest stacks
 
 
 def series_label(name: str, attributes: dict[str, Any]) -> str:
@@ -219,6 +232,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     skipped = Skipped()
     spans = read_spans(folder, skipped)
     points = read_metric_points(folder, skipped)
+    stalled, reports = stall_reports(read_log_records(folder, skipped))  # the stall doctor's, if any
     notes: list[str] = []
     if skipped:
         notes.append(skipped.describe())
@@ -260,6 +274,8 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
             for (name, attrs), values in sorted(series.items())
         },
         notes=notes,
+        stalled=stalled,
+        stall_reports=reports,
     )
 
 

@@ -53,6 +53,7 @@ def render(report: Report) -> str:
         '<a href="#curves">Training curves</a><a href="#explore">Any metric</a></nav>',
         _stages_section(report, colors),
         _timelines_section(report, colors),
+        _stall_section(report),
         _rollout_section(report),
         _curves_section(report),
         *_explore_section(report),
@@ -207,6 +208,23 @@ def _quantile(values: list[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _stall_section(report: Report) -> str:
+    """The stall doctor's stacks, one folded block per process (nothing when the run never stalled)."""
+    if not report.stall_reports:
+        return ""
+    step = report.stall_reports[0].step
+    blocks = "".join(
+        f"<details><summary>{esc(r.process)}: {esc(r.where()[0] if r.where() else '')}</summary>"
+        f"<pre class='stacks'>{esc(r.stacks)}</pre></details>"
+        for r in report.stall_reports
+    )
+    return (
+        f"<section id='stall'><h2>Stalled at step {esc(step)}</h2><p>No training step finished within "
+        "OTEL_VERL_STALL_AFTER; every verl process reported where each of its threads was "
+        f"(the latest report of each of {len(report.stall_reports)} processes):</p>{blocks}</section>"
+    )
 
 
 def _rollout_section(report: Report) -> str:

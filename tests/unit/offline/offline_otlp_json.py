@@ -85,3 +85,24 @@ def traj_hist(counts, total, start_s=0.0, validate=False, temporality=2):
             ],
         },
     }
+
+
+def write_logs(folder: Path, role: str, pid: int, records: list[dict], **resource_attrs) -> None:
+    resource = {"service.name": "verl", semconv.RES_ROLE: role, "process.pid": pid, "host.name": "node1"}
+    resource.update(resource_attrs)
+    line = {"resourceLogs": [{"resource": {"attributes": _attrs(resource)}, "scopeLogs": [{"logRecords": records}]}]}
+    with open(folder / f"logs-{role}-{pid}.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def log_record(event_name: str, body: str, time_s: float, trace: str = "", **attrs) -> dict:
+    out = {
+        "timeUnixNano": str(T0 + int(time_s * 1e9)),
+        "eventName": event_name,
+        "body": {"stringValue": body},
+        "attributes": _attrs({k.replace("__", "."): v for k, v in attrs.items()}),
+        "severityText": "WARNING",
+    }
+    if trace:
+        out["traceId"] = trace * 2
+    return out
