@@ -344,37 +344,28 @@ def _logs(batch: dict[str, Any]) -> list[LogEntry]:
     return out
 
 
-def read_log_records(folder: str | Path, skipped: Skipped | None = None) -> list[LogEntry]:
-    out: list[LogEntry] = []
+def _read(folder: str | Path, signal: str, parse: Any, skipped: Skipped | None) -> list[Any]:
+    """Every item of ``signal`` in ``folder``; a request ``parse`` cannot read is skipped (and noted)."""
+    out: list[Any] = []
     skipped = Skipped() if skipped is None else skipped
-    for path, number, _, batch in requests(Path(folder), "logs", skipped):
+    for path, number, _, batch in requests(Path(folder), signal, skipped):
         try:
-            out.extend(_logs(batch))
+            out.extend(parse(batch))
         except _MALFORMED:
-            skipped.line(path, number, "not an OTLP logs request")
+            skipped.line(path, number, f"not an OTLP {signal} request")
     return out
+
+
+def read_log_records(folder: str | Path, skipped: Skipped | None = None) -> list[LogEntry]:
+    return _read(folder, "logs", _logs, skipped)
 
 
 def read_spans(folder: str | Path, skipped: Skipped | None = None) -> list[SpanRecord]:
-    out: list[SpanRecord] = []
-    skipped = Skipped() if skipped is None else skipped
-    for path, number, _, batch in requests(Path(folder), "traces", skipped):
-        try:
-            out.extend(_spans(batch))
-        except _MALFORMED:
-            skipped.line(path, number, "not an OTLP traces request")
-    return out
+    return _read(folder, "traces", _spans, skipped)
 
 
 def read_metric_points(folder: str | Path, skipped: Skipped | None = None) -> list[MetricPoint]:
-    out: list[MetricPoint] = []
-    skipped = Skipped() if skipped is None else skipped
-    for path, number, _, batch in requests(Path(folder), "metrics", skipped):
-        try:
-            out.extend(_points(batch))
-        except _MALFORMED:
-            skipped.line(path, number, "not an OTLP metrics request")
-    return out
+    return _read(folder, "metrics", _points, skipped)
 
 
 def _temporality(value: Any) -> int:
