@@ -93,6 +93,18 @@ def _str(value: Any) -> str:
     return value
 
 
+# The JSON file exporter writes a span's status code as its number; protojson writes the name.
+_STATUS_NAMES = {0: "STATUS_CODE_UNSET", 1: "STATUS_CODE_OK", 2: "STATUS_CODE_ERROR"}
+
+
+def _status(status: Any) -> str:
+    """A span's status code as its OTLP name (``STATUS_CODE_ERROR``), whichever way it was written."""
+    code = (status or {}).get("code", 0)
+    if isinstance(code, bool) or not isinstance(code, (int, str)):
+        raise TypeError(f"expected a status code, got {type(code).__name__}")
+    return _STATUS_NAMES.get(code, str(code)) if isinstance(code, int) else code
+
+
 @dataclass
 class SpanLink:
     """A span link (OTLP ``links`` entry): the linked span's ids and the link's attributes."""
@@ -261,7 +273,7 @@ def _spans(batch: dict[str, Any]) -> list[SpanRecord]:
                         end_ns=int(s["endTimeUnixNano"]),
                         attributes=_attrs(s.get("attributes")),
                         resource=resource,
-                        status=_str(s.get("status", {}).get("code", "STATUS_CODE_UNSET")),
+                        status=_status(s.get("status")),
                         events=list(s.get("events", [])),
                         links=[
                             SpanLink(

@@ -130,3 +130,23 @@ def test_count_items_per_signal(tmp_path):
     assert count_items("traces", {"resourceSpans": [{"scopeSpans": [{"spans": [{}]}, {"spans": [{}]}]}]}) == 2
     with pytest.raises(ValueError, match="not an OTLP traces request"):
         count_items("traces", {"resourceSpans": 7})
+
+
+def test_a_span_status_reads_the_same_as_number_or_name(tmp_path):
+    """The JSON file exporter writes ``"code": 2``, protojson ``"STATUS_CODE_ERROR"``: both are read,
+    as the name (a reader that refused numbers lost every batch holding a failed span)."""
+    from otel_verl.offline.otlp_files import read_spans
+
+    spans = [
+        {"traceId": "ab" * 16, "spanId": f"{i:016x}", "name": f"s{i}", "startTimeUnixNano": "1",
+         "endTimeUnixNano": "2", "status": status}
+        for i, status in enumerate([{"code": 2, "message": "boom"}, {"code": "STATUS_CODE_ERROR"}, {}, {"code": 1}])
+    ]  # fmt: skip
+    line = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}]}
+    (tmp_path / "traces-taskrunner-1.jsonl").write_text(json.dumps(line) + "\n")
+    assert [s.status for s in read_spans(tmp_path)] == [
+        "STATUS_CODE_ERROR",
+        "STATUS_CODE_ERROR",
+        "STATUS_CODE_UNSET",
+        "STATUS_CODE_OK",
+    ]
