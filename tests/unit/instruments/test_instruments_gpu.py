@@ -86,6 +86,20 @@ def fake_nvml(devices, *, fail_init=False, pid=None, unsupported=()):
     return mod
 
 
+def fake_torch(free=30 * GiB, total=80 * GiB, reserved=12 * GiB):
+    """A ``torch`` whose CUDA device 0 (UUID 1234, an H200) is initialised in this process."""
+    props = types.SimpleNamespace(uuid="1234", name="NVIDIA H200")
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        current_device=lambda: 0,
+        get_device_properties=lambda i: props,
+        mem_get_info=lambda i: (free, total),
+        memory_reserved=lambda i: reserved,
+    )
+    return types.SimpleNamespace(cuda=cuda)
+
+
 @pytest.fixture
 def fresh(monkeypatch):
     worker_metrics._registered.clear()
@@ -156,17 +170,7 @@ def test_nvml_read_error_is_swallowed(captured, fresh):
 
 
 def test_torch_fallback_reports_memory_of_the_device_in_use(captured, fresh):
-    class Props:
-        uuid = "1234"
-
-    cuda = types.SimpleNamespace(
-        is_available=lambda: True,
-        is_initialized=lambda: True,
-        current_device=lambda: 0,
-        get_device_properties=lambda i: Props(),
-        mem_get_info=lambda i: (30 * GiB, 80 * GiB),
-    )
-    source = gpu.TorchSource(types.SimpleNamespace(cuda=cuda), rank=1)
+    source = gpu.TorchSource(fake_torch(), rank=1)
     gpu.register_gpu_metrics(PROCESS.telemetry.meter, source)
     usage = points(captured, semconv.M_GPU_MEMORY_USAGE)
     assert usage["GPU-1234"].value == 50 * GiB
@@ -283,19 +287,7 @@ def test_unsupported_readings_are_left_out_and_not_asked_again(captured, fresh):
 
 
 def test_torch_fallback_reports_the_process_allocator(captured, fresh):
-    class Props:
-        uuid = "1234"
-        name = "NVIDIA H200"
-
-    cuda = types.SimpleNamespace(
-        is_available=lambda: True,
-        is_initialized=lambda: True,
-        current_device=lambda: 0,
-        get_device_properties=lambda i: Props(),
-        mem_get_info=lambda i: (30 * GiB, 80 * GiB),
-        memory_reserved=lambda i: 12 * GiB,
-    )
-    gpu.register_gpu_metrics(PROCESS.telemetry.meter, gpu.TorchSource(types.SimpleNamespace(cuda=cuda), rank=1))
+    gpu.register_gpu_metrics(PROCESS.telemetry.meter, gpu.TorchSource(fake_torch(), rank=1))
     pts = captured.metric_points()
     (mine,) = pts[semconv.M_PROCESS_GPU_MEMORY_USAGE]
     assert mine.value == 12 * GiB and mine.attributes[semconv.ATTR_HW_MODEL] == "NVIDIA H200"
