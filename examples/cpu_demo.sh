@@ -10,7 +10,7 @@ steps=${STEPS:-3}
 phase() { printf '\n== %s\n' "$*"; }
 
 phase "1/4 setting up .venv (the first time a few minutes, mostly torch)"
-bash scripts/setup.sh
+SETUP_BACKENDS=0 bash scripts/setup.sh  # the demo writes files: no live-stack backends needed
 
 rm -rf "$work/telemetry"
 mkdir -p "$work"

@@ -15,11 +15,45 @@ Programmatic, like any contrib instrumentation::
     from otel_verl import VerlInstrumentor
     VerlInstrumentor().instrument(tracer_provider=tp, meter_provider=mp)
 
+User code in any verl process (reward functions, agent loops, tools) can use the plain
+OpenTelemetry API: otel-verl installs its pipeline as the global providers there. The current
+training step for such code: ``otel_verl.current_step()`` / ``otel_verl.step_attributes()``.
+
 Configuration: the standard ``OTEL_*`` variables, plus the ``OTEL_VERL_*`` ones listed in
 ``otel_verl.config``. Names of everything emitted: ``otel_verl.semconv``.
 """
 
-from otel_verl.instrumentor import VerlInstrumentor
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from otel_verl.version import __version__
 
-__all__ = ["VerlInstrumentor", "__version__"]
+if TYPE_CHECKING:
+    from otel_verl.instrumentor import VerlInstrumentor
+    from otel_verl.step_context import current_epoch, current_step, step_attributes
+
+__all__ = ["VerlInstrumentor", "__version__", "current_epoch", "current_step", "step_attributes"]
+
+# Loaded on first use: ``opentelemetry-instrument`` imports this package in every process of a
+# job (Ray's daemons too), which should not pay for the OpenTelemetry API's baggage and friends.
+_LAZY = {
+    "VerlInstrumentor": "otel_verl.instrumentor",
+    "current_epoch": "otel_verl.step_context",
+    "current_step": "otel_verl.step_context",
+    "step_attributes": "otel_verl.step_context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -5,7 +5,8 @@ Argument parsing and dispatch only; each command is a module of ``otel_verl.offl
 ``otel-verl summary DIR`` prints what a run wrote with the ``otlp_json_file`` exporters;
 ``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page;
 ``otel-verl replay DIR --endpoint URL`` sends them to an OTLP/HTTP endpoint;
-``otel-verl doctor`` checks what the instrumentation would do here.
+``otel-verl doctor`` checks what the instrumentation would do here;
+``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker).
 
 Whatever goes wrong ends as one ``otel-verl <command>: ...`` line on stderr and an exit code
 (``otel_verl.offline.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback.
@@ -90,6 +91,38 @@ def _parser() -> argparse.ArgumentParser:
         help="split stored lines above this size into several requests (default 20 MiB, the Collector's default limit)",
     )
     sub.add_parser("doctor", help="check what the instrumentation would do in this environment", epilog=EPILOG)
+    p_stack = sub.add_parser(
+        "stack",
+        help="run Collector, Prometheus, Alertmanager, Jaeger and VictoriaLogs locally, without Docker",
+        epilog=EPILOG,
+    )
+    p_stack.add_argument(
+        "action",
+        choices=("up", "down", "status"),
+        help="up: start every component and wait until each is ready; down: stop them; status: which ones answer",
+    )
+    p_stack.add_argument(
+        "--bin-dir", type=Path, help="folder with the binaries (searched before PATH and scripts/backends.sh's folder)"
+    )
+    p_stack.add_argument(
+        "--data-dir",
+        type=Path,
+        help="data, logs and state (default: OTEL_VERL_STACK_DIR or ~/.local/share/otel-verl/stack)",
+    )
+    p_stack.add_argument(
+        "--port",
+        action="append",
+        metavar="NAME=PORT",
+        help="override a port (repeatable); NAME: otlp-grpc (4317), otlp-http (4318), prometheus (9090), "
+        "alertmanager (9093), jaeger (16686), victorialogs (9428), otelcol-health, otelcol-metrics, "
+        "jaeger-grpc, jaeger-otlp-grpc, jaeger-otlp-http, jaeger-health",
+    )
+    p_stack.add_argument(
+        "--timeout", type=_seconds, default=90.0, help="seconds `up` waits for every component to be ready (default 90)"
+    )
+    p_stack.add_argument(
+        "--config-dir", type=Path, help="the collector/ folder of an otel-verl clone (default: this checkout's)"
+    )
     return parser
 
 
@@ -108,6 +141,10 @@ def _run(ns: argparse.Namespace) -> int:
 
         limit = ns.max_request_bytes or MAX_REQUEST_BYTES
         return replay(ns.folder, ns.endpoint, ns.headers, ns.timeout, max_request_bytes=limit)
+    if ns.command == "stack":
+        from otel_verl.offline.stack import stack
+
+        return stack(ns.action, ns.bin_dir, ns.data_dir, ns.port, ns.timeout, ns.config_dir)
     from otel_verl.offline.doctor import doctor
 
     return doctor()

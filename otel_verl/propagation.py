@@ -4,7 +4,8 @@ Ray does not carry OpenTelemetry context across an actor call. verl's worker-gro
 pass one data object per call (a ``TensorDict`` on the v0 driver, a TransferQueue
 ``KVBatchMeta``/``BatchMeta`` on v1, a ``DataProto`` elsewhere); the W3C ``traceparent`` rides in it
 under ``CARRIER_KEY`` as a non-tensor entry / ``extra_info`` / ``meta_info`` item, the same
-places verl puts its own per-call options. The driver removes it again right after the
+places verl puts its own per-call options (the training step rides along as W3C baggage, for
+user code: ``otel_verl.step_context``). The driver removes it again right after the
 call and the worker takes it out before verl's code sees the data, so verl never
 observes the key; a call without a carrier works exactly as before.
 
@@ -20,12 +21,17 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from opentelemetry import propagate
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 CARRIER_KEY = "_otel_verl_traceparent"
+# W3C trace context + baggage (the step for user code, ``step_context``), whatever
+# OTEL_PROPAGATORS says: the carrier never leaves verl's own processes.
+_PROPAGATOR = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
 
 
 def _kind(data: Any) -> str | None:
@@ -46,13 +52,18 @@ def find_data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return data if _kind(data) else None
 
 
+def carrier_value(context: Context | None = None) -> str | None:
+    """``context`` (default: the current one) as a carrier value, or None (nothing to carry)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=context)
+    return json.dumps(carrier) if carrier else None
+
+
 def inject(data: Any, context: Context | None = None) -> bool:
     """Put ``context`` (default: the current one) into ``data``; returns whether it did."""
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=context)
-    if not carrier:
+    value = carrier_value(context)
+    if value is None:
         return False
-    value = json.dumps(carrier)
     kind = _kind(data)
     if kind == "td":
         from verl.utils import tensordict_utils as tu
@@ -83,6 +94,16 @@ def take(data: Any) -> Context | None:
     return extract(value)
 
 
+def take_from_batch(data: Any) -> Context | None:
+    """Remove a carrier from a ``DataProto``'s ``non_tensor_batch`` (where verl copies per-sample
+    kwargs, one array entry per row) and return its context, if any."""
+    batch = getattr(data, "non_tensor_batch", None)
+    if not isinstance(batch, dict) or CARRIER_KEY not in batch:
+        return None
+    values = batch.pop(CARRIER_KEY)
+    return extract(values[0] if len(values) else None)
+
+
 def extract(value: Any) -> Context | None:
     """The context in a carrier value as ``inject`` wrote it (a JSON string), else None."""
     if not isinstance(value, str):
@@ -91,7 +112,7 @@ def extract(value: Any) -> Context | None:
         carrier = json.loads(value)
     except ValueError:
         return None
-    return propagate.extract(carrier) if isinstance(carrier, dict) else None
+    return _PROPAGATOR.extract(carrier) if isinstance(carrier, dict) else None
 
 
 # ---------------------------------------------------------------- span ids promised before the span starts

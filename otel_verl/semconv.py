@@ -25,8 +25,9 @@ RES_RANK = "verl.rank"
 ROLE_TASKRUNNER = "taskrunner"
 ROLE_WORKER = "worker"  # a verl WorkerDict actor: actor/rollout/ref/critic of one rank
 ROLE_AGENT_LOOP = "agent_loop_worker"
+ROLE_REWARD_WORKER = "reward_worker"  # a verl RewardLoopWorker actor (per-trajectory scoring, user reward code)
 ROLE_LAUNCHER = "launcher"  # the job's driver process (python -m verl.trainer.main_ppo)
-ROLE_RAY_ACTOR = "ray_actor"  # a verl process no hook named (rollout server, reward worker): see ATTR_RAY_ACTOR_CLASS
+ROLE_RAY_ACTOR = "ray_actor"  # a verl process no hook named (rollout server, load balancer): see ATTR_RAY_ACTOR_CLASS
 ROLE_UNKNOWN = "unknown"
 
 # ---------------------------------------------------------------- spans
@@ -118,6 +119,7 @@ SPAN_ROLLOUT_TRAJECTORY = "verl.rollout.trajectory"  # one trajectory (prompt x 
 SPAN_ROLLOUT_LLM_CALL = "verl.rollout.llm_call"  # one LLMServerClient.generate (engine call)
 SPAN_ROLLOUT_TAIL = "verl.rollout.tail"  # v1 only: where the slowest-trajectory event goes
 SPAN_ROLLOUT_REWARD = "verl.rollout.reward"  # AgentLoopWorker._compute_score of one trajectory
+SPAN_REWARD_WORKER = "verl.reward_worker.compute_score"  # RewardLoopWorker.compute_score, child of verl.rollout.reward
 SPAN_ROLLOUT_TOOL_PREFIX = "execute_tool "  # + tool name (GenAI convention span name)
 EVENT_SLOWEST_TRAJECTORY = "verl.rollout.slowest_trajectory"
 
@@ -213,6 +215,14 @@ CONFIG_TRUNCATED_KEY = "_otel_verl_dropped"  # in the JSON when entries had to b
 SPAN_GEN = SPAN_STAGE_PREFIX + "gen"  # the stage span v1 trajectory spans link to (link attribute verl.step)
 
 # ---------------------------------------------------------------- guard (rules over verl's per-step values)
+M_STEP_TIME = "verl.step.time"  # seconds of a step by verl.time.category (hooks/accounting.py)
+M_TRAINER_IDLE_RATIO = "verl.trainer.idle_ratio"  # waiting / step time of the trainer
+ATTR_TIME_CATEGORY = "verl.time.category"
+ATTR_TIME_PREFIX = "verl.time."  # + category: on the verl.step span
+SPAN_WAIT = "verl.wait"  # the trainer waiting (hooks/waits.py), child of the stage it waits in
+ATTR_WAIT_FOR = "verl.wait.for"  # what is waited for: rollouts, ...
+ATTR_WAIT_SOURCE = "verl.wait.source"  # the verl call that waits: replay_buffer.sample, ...
+ATTR_WAIT_PARTITION = "verl.wait.partition"  # v1 replay buffer partition: train / val
 SPAN_GUARD = "verl.guard"  # child of the step's span: verl logs a step's values after that span ended
 EVENT_GUARD_TRIGGERED = "verl.guard.triggered"  # span event and log record event name
 M_GUARD_TRIGGERED = "verl.guard.triggered"  # counter, attribute ATTR_GUARD_RULE
@@ -231,3 +241,22 @@ EVENT_STALL_STACKS = "verl.stall.stacks"  # log record per process: body = the s
 ATTR_STALL_EPISODE = "verl.stall.episode"  # 1, 2, ... per run
 ATTR_STALL_SECONDS = "verl.stall.seconds"  # how long no step had finished
 ATTR_RAY_ACTOR_CLASS = "ray.actor.class"  # the Ray actor class of the reporting process
+
+# ---------------------------------------------------------------- otel-verl's own cost (process.overhead)
+M_OVERHEAD_CPU_TIME = "otel_verl.overhead.cpu_time"  # observable counter, attribute ATTR_OVERHEAD_COMPONENT
+ATTR_OVERHEAD_COMPONENT = "otel_verl.component"
+COMPONENT_RECORDER = "recorder"  # otel-verl-record: recording a step's values into the SDK, collecting
+COMPONENT_EXPORTER = "exporter"  # otel-verl-metrics and the SDK's batch span/log processors: exporting
+COMPONENT_FLUSHER = "flusher"  # otel-verl-flusher / otel-verl-flush: span flushes, bounded flush/shutdown
+COMPONENT_WATCHDOG = "watchdog"  # otel-verl-stall-watch (TaskRunner)
+COMPONENT_STALL_REPORTER = "stall_reporter"  # otel-verl-stall (every verl process)
+COMPONENT_HOOKS = "hooks"  # our wrappers' own work on verl's threads (``_hook_clock``)
+COMPONENT_OTHER = "other"  # any other otel-verl thread
+OVERHEAD_COMPONENTS = (
+    COMPONENT_RECORDER,
+    COMPONENT_EXPORTER,
+    COMPONENT_FLUSHER,
+    COMPONENT_WATCHDOG,
+    COMPONENT_STALL_REPORTER,
+    COMPONENT_HOOKS,
+)

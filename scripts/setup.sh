@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
 # Set up everything otel-verl's demo and tests need, from scratch, inside this clone:
 # a .venv with torch (CPU build), verl 0.9.1, otel-verl and the test-only CPU harness,
-# plus Debian's Prometheus/Alertmanager tools for the ops tests and Chromium for the report tests.
+# plus Debian's Prometheus/Alertmanager tools for the ops tests, Chromium for the report tests and the
+# live stack's backends built from Go modules (scripts/backends.sh).
 # Idempotent. Prints one line per phase (pip's own output is hidden unless it warns or fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 say() { echo "setup: $*"; }
+
+# The live stack's backends (Collector, Prometheus 3, Alertmanager, Jaeger v2, VictoriaLogs) build from
+# their Go modules in the background while pip downloads (scripts/backends.sh: ~0.2 s when they are
+# in ~/.cache/otel-verl, 10-27 min of 2 cores from empty caches). Without Go their tests skip.
+# SETUP_BACKENDS=0 skips them (the demo does not need them).
+backends_log=$(mktemp)
+backends_pid=
+if [ "${SETUP_BACKENDS:-1}" = 0 ]; then
+  :
+elif command -v go >/dev/null 2>&1; then
+  bash scripts/backends.sh >"$backends_log" 2>&1 &
+  backends_pid=$!
+else
+  echo "setup: go not on PATH; the live-stack tests will be skipped (scripts/backends.sh needs Go >= 1.26.8)" >&2
+fi
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -44,5 +60,13 @@ if [ "${#apt_pkgs[@]}" -gt 0 ]; then
     echo "setup: not root; install '${apt_pkgs[*]}' for the ops and report tests" >&2
   fi
 fi
+if [ -n "$backends_pid" ]; then
+  say "waiting for scripts/backends.sh (the live stack's binaries)"
+  backends_rc=0
+  wait "$backends_pid" || backends_rc=$?
+  sed 's/^/  /' "$backends_log"
+  [ "$backends_rc" = 0 ] || echo "setup: some backends did not build (log above); their live tests will be skipped" >&2
+fi
+rm -f "$backends_log"
 # Debian starts the services it installs where systemd runs; tests start their own.
 say "ready (.venv, $((SECONDS - start)) s)"

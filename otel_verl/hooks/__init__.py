@@ -7,6 +7,7 @@ Where things are made (the full list of names: README.md, "Reference"):
 * ``tracking``: every value ``Tracking.log`` sees -> metrics;
 * ``workers``: worker-group calls (driver) and the worker ranks' spans;
 * ``rollout/``: trajectory, LLM-call, reward and tool spans in the agent-loop workers;
+* ``waits``: ``verl.wait`` spans where the trainer waits (v1 replay buffer);
 * ``samples``: opt-in sampled generations as log records;
 * ``guard``: rules over each step's values, and the action (observe, checkpoint, stop);
 * ``ray_launch``: ``ray.init`` hands the ``OTEL_*`` settings to the job's Ray workers.
@@ -22,13 +23,14 @@ from otel_verl.hooks.hookset import Hook
 
 def all_hooks() -> list[Hook]:
     """Every hook otel-verl installs (the instrumentor's list, and what ``doctor`` checks)."""
-    from otel_verl.hooks import guard, ray_launch, rollout, samples, stages, tracking, trainer, workers
+    from otel_verl.hooks import guard, ray_launch, rollout, samples, stages, tracking, trainer, waits, workers
 
     return [
         *stages.HOOKS,
         *trainer.HOOKS,
         *tracking.HOOKS,
         *workers.HOOKS,
+        *waits.HOOKS,
         *ray_launch.HOOKS,
         *samples.HOOKS,
         *rollout.HOOKS,

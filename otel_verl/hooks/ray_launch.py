@@ -17,6 +17,14 @@ collect the host's 32 ``system.*`` metrics in every one of them (~45 ms CPU per 
 collection): ``system_metrics`` is added to ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` for the
 processes Ray starts, unless ``OTEL_VERL_RAY_SYSTEM_METRICS=true``. The launcher keeps it (one
 copy of the host's metrics) and verl's processes report their own ``process.*``.
+
+Start-up cost: that ``sitecustomize`` costs every Python process ~0.1 CPU-s (importing
+``opentelemetry.instrumentation``; no setting of its own skips it). When ``ray.init`` starts a
+local cluster, Ray's own Python processes (dashboard, agents, log monitor, autoscaler monitor,
+``setup_worker.py`` before each worker, idle workers) are started without it: its folder is left
+out of ``PYTHONPATH`` while ``ray.init`` runs, and the job's workers get the launcher's
+``PYTHONPATH`` back through the job's ``runtime_env`` (Ray's supported way), so every worker of the
+job (verl's and the user's) is auto-instrumented as before (``bench/startup_cost.py``).
 """
 
 from __future__ import annotations
@@ -101,8 +109,58 @@ def _with_otel_env(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**kwargs, "runtime_env": {**runtime_env, "env_vars": env_vars}}
 
 
+def _auto_instrumentation_dir() -> str | None:
+    """The folder of ``opentelemetry-instrument``'s sitecustomize, when this process's ``PYTHONPATH`` has it."""
+    auto = sys.modules.get("opentelemetry.instrumentation.auto_instrumentation")  # loaded by that sitecustomize
+    if auto is None or not getattr(auto, "__file__", None):
+        return None
+    folder = os.path.dirname(os.path.abspath(auto.__file__))
+    return folder if folder in os.environ.get("PYTHONPATH", "").split(os.pathsep) else None
+
+
+def _starts_local_cluster(kwargs: dict[str, Any]) -> bool:
+    """Whether this ``ray.init`` starts a new local cluster (its daemons are children of this process)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address  # private: a failure means "no"
+
+        return canonicalize_bootstrap_address(kwargs.get("address"), kwargs.get("_temp_dir")) is None
+    except Exception:  # noqa: BLE001 - renamed in a Ray release, or no cluster at that address
+        return False
+
+
+@safe("ray daemons' PYTHONPATH")
+def _daemons_pythonpath(kwargs: dict[str, Any]) -> str | None:
+    """``PYTHONPATH`` for Ray's own processes (without the sitecustomize), or None to leave it as is.
+
+    Only when the job's workers get the launcher's ``PYTHONPATH`` back: ``kwargs`` (what
+    ``_with_otel_env`` made) then carries it in ``runtime_env.env_vars``, added here.
+    """
+    if not settings().ray_runtime_env:
+        return None  # kwargs are the user's own: leave them and the daemons alone
+    folder = _auto_instrumentation_dir()
+    runtime_env = kwargs.get("runtime_env")
+    env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
+    if folder is None or not isinstance(env_vars, dict) or "PYTHONPATH" in env_vars:
+        return None  # not under opentelemetry-instrument, runtime_env off, or the user's own PYTHONPATH for workers
+    if not _starts_local_cluster(kwargs):
+        return None  # a running cluster: its processes never had it; this launcher's paths may not exist there
+    env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return os.pathsep.join(p for p in os.environ["PYTHONPATH"].split(os.pathsep) if p != folder)
+
+
 def _ray_init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return wrapped(*args, **(_with_otel_env(kwargs) or kwargs))
+    made = _with_otel_env(kwargs)
+    # only on kwargs made here (fresh runtime_env dicts), never on the user's own
+    daemons = _daemons_pythonpath(made) if made is not None and made is not kwargs else None
+    kwargs = made or kwargs
+    if daemons is None:
+        return wrapped(*args, **kwargs)
+    own = os.environ["PYTHONPATH"]
+    os.environ["PYTHONPATH"] = daemons  # read as Ray starts GCS, raylet, dashboard... (children of ray.init)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        os.environ["PYTHONPATH"] = own  # this process's later children get it as before
 
 
 HOOKS = [Hook(targets.RAY, "init", _ray_init_wrapper)]

@@ -14,6 +14,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
+from otel_verl import step_context
 from otel_verl.process.state import PROCESS
 
 SpanState = tuple[Span, object]  # a started span and the context token that made it current
@@ -53,10 +54,16 @@ def open_span(
     context: otel_context.Context | None = None,
     kind: SpanKind = SpanKind.INTERNAL,
     attributes: dict[str, Any] | None = None,
+    step: int | None = None,
+    epoch: int | None = None,
 ) -> SpanState:
-    """Start ``name`` with this process's tracer and make it the current span."""
+    """Start ``name`` with this process's tracer and make it the current span; ``step``/``epoch``
+    go into the context too, for user code (``otel_verl.step_context``)."""
     span = start_span(name, context=context, kind=kind, attributes=attributes)
-    return span, otel_context.attach(trace.set_span_in_context(span))
+    current = trace.set_span_in_context(span, context)  # on top of its parent's context: its baggage too
+    if step is not None:
+        current = step_context.with_step(step, epoch, current)
+    return span, otel_context.attach(current)
 
 
 def close_span(state: SpanState, result: Any = None, error: BaseException | None = None) -> None:

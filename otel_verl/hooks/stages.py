@@ -14,6 +14,8 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
 * the ``verl.stage.duration`` histogram is not recorded here but from the ``timing_s/<stage>``
   values verl logs once per step (``otel_verl.instruments.training``): equal to verl's figures by construction,
   and a metric record (~15-25 us in the SDK) per stage call stays off the training thread's path;
+* where the step's time went (``accounting``): ``verl.step.time`` by category, ``verl.time.*``
+  attributes on the step span, ``verl.trainer.idle_ratio``;
 * at the end of each step: ``verl.training.step``, ``verl.training.steps`` and the
   ``verl.training.last_step.timestamp`` heartbeat.
 
@@ -32,7 +34,8 @@ from opentelemetry import trace
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import targets
+from otel_verl.hooks import accounting, targets
+from otel_verl.hooks.accounting import ACCOUNT
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import SpanState, close_span, open_span
 from otel_verl.hooks.trainer import step_attributes
@@ -55,6 +58,7 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
     if trainer is None or not isinstance(name, str):
         return None
     attrs = step_attributes(trainer)
+    parent_id = trace.get_current_span().get_span_context().span_id
     if name == STEP:
         parent = otel_context.Context()  # every step starts its own trace
     else:
@@ -65,14 +69,27 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
             if last is not None and last[0] == id(timing_raw):
                 parent = trace.set_span_in_context(trace.NonRecordingSpan(last[1]))
     span_name = semconv.SPAN_STEP if name == STEP else semconv.SPAN_STAGE_PREFIX + name
-    state = open_span(span_name, context=parent, attributes=attrs)
+    step, epoch = attrs.get(semconv.ATTR_STEP), attrs.get(semconv.ATTR_EPOCH)
+    state = open_span(span_name, context=parent, attributes=attrs, step=step, epoch=epoch)
+    span_id = state[0].get_span_context().span_id
     if name == STEP:
         STEP_CLOCK.step_started(attrs.get(semconv.ATTR_STEP), state[0].get_span_context())
+        ACCOUNT.step_started(span_id)
+    else:
+        ACCOUNT.stage_started(span_id, parent_id)
     return state
 
 
 @safe("stage span end")
 def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
+    span_id = state[0].get_span_context().span_id
+    seconds = None
+    if name == STEP:
+        seconds = ACCOUNT.step_ended(span_id)
+        if seconds is not None:
+            state[0].set_attributes(accounting.step_span_attributes(seconds))
+    else:
+        ACCOUNT.stage_ended(span_id, name)
     close_span(state, error=error)
     if error is None and name == STEP:
         STEP_CLOCK.step_ended()
@@ -81,12 +98,13 @@ def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | No
         # in the same ordered background queue as the step's Tracking.log values
         # the pipeline of now, not of when the background thread gets to it
         telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
-        telemetry.submit(lambda: _step_end(training, step, ended))
+        telemetry.submit(lambda: _step_end(training, step, ended, seconds))
 
 
 @safe("step end metrics")
-def _step_end(training: TrainingMetrics, step: Any, ended: float) -> None:
-    training.record_step_end(step if isinstance(step, int) else None, ended)
+def _step_end(training: TrainingMetrics, step: Any, ended: float, seconds: dict[str, float] | None) -> None:
+    idle = accounting.idle_ratio(seconds) if seconds is not None else None
+    training.record_step_end(step if isinstance(step, int) else None, ended, seconds, idle)
 
 
 def _timer_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

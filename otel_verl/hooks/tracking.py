@@ -10,7 +10,7 @@ background, one step after the other (``Telemetry.submit``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_verl._safe import safe
 from otel_verl.config import settings
@@ -18,7 +18,9 @@ from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.instruments.training import TrainingMetrics
 from otel_verl.process.state import PROCESS
-from otel_verl.process.telemetry import Telemetry
+
+if TYPE_CHECKING:  # the SDK is imported where the pipeline is built, not with the hooks
+    from otel_verl.process.telemetry import Telemetry
 
 
 @safe("metrics from Tracking.log")

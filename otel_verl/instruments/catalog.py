@@ -76,6 +76,12 @@ TRAINING_STALLED = InstrumentSpec(
 GUARD_TRIGGERED = InstrumentSpec(
     semconv.M_GUARD_TRIGGERED, COUNTER, "{firing}", "Guard rules that fired (attribute verl.guard.rule)"
 )
+STEP_TIME = InstrumentSpec(
+    semconv.M_STEP_TIME, GAUGE, "s", "Seconds of the last step by verl.time.category (they add up to the step)"
+)
+TRAINER_IDLE_RATIO = InstrumentSpec(
+    semconv.M_TRAINER_IDLE_RATIO, GAUGE, "1", "Share of the last step the trainer waited for rollouts"
+)
 # One gauge per numeric key verl logs, named by ``semconv.metric_name(key)``.
 LOGGED_VALUE = InstrumentSpec(semconv.METRIC_PREFIX + "<key>", GAUGE, "", "verl logged key {key!r}")
 
@@ -122,6 +128,16 @@ PROCESS_GPU_MEMORY_USAGE = InstrumentSpec(
     "GPU memory held by this process (NVML process list, else torch's caching allocator)",
 )
 
+# ---------------------------------------------------------------- otel-verl itself (every process with a pipeline)
+# Observable: the source of truth is the kernel's per-thread CPU clocks, read only when exported
+# (no add() on any hot path); a counter: cumulative and monotonic, so rate() / per-step deltas work.
+OVERHEAD_CPU_TIME = InstrumentSpec(
+    semconv.M_OVERHEAD_CPU_TIME,
+    OBSERVABLE_COUNTER,
+    "s",
+    "CPU time spent by otel-verl itself in this process: its threads, and its hooks on verl's threads",
+)
+
 ALL: tuple[InstrumentSpec, ...] = (
     TRAINING_STEP,
     TRAINING_STEPS,
@@ -133,6 +149,8 @@ ALL: tuple[InstrumentSpec, ...] = (
     NONFINITE,
     GUARD_TRIGGERED,
     TRAINING_STALLED,
+    STEP_TIME,
+    TRAINER_IDLE_RATIO,
     TRAJECTORY_DURATION,
     LLM_CALL_DURATION,
     RESPONSE_TOKENS,
@@ -145,6 +163,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     HW_ENERGY,
     HW_TEMPERATURE,
     PROCESS_GPU_MEMORY_USAGE,
+    OVERHEAD_CPU_TIME,
 )
 
 

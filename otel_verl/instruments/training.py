@@ -36,6 +36,8 @@ class TrainingMetrics:
         self.nonfinite = catalog.create(meter, catalog.NONFINITE)
         self.guard_triggered = catalog.create(meter, catalog.GUARD_TRIGGERED)
         self.stalled = catalog.create(meter, catalog.TRAINING_STALLED)
+        self.step_time = catalog.create(meter, catalog.STEP_TIME)
+        self.idle_ratio = catalog.create(meter, catalog.TRAINER_IDLE_RATIO)
 
     def _gauge(self, key: str) -> Any:
         gauge = self._gauges.get(key)
@@ -68,7 +70,18 @@ class TrainingMetrics:
             recorded += 1
         return recorded
 
-    def record_step_end(self, global_step: int | None, ended: float | None = None) -> None:
+    def record_step_end(
+        self,
+        global_step: int | None,
+        ended: float | None = None,
+        seconds: Mapping[str, float] | None = None,
+        idle_ratio: float | None = None,
+    ) -> None:
+        """The end of a step; ``seconds`` / ``idle_ratio``: where its time went (``hooks.accounting``)."""
+        for category, value in (seconds or {}).items():
+            self.step_time.set(value, {semconv.ATTR_TIME_CATEGORY: category})
+        if idle_ratio is not None:
+            self.idle_ratio.set(idle_ratio)
         if global_step is not None:
             self.step.set(global_step)
         self.steps.add(1)

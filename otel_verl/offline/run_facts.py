@@ -146,3 +146,121 @@ def stall_reports(records: Iterable[LogEntry]) -> tuple[list[LogEntry], list[Sta
             )
         )
     return stalled, reports
+
+
+@dataclass
+class Overhead:
+    """``otel_verl.overhead.cpu_time`` per training step, summed over the processes reporting it.
+
+    A step's cost is what every process's cumulative counter grew between the step's boundaries:
+    the start of step 1's span, then the TaskRunner's export at the end of each step (the end of the
+    step's span when that export is missing). Each process counts from its first export: what it
+    had spent by then (building its pipeline on the first hook call, starting its threads) is
+    ``startup``, once per process, not a step's.
+    """
+
+    per_step: dict[int, float]  # step -> CPU seconds of otel-verl, all processes
+    components: dict[str, float]  # component -> CPU seconds over the steps
+    processes: int  # processes that reported the metric
+    process_cpu: dict[int, float]  # step -> CPU seconds of those processes (process.cpu.time), when exported
+    startup: float = 0.0  # CPU seconds of otel-verl in all processes up to each one's first export
+    cpu_share: float | None = None  # otel-verl's CPU / all CPU, over the steps, of the processes exporting both
+
+    def median(self) -> float:
+        return statistics.median(self.per_step.values()) if self.per_step else 0.0
+
+
+def _cumulative(points: Iterable[MetricPoint], name: str, key: Any) -> dict[tuple, list[tuple[int, float, bool]]]:
+    """(process, ``key(point)``) -> [(time, value, delta)] of a sum metric, in time order."""
+    out: dict[tuple, list[tuple[int, float, bool]]] = defaultdict(list)
+    for p in points:
+        if p.name == name and p.kind == "sum" and p.value is not None:
+            who = p.resource.get(INSTANCE) or p.resource.get("process.pid")
+            out[(str(who), key(p))].append((p.time_ns, float(p.value), p.temporality == 1))
+    for series in out.values():
+        series.sort()
+    return out
+
+
+def _grown(series: list[tuple[int, float, bool]], start: int, end: int) -> float:
+    """How much a counter grew in (start, end]: cumulative from the last value at or before each
+    bound (the first value before the first export), delta by adding up the points in between."""
+    if not series:
+        return 0.0
+    if series[0][2]:
+        return sum(v for t, v, _ in series[1:] if start < t <= end)  # the first one is start-up
+    before = [v for t, v, _ in series if t <= start]
+    upto = [v for t, v, _ in series if t <= end]
+    return max(0.0, (upto[-1] if upto else series[0][1]) - (before[-1] if before else series[0][1]))
+
+
+def overhead(points: list[MetricPoint], steps: list[tuple[int, int, int]]) -> Overhead | None:
+    """The telemetry cost of each step; ``steps`` are (step, span start, span end) in ns."""
+    own = _cumulative(points, semconv.M_OVERHEAD_CPU_TIME, lambda p: p.attributes.get(semconv.ATTR_OVERHEAD_COMPONENT))
+    if not own or not steps:
+        return None
+    ends: dict[int, int] = {}  # step -> time of the TaskRunner's export at its end
+    for p in points:
+        runner = p.resource.get(semconv.RES_ROLE) in (semconv.ROLE_TASKRUNNER, None)
+        if p.name == semconv.M_TRAINING_STEP and p.value is not None and runner:
+            ends.setdefault(int(p.value), p.time_ns)
+    # a step ends with the TaskRunner's export of its values, but never after the next step starts
+    bounds = [steps[0][1]]
+    for i, (n, _, end) in enumerate(steps):
+        bound = max(end, ends.get(n, end))
+        if i + 1 < len(steps) and steps[i + 1][1] > end:
+            bound = min(bound, steps[i + 1][1])
+        bounds.append(bound)
+    cpu = _cumulative(points, "process.cpu.time", lambda p: attr_key(p.attributes))  # user, system
+    reporting = {who for who, _ in own}
+    with_cpu = {who for who, _ in cpu} & reporting
+    per_step: dict[int, float] = {}
+    process_cpu: dict[int, float] = {}
+    components: dict[str, float] = defaultdict(float)
+    own_with_cpu = 0.0
+    for i, (n, _, _) in enumerate(steps):
+        lo, hi = bounds[i], bounds[i + 1]
+        total = 0.0
+        for (who, component), series in own.items():
+            grown = _grown(series, lo, hi)
+            total += grown
+            components[str(component)] += grown
+            own_with_cpu += grown if who in with_cpu else 0.0
+        per_step[n] = total
+        if with_cpu:
+            process_cpu[n] = sum(_grown(s, lo, hi) for (who, _), s in cpu.items() if who in with_cpu)
+    startup = sum(series[0][1] for series in own.values())
+    all_cpu = sum(process_cpu.values())
+    share = own_with_cpu / all_cpu if all_cpu > 0 else None
+    return Overhead(per_step, dict(components), len(reporting), process_cpu, startup, share)
+
+
+# ---------------------------------------------------------------- where a step's time went
+def covered_seconds(parent: SpanRecord, children: Iterable[SpanRecord]) -> float:
+    """Seconds of ``parent`` that some child span covers (overlaps counted once, clipped to it)."""
+    intervals = sorted(
+        (max(c.start_ns, parent.start_ns), min(c.end_ns, parent.end_ns))
+        for c in children
+        if c.end_ns > parent.start_ns and c.start_ns < parent.end_ns
+    )
+    total, end = 0, parent.start_ns
+    for start, stop in intervals:
+        start = max(start, end)
+        if stop > start:
+            total += stop - start
+            end = stop
+    return total / 1e9
+
+
+def attributed_seconds(step: SpanRecord, trace: Iterable[SpanRecord]) -> float:
+    """The rule "attributed" of summary and report: the seconds of a step's stage spans that a
+    child span explains (a worker call, a rollout batch, a ``verl.wait``). The rest of the step
+    (driver work inside a stage with no child span, and time between stages) is its residual."""
+    children: dict[str, list[SpanRecord]] = {}
+    for s in trace:
+        children.setdefault(s.parent_id, []).append(s)
+    total = 0.0
+    for stage in children.get(step.span_id, []):
+        if isinstance(stage.attributes.get(semconv.ATTR_STAGE), str):
+            total += covered_seconds(stage, children.get(stage.span_id, []))
+    return min(total, step.seconds)

@@ -51,7 +51,12 @@ def lines(rep: Report) -> list[str]:
         stages = [("total", {r.step: r.span.seconds for r in rep.steps})]
         stages += [(st, {r.step: r.stages[st] for r in rep.steps if st in r.stages}) for st in rep.stage_order]
         stages.append(("other (outside any stage)", {r.step: r.other for r in rep.steps}))
+        stages.append(("explained by a child span", {r.step: r.attributed for r in rep.steps}))
         out += _table([r.step for r in rep.steps], stages, "{:.2f}")
+        out.append("  " + _attribution(rep.steps))
+        cost = rep.overhead_line()
+        if cost:
+            out.append("  " + cost)
     series = [(label, values) for _, _, curve in rep.curves for label, values in curve]
     if series:
         steps = sorted({s for _, values in series for s in values})
@@ -61,6 +66,18 @@ def lines(rep: Report) -> list[str]:
     out += _stall(rep)
     out += _telemetry(rep)
     return out
+
+
+def _attribution(steps: Sequence[StepRow]) -> str:
+    """One line: the share of step time a child span explains (run_facts.attributed_seconds)."""
+    total = sum(r.span.seconds for r in steps)
+    explained = sum(r.attributed for r in steps)
+    share = explained / total if total > 0 else 0.0
+    return (
+        f"where the time went: {share:.0%} of step time is explained by a child span of its stage "
+        f"(worker calls, rollouts, verl.wait); the residual {total - explained:.2f} s is driver work "
+        "inside stages and between them"
+    )
 
 
 def _stall(rep: Report) -> list[str]:

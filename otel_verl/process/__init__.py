@@ -9,8 +9,12 @@ and reward workers, and Ray's own daemons). In each:
    says otherwise (``otel_verl.config.disabled_reason``).
 2. **Hooks registered, nothing built.** ``VerlInstrumentor._instrument`` gives the job a run id
    (``config.ensure_run_id``), keeps providers passed to it (``state.PROCESS.use_providers``) and
-   registers every hook (``otel_verl.hooks.all_hooks``) to be applied when its verl module is
-   imported. Processes that never import verl (Ray's daemons) stop here.
+   waits for ``import verl``: only then, before verl's first module runs, it loads and registers
+   every hook (``otel_verl.hooks.all_hooks``), each applied when its verl module is imported.
+   Processes that never import verl (idle Ray workers) stop before that, having imported a few
+   small modules; the SDK is imported only when step 4 builds a pipeline. Ray's own daemons
+   started by the launcher do not even run ``opentelemetry-instrument``'s bootstrap
+   (``otel_verl.hooks.ray_launch``).
 3. **Identity.** The first hook that runs says who this process is (``state.PROCESS.identify``):
    the trainer hooks in the TaskRunner (role, project, experiment), a worker span in a rank (role,
    rank), a rollout hook in an agent-loop worker.
@@ -20,7 +24,8 @@ and reward workers, and Ray's own daemons). In each:
    handler (``logs``). If any part fails, what started is shut down, the process keeps a no-op
    pipeline and says so once: no rebuild (and no new thread) per hook call.
 5. **Instruments.** Created once per process on its meter (``otel_verl.instruments``); worker
-   processes add their ``process.*`` and ``hw.gpu.*`` gauges (``worker_metrics``).
+   processes add their ``process.*`` and ``hw.gpu.*`` gauges (``worker_metrics``); every pipeline
+   carries otel-verl's own CPU, ``otel_verl.overhead.cpu_time`` (``overhead``).
 6. **Every step.** Logged values are recorded and exported in order by one background thread
    (``Telemetry.submit``, ``background.OrderedWorker``); spans are flushed without waiting.
 7. **The end.** At the end of ``fit`` and at exit, a flush and shutdown bounded together by

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any
-
-from opentelemetry.sdk.environment_variables import OTEL_SERVICE_NAME
-from opentelemetry.sdk.resources import Resource
+from typing import TYPE_CHECKING, Any
 
 from otel_verl import semconv
 from otel_verl.config import settings
 from otel_verl.version import __version__
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
 
 
 @dataclass
@@ -31,7 +31,23 @@ class Identity:
         return self.role if self.rank is None else f"{self.role}{self.rank}"
 
 
+def ray_actor_class() -> str | None:
+    """The class name of the Ray actor this process runs (``TaskRunner``, ``AgentLoopWorker``...),
+    or None (not an actor, or not created yet; or Ray moved this private name)."""
+    try:
+        import ray
+
+        handle = ray.get_runtime_context().current_actor
+        return str(handle._ray_actor_creation_function_descriptor.class_name)  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - not an actor (the driver): the pid still says who
+        return None
+
+
 def build_resource(identity: Identity) -> Resource:
+    # imported here: this module is loaded wherever verl is, the SDK only where telemetry is built
+    from opentelemetry.sdk.environment_variables import OTEL_SERVICE_NAME
+    from opentelemetry.sdk.resources import Resource
+
     attrs: dict[str, Any] = {
         semconv.RES_ROLE: identity.role,
         "process.pid": os.getpid(),

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanContext
 
 from otel_verl._safe import warn_once
 from otel_verl.instruments import Instruments
-from otel_verl.process import logs
+from otel_verl.process import global_providers, logs
 from otel_verl.process.resource import Identity
-from otel_verl.process.telemetry import Telemetry, build_own, noop_telemetry
+
+if TYPE_CHECKING:
+    from otel_verl.process.telemetry import Telemetry
 
 
 class ProcessState:
@@ -68,14 +70,23 @@ class ProcessState:
         return tel
 
     def _build(self) -> Telemetry:
+        # the SDK is imported here, on first use: verl processes that never run a hook skip it
+        from otel_verl.process.telemetry import Telemetry, build_own, noop_telemetry
+
         if self._given is not None:
             tp, mp = self._given
             return Telemetry(tp or trace.get_tracer_provider(), mp or metrics.get_meter_provider())
         try:
-            return build_own(self.identity)
+            telemetry = build_own(self.identity)
         except Exception:  # noqa: BLE001 - no telemetry is better than a rebuild per hook call
             warn_once("telemetry build", "could not build this process's telemetry; it stays off", exc_info=True)
             return noop_telemetry()
+        if telemetry.owned:  # user code's plain OpenTelemetry API reaches the run's pipeline too
+            try:
+                global_providers.install(telemetry.tracer_provider, telemetry.meter_provider, telemetry.logger_provider)
+            except Exception:  # noqa: BLE001
+                warn_once("global providers", "could not install the global providers", exc_info=True)
+        return telemetry
 
     @property
     def instruments(self) -> Instruments:

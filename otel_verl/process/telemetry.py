@@ -1,6 +1,7 @@
 """One process's pipeline: its tracer, meter and logger providers and how they are flushed.
 
-Why otel-verl builds its own providers instead of using the global ones:
+Why otel-verl builds its own providers instead of using the global ones (it then installs them
+as the global ones where nobody else did: ``global_providers``):
 
 * which process this is (TaskRunner, a worker rank, an agent-loop worker) and which run
   (project, experiment) is known only once verl code runs in it, long after
@@ -35,6 +36,7 @@ from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
 from otel_verl.process import exporters, logs
 from otel_verl.process.background import OrderedWorker
+from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.resource import Identity, build_resource
 from otel_verl.process.step_reader import StepMetricReader
 from otel_verl.version import __version__
@@ -69,6 +71,11 @@ class Telemetry:
         self._recorder: OrderedWorker[Callable[[], None]] = OrderedWorker("otel-verl-record", _call, MAX_PENDING_STEPS)
         # Span flush requests coalesce: one waiting request is enough.
         self._flusher: OrderedWorker[None] = OrderedWorker("otel-verl-flusher", self._force_flush_spans, 1)
+
+    @property
+    def owned(self) -> bool:
+        """Whether this pipeline was built here (not given to ``instrument()``, not the no-op one)."""
+        return self._owned
 
     @property
     def dropped_steps(self) -> int:
@@ -237,4 +244,5 @@ def build_own(identity: Identity) -> Telemetry:
     telemetry = Telemetry(tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider)
     atexit.register(telemetry.shutdown)
     logs.attach(logger_provider)  # Python logging -> this pipeline's logs
+    register_overhead_metric(telemetry.meter)  # otel-verl's own CPU, in every process with a pipeline
     return telemetry

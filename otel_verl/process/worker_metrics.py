@@ -1,4 +1,5 @@
-"""A verl process's own gauges: ``process.*`` in every verl process, ``hw.gpu.*`` in worker ranks.
+"""A verl process's own gauges: ``process.*`` and ``otel_verl.overhead.cpu_time`` in every verl
+process, ``hw.gpu.*`` in worker ranks.
 
 Registered once per process (per meter), by the first hook that knows the process's role:
 the trainer's ``__init__`` (TaskRunner), the first worker span (a rank), the first rollout
@@ -9,15 +10,17 @@ from __future__ import annotations
 
 import threading
 
-from otel_verl._safe import warn_once
+from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.instruments import gpu, system
+from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.state import PROCESS
 
 _lock = threading.Lock()
 _registered: set[int] = set()  # id() of meters that have the gauges
 
 
+@safe("worker-metrics", default=False)  # and its CPU (the pipeline build on first use) counts as hooks
 def ensure_worker_metrics(rank: int | None = None) -> bool:
     """Register GPU and process metrics once per process (per meter); returns whether GPU gauges exist."""
     try:
@@ -26,6 +29,7 @@ def ensure_worker_metrics(rank: int | None = None) -> bool:
             if id(telemetry.meter) in _registered:
                 return False
             _registered.add(id(telemetry.meter))
+        register_overhead_metric(telemetry.meter)  # otel-verl's own CPU, in every verl process
         cfg = settings()
         if cfg.process_metrics:
             system.start_process_metrics(telemetry.meter_provider)

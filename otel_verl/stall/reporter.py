@@ -15,20 +15,11 @@ from typing import Any
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
+from otel_verl.process.resource import ray_actor_class
 from otel_verl.process.state import PROCESS
 from otel_verl.stall import board, stacks
 
 POLL_S = 5.0
-
-
-def _actor_class() -> str | None:
-    try:
-        import ray
-
-        handle = ray.get_runtime_context().current_actor
-        return str(handle._ray_actor_creation_function_descriptor.class_name)  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - not an actor (the driver), or Ray moved it: the pid still says who
-        return None
 
 
 class Reporter:
@@ -64,7 +55,7 @@ class Reporter:
         if key == self.seen:
             return False
         self.seen = key
-        actor = _actor_class()
+        actor = ray_actor_class()
         if PROCESS.identity.role == semconv.ROLE_UNKNOWN:  # no hook named it: a rollout server, the driver...
             PROCESS.identify(role=semconv.ROLE_RAY_ACTOR if actor else semconv.ROLE_LAUNCHER)
         return stacks.report(state, actor)

@@ -19,7 +19,6 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from otel_verl import semconv
 from otel_verl.process.state import PROCESS
-from otel_verl.process.telemetry import run_bounded
 
 OWN_THREADS = ("otel-verl-stall",)  # our own reporter thread: not what anyone is stuck in
 
@@ -76,5 +75,7 @@ def report(state: dict[str, Any], actor_class: str | None = None) -> bool:
     )
     fn = getattr(provider, "force_flush", None)
     if fn is not None:  # the job may be killed any moment now: get it out
+        from otel_verl.process.telemetry import run_bounded  # the SDK: loaded by now (a pipeline exists)
+
         run_bounded(fn, 5.0)
     return True

@@ -11,6 +11,7 @@ reason when they are missing.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -51,6 +52,42 @@ def load_json(path: Path):
         return json.load(f)
 
 
+# `${env:VAR:-default}` in otelcol-config.yaml: the defaults are the compose values, and
+# `otel-verl stack up` sets the variables (collector/README.md, "Without Docker").
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env_defaults(value, env: dict[str, str] | None = None):
+    """``value`` (parsed YAML) with every ``${env:VAR:-default}`` resolved as the Collector does.
+
+    ``env`` gives the variables that are set (default: none, i.e. the compose values). A string
+    that is one reference only takes the YAML type of its value (a port becomes an int).
+    """
+    env = env or {}
+    if isinstance(value, dict):
+        return {k: expand_env_defaults(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env_defaults(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def sub(m: re.Match) -> str:
+        if m.group(1) in env:
+            return env[m.group(1)]
+        assert m.group(2) is not None, f"${{env:{m.group(1)}}} has no default: compose would not start"
+        return m.group(2)
+
+    whole = _ENV_REF.fullmatch(value)
+    if whole:
+        return yaml.safe_load(sub(whole))
+    return _ENV_REF.sub(sub, value)
+
+
+def load_otelcol_config(env: dict[str, str] | None = None) -> dict:
+    """otelcol-config.yaml as the Collector sees it under compose (or under ``env``)."""
+    return expand_env_defaults(load_yaml(OTELCOL_CONFIG), env)
+
+
 def read_name_list(path: Path) -> list[str]:
     """Non-empty, non-comment lines of a names file."""
     names = []
@@ -72,8 +109,18 @@ def require_tool(name: str) -> str:
     return path
 
 
-def run_tool(args: list[str], cwd: Path | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+def run_tool(
+    args: list[str], cwd: Path | None = None, timeout: int = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run a tool; ``env`` is added to this process's environment."""
+    full_env = {**os.environ, **env} if env else None
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=full_env)
+
+
+def backends_dir() -> Path:
+    """Where scripts/backends.sh puts the binaries it builds."""
+    default = Path.home() / ".cache" / "otel-verl" / "backends"
+    return Path(os.environ.get("OTEL_VERL_BACKENDS_DIR") or default)
 
 
 def promtool_major_version(promtool: str) -> int:

@@ -6,7 +6,7 @@ import re
 from urllib.parse import urlparse
 
 import pytest
-from opskit import COLLECTOR, COMPOSE_FILE, DATASOURCES_FILE, OTELCOL_CONFIG, load_yaml
+from opskit import COLLECTOR, COMPOSE_FILE, DATASOURCES_FILE, load_otelcol_config, load_yaml
 
 EXPECTED_SERVICES = {"otelcol", "prometheus", "tempo", "loki", "grafana", "alertmanager"}
 
@@ -74,7 +74,7 @@ def test_bind_mounts_exist_and_volumes_declared(compose):
 
 def test_backend_hostnames_are_services(compose):
     services = set(compose["services"])
-    cfg = load_yaml(OTELCOL_CONFIG)
+    cfg = load_otelcol_config()
     for name, exp in cfg["exporters"].items():
         ep = exp["endpoint"]
         host = urlparse(ep).hostname if "://" in ep else ep.split(":")[0]

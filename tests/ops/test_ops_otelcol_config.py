@@ -6,7 +6,7 @@ import copy
 import shutil
 
 import pytest
-from opskit import COMPOSE_FILE, OTELCOL_CONFIG, load_yaml, run_tool
+from opskit import COMPOSE_FILE, OTELCOL_CONFIG, backends_dir, load_otelcol_config, load_yaml, run_tool
 
 # Component types of otelcol-contrib 0.159.0 that this kit may use, by
 # kind. From distributions/otelcol-contrib/manifest.yaml in
@@ -48,6 +48,31 @@ DEPRECATED_OR_REMOVED = {
 }
 
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
+
+
+# What `otel-verl stack up` sets (otel_verl/stack.py), with ports of its defaults.
+STACK_LIKE_ENV = {
+    "OTELCOL_LISTEN_HOST": "127.0.0.1",
+    "OTELCOL_OTLP_GRPC_PORT": "4317",
+    "OTELCOL_OTLP_HTTP_PORT": "4318",
+    "OTELCOL_HEALTH_PORT": "13133",
+    "OTELCOL_METRICS_PORT": "8888",
+    "OTELCOL_STORAGE_DIR": "/tmp/otel-verl-stack/otelcol",
+    "OTELCOL_METRICS_ENDPOINT": "http://127.0.0.1:9090/api/v1/otlp",
+    "OTELCOL_TRACES_ENDPOINT": "127.0.0.1:14317",
+    "OTELCOL_LOGS_ENDPOINT": "http://127.0.0.1:9428/insert/opentelemetry",
+}
+
+
+def test_stack_env_only_changes_addresses_and_paths(cfg):
+    stack = load_otelcol_config(STACK_LIKE_ENV)
+    assert stack["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] == "127.0.0.1:4317"
+    assert stack["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]["port"] == 8888
+    assert cfg["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]["port"] == 8888
+    assert stack["exporters"]["otlp_grpc/tempo"]["endpoint"] == "127.0.0.1:14317"
+    # Nothing but addresses and paths differs between compose and stack up.
+    assert stack["service"] == {**cfg["service"], "telemetry": stack["service"]["telemetry"]}
+    assert stack["processors"] == cfg["processors"]
 
 
 def component_type(component_id: str) -> str:
@@ -137,7 +162,7 @@ def check_collector_config(cfg: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cfg():
-    return load_yaml(OTELCOL_CONFIG)
+    return load_otelcol_config()
 
 
 def test_config_is_consistent(cfg):
@@ -250,12 +275,24 @@ def test_compose_mounts_this_config_and_queue_directory(cfg):
     )
 
 
+def _collector_binary() -> str | None:
+    """otelcol-contrib, or the Collector scripts/backends.sh builds (otelcol-verl), if present."""
+    for name in ("otelcol-verl", "otelcol-contrib"):
+        if found := shutil.which(name):
+            return found
+    built = backends_dir() / "otelcol-verl"
+    return str(built) if built.is_file() else None
+
+
 def test_otelcol_validate():
-    binary = shutil.which("otelcol-contrib")
+    binary = _collector_binary()
     if binary is None:
         pytest.skip(
-            "otelcol-contrib is not on PATH (no collector binary can be installed on this "
-            "machine); structure and component names are checked by the other tests instead"
+            "no Collector binary: neither otelcol-contrib nor otelcol-verl is on PATH, and "
+            "`bash scripts/backends.sh otelcol-verl` has not built one; structure and component "
+            "names are checked by the other tests instead"
         )
-    res = run_tool([binary, "validate", f"--config={OTELCOL_CONFIG}"])
-    assert res.returncode == 0, res.stdout + res.stderr
+    # With the compose defaults, and with the addresses `otel-verl stack up` sets.
+    for env in ({}, STACK_LIKE_ENV):
+        res = run_tool([binary, "validate", f"--config={OTELCOL_CONFIG}"], env=env)
+        assert res.returncode == 0, (env, res.stdout + res.stderr)

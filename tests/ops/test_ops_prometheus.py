@@ -188,6 +188,7 @@ REQUIRED_ALERTS = {
     "VerlThroughputDrop": {"warning"},
     "VerlTrainingStalled": {"warning", "critical"},
     "VerlRolloutLongTail": {"warning"},
+    "VerlWeightSyncGrowing": {"warning"},
     "VerlGPUMemoryNearLimit": {"warning"},
 }
 
@@ -214,6 +215,7 @@ def test_required_signals_used():
     assert {"verl_actor_pg_loss", "verl_actor_grad_norm"} <= metrics_of("VerlLossOrGradNormNotFinite")
     assert "verl_training_last_step_timestamp_seconds" in metrics_of("VerlTrainingStalled")
     assert "verl_rollout_tail_ratio" in metrics_of("VerlRolloutLongTail")
+    assert "verl_stage_duration_seconds_sum" in metrics_of("VerlWeightSyncGrowing")
     assert {"hw_gpu_memory_usage_bytes", "hw_gpu_memory_limit_bytes"} <= metrics_of("VerlGPUMemoryNearLimit")
 
 

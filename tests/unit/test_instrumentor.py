@@ -8,6 +8,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from otel_verl import VerlInstrumentor
 from otel_verl.package import _instruments
 
@@ -117,3 +119,62 @@ def test_verl_plugin_instruments_only_jobs_started_under_otel_verl():
 def test_disabled_switches_are_respected_by_the_plugin():
     assert _probe({"OTEL_VERL_RUN_ID": "r1", "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "requests,verl"}) == "PLAIN"
     assert _probe({"OTEL_VERL_RUN_ID": "r1", "OTEL_SDK_DISABLED": "true"}) == "PLAIN"
+
+
+_SITECUSTOMIZE_PROBE = """
+import sys
+heavy = ("opentelemetry.sdk", "otel_verl.hooks", "otel_verl.process", "otel_verl.stall", "yaml", "verl")
+print("LOADED", *sorted(m for m in heavy if m in sys.modules))
+import verl.utils.profiler.performance as perf
+print("PATCHED" if hasattr(perf._timer, "__wrapped__") else "PLAIN")
+"""
+
+
+def test_under_opentelemetry_instrument_a_process_pays_only_when_it_imports_verl():
+    """``opentelemetry-instrument``'s sitecustomize runs in every Ray process (daemons too): there
+    otel-verl only waits for ``import verl``; the hooks are in place before verl's first module."""
+    import opentelemetry.instrumentation.auto_instrumentation as auto
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"OTEL_VERL_RUN_ID": "r1", "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"})
+    env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "system_metrics"
+    env["PYTHONPATH"] = os.path.dirname(auto.__file__)
+    out = subprocess.run(
+        [sys.executable, "-c", _SITECUSTOMIZE_PROBE], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "LOADED", lines  # nothing heavy before verl is imported
+    assert lines[-1] == "PATCHED"
+
+
+def test_public_names_load_on_first_use():
+    import otel_verl
+
+    assert {"VerlInstrumentor", "current_step", "current_epoch", "step_attributes"} <= set(dir(otel_verl))
+    from otel_verl import current_step, step_attributes
+
+    assert current_step() is None and step_attributes() == {}
+    assert otel_verl.VerlInstrumentor is VerlInstrumentor
+    with pytest.raises(AttributeError):
+        otel_verl.no_such_name  # noqa: B018
+
+
+def test_the_verl_import_trigger_fires_once_and_never_breaks_the_import():
+    from otel_verl.instrumentor import _OnVerlImport
+
+    calls = []
+
+    def activate():
+        calls.append(1)
+        raise RuntimeError("a broken hook module")  # logged; verl's import goes on
+
+    trigger = _OnVerlImport(activate)
+    sys.meta_path.insert(0, trigger)
+    try:
+        assert trigger.find_spec("ray") is None and calls == []
+        assert trigger.find_spec("verl") is None and calls == [1]
+        assert trigger not in sys.meta_path
+        assert trigger.find_spec("verl.utils") is None and calls == [1]
+    finally:
+        trigger.remove()

@@ -3,6 +3,7 @@
 * ``trajectory``: trajectory spans with their reward-scoring and tool-call spans, the long tail;
 * ``llm``: LLM call spans (``gen_ai.*``);
 * ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links);
+* ``reward_worker``: the reward-loop worker's span around each trajectory's scoring (user reward code);
 * ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers;
 * ``state``: per-process state those share (open trajectories, step groups, span budget).
 
@@ -16,7 +17,20 @@ from __future__ import annotations
 
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
-from otel_verl.hooks.rollout import handoff, llm, ray_actor, trajectory
+from otel_verl.hooks.rollout import handoff, llm, ray_actor, reward_worker, trajectory
+from otel_verl.process.resource import ray_actor_class
+
+
+def not_in_task_runner() -> bool:
+    """The worker-side hooks on verl's actor classes apply everywhere but the TaskRunner.
+
+    The TaskRunner sends those classes to their actors. There a wrapped method no longer pickles
+    by reference: cloudpickle sends a copy with a snapshot of its module's globals, and verl's
+    ``_agent_loop_registry`` in that snapshot misses the agent loops ``agent_loop_config_path``
+    registers in the worker (a custom agent loop then fails with "not registered").
+    """
+    return not (ray_actor_class() or "").startswith("TaskRunner")
+
 
 HOOKS = [
     Hook(targets.AGENT_LOOP, "AgentLoopManager.generate_sequences", handoff.traced_manager_generate, replace=True),
@@ -26,9 +40,31 @@ HOOKS = [
         handoff.manager_tq_generate_wrapper,
         optional=True,
     ),
-    Hook(targets.AGENT_LOOP, "AgentLoopWorker.generate_sequences", handoff.worker_generate_wrapper, optional=True),
-    Hook(targets.AGENT_LOOP, "AgentLoopWorker._run_agent_loop", trajectory.run_agent_loop_wrapper),
-    Hook(targets.AGENT_LOOP, "AgentLoopWorker._compute_score", trajectory.compute_score_wrapper),
+    Hook(
+        targets.AGENT_LOOP,
+        "AgentLoopWorker.generate_sequences",
+        handoff.worker_generate_wrapper,
+        optional=True,
+        only_if=not_in_task_runner,
+    ),
+    Hook(
+        targets.AGENT_LOOP,
+        "AgentLoopWorker._run_agent_loop",
+        trajectory.run_agent_loop_wrapper,
+        only_if=not_in_task_runner,
+    ),
+    Hook(
+        targets.AGENT_LOOP,
+        "AgentLoopWorker._compute_score",
+        trajectory.compute_score_wrapper,
+        only_if=not_in_task_runner,
+    ),
+    Hook(
+        targets.REWARD_LOOP,
+        "RewardLoopWorker.compute_score",
+        reward_worker.compute_score_wrapper,
+        only_if=not_in_task_runner,
+    ),
     Hook(targets.LLM_SERVER, "LLMServerClient.generate", llm.generate_wrapper),
     Hook(targets.LLM_SERVER, "LLMServerClient._acquire_server", llm.acquire_server_wrapper, optional=True),
     Hook(targets.TOOL_AGENT_LOOP, "ToolAgentLoop._call_tool", trajectory.call_tool_wrapper, optional=True),

@@ -22,11 +22,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext, SpanKind
 
-from otel_verl import propagation, semconv
+from otel_verl import propagation, semconv, step_context
 from otel_verl._safe import safe
 from otel_verl._values import as_int
 from otel_verl.config import settings
-from otel_verl.hooks.rollout import handoff
+from otel_verl.hooks.rollout import handoff, reward_worker
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.spans import SpanState, call_traced_async, close_span, open_span, start_span
 from otel_verl.process.state import PROCESS
@@ -73,7 +73,9 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any], link: SpanC
         st.span = start_span(semconv.SPAN_ROLLOUT_TRAJECTORY, attributes=attrs, links=rs.links(link, st.step))
     st.start = time.perf_counter()
     # last: a failure above leaves no context behind
-    ctx_token = otel_context.attach(trace.set_span_in_context(st.span)) if st.span is not None else None
+    # the step goes along for user code (``otel_verl.step_context``), with or without a span
+    current = trace.set_span_in_context(st.span) if st.span is not None else None
+    ctx_token = otel_context.attach(step_context.with_step(st.step, context=current) or otel_context.get_current())
     st.tokens = (rs.TRAJECTORY.set(st), ctx_token)
     return st
 
@@ -231,7 +233,10 @@ def _reward_end(state: tuple[SpanState | None, Any, Any], result: Any, error: Ba
 
 
 async def compute_score_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await call_traced_async(_reward_start(args, kwargs), _reward_end, wrapped, *args, **kwargs)
+    state = _reward_start(args, kwargs)
+    if state is not None:  # the reward span's context goes to the reward worker (``reward_worker``)
+        args, kwargs = reward_worker.carry(args, kwargs) or (args, kwargs)
+    return await call_traced_async(state, _reward_end, wrapped, *args, **kwargs)
 
 
 # ------------------------------------------------------------------------------ tool calls

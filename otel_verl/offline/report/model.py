@@ -5,6 +5,7 @@ timelines, rollout latency, per-step curves. ``build(folder)`` returns it all as
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,10 +25,13 @@ from otel_verl.offline.otlp_files import (
 )
 from otel_verl.offline.run_facts import (
     INSTANCE,
+    Overhead,
     StallReport,
     attr_key,
+    attributed_seconds,
     is_trajectory,
     is_validation,
+    overhead,
     slowest_rule,
     slowest_trajectory,
     stall_reports,
@@ -70,6 +74,7 @@ class StepRow:
     tail_ratio: float | None = None  # slowest / median of the step's trajectory pool
     spans: int = 0  # in the step's trace, with the rollout traces joined to it
     worker_ranks: list[str] = field(default_factory=list)  # ranks that sent verl.worker.* spans
+    attributed: float = 0.0  # seconds a child span of a stage explains (run_facts.attributed_seconds)
 
 
 @dataclass
@@ -123,6 +128,29 @@ class Report:
     notes: list[str]
     stalled: list[LogEntry] = field(default_factory=list)  # verl.training.stalled records (run_facts)
     stall_reports: list[StallReport] = field(default_factory=list)  # each process's latest stacks
+    overhead: Overhead | None = None  # otel-verl's own CPU per step (run_facts.overhead)
+
+    def overhead_line(self) -> str | None:
+        """The "telemetry cost per step" line: otel-verl's own CPU next to the step time."""
+        o = self.overhead
+        if o is None or not o.per_step or not self.steps:
+            return None
+        step_s = statistics.median(r.span.seconds for r in self.steps)
+        cost = o.median()
+        line = f"telemetry cost per step: {cost:.4f} CPU-s (median of {len(o.per_step)} steps"
+        line += f", {min(o.per_step.values()):.4f} to {max(o.per_step.values()):.4f})"
+        if step_s > 0:
+            line += f", {100 * cost / step_s:.2f}% of the median step time {step_s:.2f} s"
+        line += f", from the {o.processes} processes reporting {semconv.M_OVERHEAD_CPU_TIME}"
+        if o.cpu_share is not None:
+            line += f" ({100 * o.cpu_share:.1f}% of their CPU in the steps)"
+        spent = sum(o.components.values())
+        if spent > 0:
+            parts = sorted(o.components.items(), key=lambda kv: (-round(kv[1], 9), kv[0]))
+            line += "; " + ", ".join(f"{c} {100 * v / spent:.0f}%" for c, v in parts if v > 0)
+        if o.startup > 0:
+            line += f"; plus {o.startup:.3f} CPU-s once, until each process's first export"
+        return line
 
 
 def series_label(name: str, attributes: dict[str, Any]) -> str:
@@ -276,6 +304,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         notes=notes,
         stalled=stalled,
         stall_reports=reports,
+        overhead=overhead(points, [(r.step, r.span.start_ns, r.span.end_ns) for r in steps]),
     )
 
 
@@ -344,6 +373,7 @@ def _steps(
                 tail_ratio(pool),
                 len(members),
                 sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
+                attributed_seconds(st, by_trace[st.trace_id]),
             )
         )
     return steps, stage_order, members_of

@@ -84,11 +84,38 @@ def _stages_section(report: Report, colors: dict[str, str]) -> str:
             legend(colors),
             stacked_svg(report, colors),
             _folded(_stage_table(report), len(report.steps), "stage seconds per step"),
+            _overhead(report),
         ]
     else:
         parts.append('<p class="empty">No <code>verl.step</code> spans.</p>')
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _overhead(report: Report) -> str:
+    """Telemetry cost per step (``otel_verl.overhead.cpu_time`` of every process) next to the step time."""
+    line = report.overhead_line()
+    if line is None or report.overhead is None:
+        return ""
+    o = report.overhead
+    rows = "".join(
+        f"<tr><td>{r.step}</td><td>{r.span.seconds:.3f}</td><td>{o.per_step[r.step]:.4f}</td>"
+        f"<td>{100 * o.per_step[r.step] / r.span.seconds:.2f}%</td>"
+        f"<td>{f'{o.process_cpu[r.step]:.3f}' if r.step in o.process_cpu else ''}</td></tr>"
+        for r in report.steps
+        if r.step in o.per_step and r.span.seconds > 0
+    )
+    table = (
+        '<table id="overhead-table" class="num"><thead><tr><th>step</th><th>step span, s</th>'
+        "<th>telemetry cost, CPU-s</th><th>of step time</th><th>CPU of those processes, s</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+    return (
+        f'<p id="overhead"><b>{esc(line)}</b>. <small>otel-verl\'s own threads (recorder, exporters, flushers, '
+        "stall doctor) by their thread CPU clocks, plus its hooks' work on verl's threads; not counted: "
+        "native gRPC threads, garbage collection, the SDK import at process start.</small></p>"
+        + _folded(table, len(report.steps), "telemetry cost per step")
+    )
 
 
 def _timelines_section(report: Report, colors: dict[str, str]) -> str:

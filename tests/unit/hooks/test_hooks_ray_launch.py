@@ -104,3 +104,66 @@ def test_ray_runtime_env_leaves_out_secret_looking_variables(monkeypatch):
         assert "OTEL_EXPORTER_VENDOR_API_KEY" in ray_launch.otel_env()
     finally:
         config.settings.cache_clear()
+
+
+@pytest.fixture
+def under_opentelemetry_instrument(monkeypatch):
+    """This process as ``opentelemetry-instrument`` starts it: its sitecustomize folder first on PYTHONPATH."""
+    import opentelemetry.instrumentation.auto_instrumentation as auto
+
+    folder = os.path.dirname(os.path.abspath(auto.__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([folder, "/work/dir"]))
+    monkeypatch.delenv(config.RAY_RUNTIME_ENV, raising=False)
+    config.settings.cache_clear()
+    yield folder
+    config.settings.cache_clear()
+
+
+def _init_seen(kwargs, *, starts_cluster: bool, monkeypatch) -> tuple[dict, str]:
+    """What a wrapped ``ray.init`` receives and the PYTHONPATH its daemons would inherit."""
+    monkeypatch.setattr(ray_launch, "_starts_local_cluster", lambda kw: starts_cluster)
+    seen = {}
+
+    def fake_init(**kw):
+        seen.update(kw=kw, daemons=os.environ["PYTHONPATH"])
+        return "ctx"
+
+    assert ray_launch._ray_init_wrapper(fake_init, None, (), kwargs) == "ctx"
+    return seen["kw"], seen["daemons"]
+
+
+def test_a_new_local_clusters_daemons_start_without_the_sitecustomize(under_opentelemetry_instrument, monkeypatch):
+    own = os.environ["PYTHONPATH"]
+    kw, daemons = _init_seen({"num_cpus": 2}, starts_cluster=True, monkeypatch=monkeypatch)
+    assert daemons == "/work/dir"  # Ray's own processes: no opentelemetry-instrument bootstrap
+    assert kw["runtime_env"]["env_vars"]["PYTHONPATH"] == own  # the job's workers: instrumented as before
+    assert os.environ["PYTHONPATH"] == own  # restored for this process's later children
+
+
+def test_pythonpath_left_alone_on_a_running_cluster_or_a_users_own(under_opentelemetry_instrument, monkeypatch):
+    own = os.environ["PYTHONPATH"]
+    kw, daemons = _init_seen({"address": "ray://head:10001"}, starts_cluster=False, monkeypatch=monkeypatch)
+    assert daemons == own and "PYTHONPATH" not in kw["runtime_env"]["env_vars"]
+    user = {"runtime_env": {"env_vars": {"PYTHONPATH": "/mine"}}}
+    kw, daemons = _init_seen(user, starts_cluster=True, monkeypatch=monkeypatch)
+    assert daemons == own and kw["runtime_env"]["env_vars"]["PYTHONPATH"] == "/mine"
+    monkeypatch.setenv(config.RAY_RUNTIME_ENV, "false")
+    config.settings.cache_clear()
+    kw, daemons = _init_seen({"num_cpus": 2}, starts_cluster=True, monkeypatch=monkeypatch)
+    assert daemons == own and kw == {"num_cpus": 2}
+
+
+def test_pythonpath_left_alone_without_opentelemetry_instrument(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/work/dir")
+    config.settings.cache_clear()
+    try:
+        kw, daemons = _init_seen({}, starts_cluster=True, monkeypatch=monkeypatch)
+    finally:
+        config.settings.cache_clear()
+    assert daemons == "/work/dir" and "PYTHONPATH" not in kw["runtime_env"]["env_vars"]
+
+
+def test_starts_local_cluster_reads_rays_own_rule(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert ray_launch._starts_local_cluster({"address": "local"}) is True
+    assert ray_launch._starts_local_cluster({"address": "10.0.0.1:6379"}) is False

@@ -1,0 +1,61 @@
+"""``verl.wait`` spans: where the trainer waits instead of working, said as what it waits for.
+
+* v1 ``ReplayBuffer.sample`` / ``ReplayBufferAsync.sample`` (TaskRunner, inside the ``gen``
+  stage): verl polls TransferQueue every ``poll_interval`` (2 s) until enough rollouts have
+  finished. Without this span most of a v1 ``verl.gen`` has no child in any process
+  (``verl.wait.for`` = ``rollouts``, ``verl.wait.source`` = ``replay_buffer.sample``,
+  ``verl.wait.partition`` = ``train``/``val``).
+
+A wait span is a child of the current stage span; it is made only in the process running the
+trainer (``PROCESS.trainer``), and verl's result or exception passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from otel_verl import semconv
+from otel_verl._safe import safe
+from otel_verl.hooks import targets
+from otel_verl.hooks.accounting import ACCOUNT
+from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.spans import SpanState, call_traced, close_span, open_span
+from otel_verl.process.state import PROCESS
+
+WAIT_ROLLOUTS = "rollouts"
+SOURCE_REPLAY_BUFFER = "replay_buffer.sample"
+
+
+@safe("replay buffer wait span start")
+def _sample_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState, float] | None:
+    if PROCESS.trainer is None:
+        return None
+    attrs: dict[str, Any] = {
+        semconv.ATTR_WAIT_FOR: WAIT_ROLLOUTS,
+        semconv.ATTR_WAIT_SOURCE: SOURCE_REPLAY_BUFFER,
+    }
+    partition = kwargs.get("partition_id", args[1] if len(args) > 1 else None)
+    if isinstance(partition, str):
+        attrs[semconv.ATTR_WAIT_PARTITION] = partition
+    step = kwargs.get("global_steps", args[0] if args else None)
+    if isinstance(step, int):
+        attrs[semconv.ATTR_STEP] = step
+    return open_span(semconv.SPAN_WAIT, attributes=attrs), time.perf_counter()
+
+
+@safe("replay buffer wait span end")
+def _sample_end(state: tuple[SpanState, float], result: Any, error: BaseException | None) -> None:
+    opened, start = state
+    close_span(opened, error=error)
+    ACCOUNT.wait_ended(time.perf_counter() - start)  # the step's "waiting" (hooks/accounting.py)
+
+
+def sample_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return call_traced(_sample_start(args, kwargs), _sample_end, wrapped, *args, **kwargs)
+
+
+HOOKS = [
+    Hook(targets.REPLAY_BUFFER, "ReplayBuffer.sample", sample_wrapper),
+    Hook(targets.REPLAY_BUFFER, "ReplayBufferAsync.sample", sample_wrapper, optional=True),
+]

@@ -1,0 +1,513 @@
+"""``otel-verl stack up|down|status``: the ops kit's stack without Docker.
+
+Runs the OpenTelemetry Collector, Prometheus 3, Alertmanager, Jaeger v2 (traces) and VictoriaLogs
+(logs) as local processes bound to 127.0.0.1, with the configs of ``collector/`` (the ones compose
+mounts), every data folder under one ``--data-dir``. The Collector config takes its addresses
+from the environment (``${env:OTELCOL_...:-compose default}``); Prometheus and Alertmanager have
+no such substitution, so ``up`` writes a copy of theirs with the local addresses into the data
+folder. Binaries come from ``--bin-dir``, ``PATH``, then the folder ``scripts/backends.sh`` builds
+into; the official release binaries of each project work as well.
+
+``up`` returns once every component answers its readiness endpoint; ``down`` stops what ``up``
+started (the pids it recorded, checked against their command line); ``status`` tells which parts
+answer. State lives in ``DATA_DIR/stack.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from otel_verl.offline.errors import OK, PROBLEM, USAGE, CommandError
+
+HOST = "127.0.0.1"
+
+# Port names for --port NAME=PORT, with the defaults (the compose ports where compose has them).
+DEFAULT_PORTS: dict[str, int] = {
+    "otlp-grpc": 4317,  # Collector OTLP gRPC: what the training processes send to
+    "otlp-http": 4318,  # Collector OTLP HTTP
+    "otelcol-health": 13133,
+    "otelcol-metrics": 8888,  # Collector self-metrics, scraped by Prometheus
+    "prometheus": 9090,
+    "alertmanager": 9093,
+    "jaeger": 16686,  # Jaeger query API and UI
+    "jaeger-grpc": 16685,  # Jaeger query gRPC
+    "jaeger-otlp-grpc": 14317,  # Jaeger's own OTLP receiver (the Collector exports to it)
+    "jaeger-otlp-http": 14318,
+    "jaeger-health": 13134,
+    "victorialogs": 9428,  # VictoriaLogs HTTP: OTLP ingest, LogsQL queries, /health
+}
+
+START_ORDER = ("prometheus", "alertmanager", "jaeger", "victoria-logs", "otelcol")
+# The names each project's own build or release uses; the first one found wins.
+BINARY_NAMES: dict[str, tuple[str, ...]] = {
+    "otelcol": ("otelcol-verl", "otelcol-contrib"),
+    "prometheus": ("prometheus",),
+    "alertmanager": ("alertmanager",),
+    "jaeger": ("jaeger",),
+    "victoria-logs": ("victoria-logs", "victoria-logs-prod"),
+}
+STATE_FILE = "stack.json"
+STOP_GRACE_S = 15.0
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("OTEL_VERL_STACK_DIR") or Path.home() / ".local" / "share" / "otel-verl" / "stack")
+
+
+def default_backends_dir() -> Path:
+    """Where scripts/backends.sh builds (same default as the script)."""
+    return Path(os.environ.get("OTEL_VERL_BACKENDS_DIR") or Path.home() / ".cache" / "otel-verl" / "backends")
+
+
+def default_config_dir() -> Path | None:
+    """collector/ of this checkout (an editable install); a wheel does not carry it."""
+    env = os.environ.get("OTEL_VERL_COLLECTOR_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[2] / "collector"
+    return here if (here / "otelcol-config.yaml").is_file() else None
+
+
+def parse_ports(items: list[str] | None) -> dict[str, int]:
+    """``["prometheus=19090", ...]`` over the defaults; raises CommandError(USAGE) on a bad item."""
+    ports = dict(DEFAULT_PORTS)
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in DEFAULT_PORTS or not value.isdigit() or not 0 < int(value) < 65536:
+            raise CommandError(
+                f"--port {item!r}: expected NAME=PORT with NAME one of {', '.join(DEFAULT_PORTS)}", USAGE
+            )
+        ports[name] = int(value)
+    taken: dict[int, str] = {}
+    for name, port in ports.items():
+        if port in taken:
+            raise CommandError(f"--port: {name} and {taken[port]} both use port {port}", USAGE)
+        taken[port] = name
+    return ports
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    ready_url: str
+    url: str  # what a user opens or points a client at
+    ports: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding binaries
+
+
+def _prometheus_major(binary: str) -> int | None:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"version (\d+)\.", out.stdout + out.stderr)
+    return int(m.group(1)) if m else None
+
+
+def find_binaries(bin_dir: Path | None) -> dict[str, str]:
+    """Path of each component's binary; CommandError naming every missing one."""
+    dirs = ([bin_dir] if bin_dir else []) + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    dirs.append(default_backends_dir())
+    dirs = list(dict.fromkeys(d.resolve() for d in dirs))  # /bin and /usr/bin are one folder on Debian
+    found: dict[str, str] = {}
+    notes: list[str] = []
+    for comp, names in BINARY_NAMES.items():
+        for d in dirs:
+            for name in names:
+                cand = d / name
+                if not (cand.is_file() and os.access(cand, os.X_OK)):
+                    continue
+                # Debian's `prometheus` package is 2.x: it has no OTLP receiver and rejects the
+                # config's otlp: block, so look further instead of failing at start.
+                if comp == "prometheus" and (major := _prometheus_major(str(cand))) != 3:
+                    notes.append(f"{cand} is Prometheus {major if major is not None else '?'}.x, 3.x is needed")
+                    continue
+                found[comp] = str(cand)
+                break
+            if comp in found:
+                break
+    missing = [c for c in BINARY_NAMES if c not in found]
+    if missing:
+        wanted = "; ".join(f"{c} (as {' or '.join(BINARY_NAMES[c])})" for c in missing)
+        where = f"{bin_dir}, PATH or {default_backends_dir()}" if bin_dir else f"PATH or {default_backends_dir()}"
+        extra = f" ({'; '.join(notes)})" if notes else ""
+        raise CommandError(
+            f"missing binaries: {wanted}, looked in {where}{extra}; build them with "
+            "`bash scripts/backends.sh` or put each project's release binary there"
+        )
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs
+
+
+def _prometheus_config(config_dir: Path, ports: dict[str, int]) -> str:
+    """collector/prometheus/prometheus.yml with the stack's addresses in place of compose's."""
+    cfg = yaml.safe_load((config_dir / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    rules_dir = config_dir / "prometheus"
+    cfg["rule_files"] = [str(rules_dir / pattern) for pattern in cfg.get("rule_files") or []]
+    cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [f"{HOST}:{ports['alertmanager']}"]}]}]}
+    # compose service -> the local address; jobs of backends not in this stack (tempo, loki) go.
+    local = {
+        "prometheus": f"{HOST}:{ports['prometheus']}",
+        "otelcol": f"{HOST}:{ports['otelcol-metrics']}",
+        "alertmanager": f"{HOST}:{ports['alertmanager']}",
+    }
+    jobs = [
+        {**job, "static_configs": [{"targets": [local[job["job_name"]]]}]}
+        for job in cfg.get("scrape_configs") or []
+        if job["job_name"] in local
+    ]
+    jobs.append({"job_name": "victorialogs", "static_configs": [{"targets": [f"{HOST}:{ports['victorialogs']}"]}]})
+    cfg["scrape_configs"] = jobs
+    head = "# Written by `otel-verl stack up` from collector/prometheus/prometheus.yml; edit that file.\n"
+    return head + yaml.safe_dump(cfg, sort_keys=False)
+
+
+def _alertmanager_config(config_dir: Path) -> str:
+    # compose reaches the webhook on the Docker host as host.docker.internal; here that is localhost.
+    text = (config_dir / "alertmanager" / "alertmanager.yml").read_text(encoding="utf-8")
+    head = "# Written by `otel-verl stack up` from collector/alertmanager/alertmanager.yml; edit that file.\n"
+    return head + text.replace("host.docker.internal", HOST)
+
+
+def plan(binaries: dict[str, str], config_dir: Path, data_dir: Path, ports: dict[str, int]) -> list[Component]:
+    """The commands, environments and readiness URLs of the five components; writes the configs."""
+    p = ports
+    prom_dir, am_dir = data_dir / "prometheus", data_dir / "alertmanager"
+    for d in (prom_dir / "data", am_dir / "data", data_dir / "victoria-logs", data_dir / "otelcol" / "file_storage"):
+        d.mkdir(parents=True, exist_ok=True)
+    (prom_dir / "prometheus.yml").write_text(_prometheus_config(config_dir, p), encoding="utf-8")
+    (am_dir / "alertmanager.yml").write_text(_alertmanager_config(config_dir), encoding="utf-8")
+    web = f"http://{HOST}"
+    return [
+        Component(
+            "prometheus",
+            # The flags of compose's prometheus service, with local paths and address.
+            [
+                binaries["prometheus"],
+                f"--config.file={prom_dir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={prom_dir / 'data'}",
+                "--storage.tsdb.retention.time=30d",
+                "--web.enable-otlp-receiver",
+                "--web.enable-remote-write-receiver",
+                "--web.enable-lifecycle",
+                "--enable-feature=exemplar-storage",
+                f"--web.listen-address={HOST}:{p['prometheus']}",
+            ],
+            {},
+            f"{web}:{p['prometheus']}/-/ready",
+            f"{web}:{p['prometheus']}",
+            ("prometheus",),
+        ),
+        Component(
+            "alertmanager",
+            [
+                binaries["alertmanager"],
+                f"--config.file={am_dir / 'alertmanager.yml'}",
+                f"--storage.path={am_dir / 'data'}",
+                f"--web.listen-address={HOST}:{p['alertmanager']}",
+                # One node: no gossip listener (it would take 9094 on every interface).
+                "--cluster.listen-address=",
+            ],
+            {},
+            f"{web}:{p['alertmanager']}/-/ready",
+            f"{web}:{p['alertmanager']}",
+            ("alertmanager",),
+        ),
+        Component(
+            "jaeger",
+            [binaries["jaeger"], f"--config={config_dir / 'jaeger' / 'jaeger.yaml'}"],
+            {
+                "JAEGER_LISTEN_HOST": HOST,
+                "JAEGER_QUERY_PORT": str(p["jaeger"]),
+                "JAEGER_QUERY_GRPC_PORT": str(p["jaeger-grpc"]),
+                "JAEGER_OTLP_GRPC_PORT": str(p["jaeger-otlp-grpc"]),
+                "JAEGER_OTLP_HTTP_PORT": str(p["jaeger-otlp-http"]),
+                "JAEGER_HEALTH_PORT": str(p["jaeger-health"]),
+            },
+            f"{web}:{p['jaeger-health']}/status",
+            f"{web}:{p['jaeger']}",
+            ("jaeger", "jaeger-grpc", "jaeger-otlp-grpc", "jaeger-otlp-http", "jaeger-health"),
+        ),
+        Component(
+            "victoria-logs",
+            [
+                binaries["victoria-logs"],
+                f"-httpListenAddr={HOST}:{p['victorialogs']}",
+                f"-storageDataPath={data_dir / 'victoria-logs'}",
+                "-retentionPeriod=30d",
+            ],
+            {},
+            f"{web}:{p['victorialogs']}/health",
+            f"{web}:{p['victorialogs']}",
+            ("victorialogs",),
+        ),
+        Component(
+            "otelcol",
+            [binaries["otelcol"], f"--config={config_dir / 'otelcol-config.yaml'}"],
+            {
+                "OTELCOL_LISTEN_HOST": HOST,
+                "OTELCOL_OTLP_GRPC_PORT": str(p["otlp-grpc"]),
+                "OTELCOL_OTLP_HTTP_PORT": str(p["otlp-http"]),
+                "OTELCOL_HEALTH_PORT": str(p["otelcol-health"]),
+                "OTELCOL_METRICS_PORT": str(p["otelcol-metrics"]),
+                "OTELCOL_STORAGE_DIR": str(data_dir / "otelcol" / "file_storage"),
+                "OTELCOL_METRICS_ENDPOINT": f"{web}:{p['prometheus']}/api/v1/otlp",
+                "OTELCOL_TRACES_ENDPOINT": f"{HOST}:{p['jaeger-otlp-grpc']}",
+                "OTELCOL_LOGS_ENDPOINT": f"{web}:{p['victorialogs']}/insert/opentelemetry",
+                # As compose: about 80 % of the 2 GiB compose gives it; memory_limiter acts first.
+                "GOMEMLIMIT": "1640MiB",
+            },
+            f"{web}:{p['otelcol-health']}/",
+            f"{web}:{p['otlp-http']} (OTLP HTTP), {HOST}:{p['otlp-grpc']} (OTLP gRPC)",
+            ("otlp-grpc", "otlp-http", "otelcol-health", "otelcol-metrics"),
+        ),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+def _answers(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - our own 127.0.0.1 URLs
+            return 200 <= resp.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _ours(pid: int, binary: str) -> bool:
+    """pid is alive and still runs ``binary`` (not a reused pid of something else)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        try:
+            os.kill(pid, 0)  # no /proc (macOS): trust the pid
+        except OSError:
+            return False
+        return True
+    return bool(cmdline) and cmdline[0].decode(errors="replace") == binary
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
+def _load_state(data_dir: Path) -> dict:
+    try:
+        return json.loads((data_dir / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_state(data_dir: Path, state: dict) -> None:
+    tmp = data_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
+    tmp.replace(data_dir / STATE_FILE)
+
+
+def _running(state: dict) -> dict[str, dict]:
+    return {n: c for n, c in (state.get("components") or {}).items() if _ours(c["pid"], c["argv"][0])}
+
+
+def _stop(pid: int, binary: str, grace_s: float = STOP_GRACE_S) -> None:
+    if not _ours(pid, binary):
+        return
+    try:
+        os.killpg(pid, signal.SIGTERM)  # each component leads its own process group
+    except OSError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)  # our child when up and down run in one process
+            if done:
+                return
+        except ChildProcessError:
+            if not _ours(pid, binary):
+                return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def up(
+    bin_dir: Path | None,
+    data_dir: Path,
+    ports: dict[str, int],
+    timeout_s: float = 90.0,
+    config_dir: Path | None = None,
+    out: Callable[[str], None] = print,
+) -> int:
+    config_dir = config_dir or default_config_dir()
+    if config_dir is None or not (config_dir / "otelcol-config.yaml").is_file():
+        raise CommandError(
+            "no collector/ config folder: pass --config-dir (the collector/ folder of an otel-verl clone) "
+            "or set OTEL_VERL_COLLECTOR_DIR",
+            USAGE,
+        )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    state = _load_state(data_dir)
+    running = _running(state)
+    if set(running) == set(START_ORDER) and all(_answers(c["ready_url"]) for c in running.values()):
+        # Idempotent, like scripts/backends.sh: a second `up` finds the stack it wants.
+        out(f"already running from {data_dir}:")
+        return status(data_dir, out)
+    if running:
+        raise CommandError(
+            f"a stack from {data_dir} is already running ({', '.join(running)}): "
+            "`otel-verl stack status` shows it, `otel-verl stack down` stops it"
+        )
+    binaries = find_binaries(bin_dir)
+    busy = [f"{name} {port}" for name, port in ports.items() if not _port_free(port)]
+    if busy:
+        raise CommandError(f"ports in use on {HOST}: {', '.join(busy)}; choose others with --port NAME=PORT")
+    components = {c.name: c for c in plan(binaries, config_dir.resolve(), data_dir.resolve(), ports)}
+    (data_dir / "logs").mkdir(exist_ok=True)
+    state = {"data_dir": str(data_dir.resolve()), "ports": ports, "components": {}}
+    started = time.monotonic()
+    procs: dict[str, subprocess.Popen] = {}
+    for name in START_ORDER:
+        comp = components[name]
+        log_path = data_dir / "logs" / f"{name}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(  # noqa: S603 - binaries the user chose, fixed arguments
+                comp.argv,
+                env={**os.environ, **comp.env},
+                cwd=data_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives this command; down stops its whole group
+            )
+        procs[name] = proc
+        state["components"][name] = {
+            "pid": proc.pid,
+            "argv": comp.argv,
+            "ready_url": comp.ready_url,
+            "url": comp.url,
+            "log": str(log_path),
+        }
+        _save_state(data_dir, state)
+    pending = list(START_ORDER)
+    deadline = started + timeout_s
+    while pending:
+        for name in list(pending):
+            info = state["components"][name]
+            if (rc := procs[name].poll()) is not None:
+                _stop_all(state)
+                raise CommandError(
+                    f"{name} exited with code {rc} during start-up (log {info['log']}): {_tail(Path(info['log']))}"
+                )
+            if _answers(info["ready_url"]):
+                pending.remove(name)
+                out(f"{name:<14} ready after {time.monotonic() - started:4.1f} s  {info['url']}  (pid {info['pid']})")
+        if pending and time.monotonic() > deadline:
+            _stop_all(state)
+            raise CommandError(
+                f"not ready after {timeout_s:g} s: {', '.join(pending)} "
+                f"(logs in {data_dir / 'logs'}); stopped the stack"
+            )
+        if pending:
+            time.sleep(0.25)
+    out(f"stack up in {time.monotonic() - started:.1f} s, data in {data_dir}; for the training job:")
+    out(f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{HOST}:{ports['otlp-grpc']}")
+    return OK
+
+
+def _stop_all(state: dict) -> list[str]:
+    stopped = []
+    # Collector first: whatever it still holds goes to its on-disk queue or to the backends.
+    for name in reversed(START_ORDER):
+        info = (state.get("components") or {}).get(name)
+        if info and _ours(info["pid"], info["argv"][0]):
+            _stop(info["pid"], info["argv"][0])
+            stopped.append(name)
+    return stopped
+
+
+def down(data_dir: Path, out: Callable[[str], None] = print) -> int:
+    state = _load_state(data_dir)
+    stopped = _stop_all(state)
+    (data_dir / STATE_FILE).unlink(missing_ok=True)
+    out(f"stopped {', '.join(stopped)}" if stopped else f"no stack running from {data_dir}")
+    return OK
+
+
+def status(data_dir: Path, out: Callable[[str], None] = print) -> int:
+    state = _load_state(data_dir)
+    comps = state.get("components") or {}
+    if not comps:
+        out(f"no stack started from {data_dir}")
+        return PROBLEM
+    healthy = True
+    for name in START_ORDER:
+        info = comps.get(name)
+        if info is None:
+            healthy = False
+            out(f"{name:<14} not started")
+            continue
+        alive = _ours(info["pid"], info["argv"][0])
+        ready = alive and _answers(info["ready_url"])
+        healthy &= ready
+        word = "ready" if ready else ("running, not ready" if alive else "not running")
+        out(f"{name:<14} {word:<18} {info['url']}  (pid {info['pid']}, log {info['log']})")
+    return OK if healthy else PROBLEM
+
+
+def stack(
+    action: str,
+    bin_dir: Path | None = None,
+    data_dir: Path | None = None,
+    port_items: list[str] | None = None,
+    timeout_s: float = 90.0,
+    config_dir: Path | None = None,
+) -> int:
+    """Entry point of ``otel-verl stack``; ``action`` is up, down or status."""
+    data_dir = data_dir or default_data_dir()
+    if bin_dir is not None and not bin_dir.is_dir():
+        raise CommandError(f"--bin-dir {bin_dir} is not a folder", USAGE)
+    if action == "up":
+        return up(bin_dir, data_dir, parse_ports(port_items), timeout_s, config_dir)
+    if action == "down":
+        return down(data_dir)
+    if action == "status":
+        return status(data_dir)
+    raise CommandError(f"unknown action {action!r}", USAGE)  # argparse's choices keep this unreachable

@@ -1,0 +1,116 @@
+"""End-to-end: user code with the plain OpenTelemetry API joins the run (real trainer on CPU).
+
+The run uses ``verl_cpu_harness.user_telemetry``: a custom reward function (reward-loop worker
+processes) and a custom agent loop (agent-loop worker processes), each recording spans and
+metrics through ``opentelemetry.trace`` / ``opentelemetry.metrics`` only. Ground truth: the
+configuration (4 prompts x rollout.n 2 = 8 training trajectories per step, 16 validation ones
+before training) and otel-verl's own trajectory spans of the same run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from verl_cpu_harness import user_telemetry as ut
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 2
+PER_STEP = 4 * 2
+VALIDATION = 16
+
+
+@pytest.fixture(scope="module", params=["v0", "v1"])
+def run(request, verl_runs, tmp_path_factory):
+    extra = tuple(ut.overrides(tmp_path_factory.mktemp(f"user-{request.param}")))
+    result = verl_runs.get(request.param, "grpo", extra=extra)
+    assert result.returncode == 0, result.output[-4000:]
+    assert sorted(k for k in result.console if k > 0) == list(range(1, STEPS + 1))
+    return result
+
+
+def _run_id(run) -> str:
+    (run_id,) = {s.resource[semconv.RES_RUN_ID] for s in run.spans if s.name == semconv.SPAN_STEP}
+    return run_id
+
+
+def test_user_reward_spans_are_children_of_the_reward_worker_span_in_the_trajectory_trace(run):
+    by_id = {s.span_id: s for s in run.spans}
+    trajectories = [s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+    user = [s for s in run.spans if s.name == ut.SPAN_REWARD]
+    assert len(user) == len(trajectories) == STEPS * PER_STEP + VALIDATION  # every trajectory scored once
+    run_id = _run_id(run)
+    for span in user:
+        worker = by_id[span.parent_id]
+        assert worker.name == semconv.SPAN_REWARD_WORKER
+        reward = by_id[worker.parent_id]  # in the agent-loop worker, across the Ray call
+        assert reward.name == semconv.SPAN_ROLLOUT_REWARD
+        trajectory = by_id[reward.parent_id]
+        assert trajectory.name == semconv.SPAN_ROLLOUT_TRAJECTORY
+        assert span.trace_id == trajectory.trace_id
+        assert span.resource[semconv.RES_RUN_ID] == run_id
+        assert span.resource[semconv.RES_ROLE] == semconv.ROLE_REWARD_WORKER
+        assert worker.resource["process.pid"] != reward.resource["process.pid"]
+        # the helper: the trajectory's step, known in the reward process
+        step = trajectory.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]
+        if step > 0:
+            assert span.attributes[semconv.ATTR_STEP] == step
+
+
+def test_user_agent_loop_spans_are_children_of_their_trajectory(run):
+    by_id = {s.span_id: s for s in run.spans}
+    user = [s for s in run.spans if s.name == ut.SPAN_AGENT]
+    assert len(user) == STEPS * PER_STEP + VALIDATION
+    for span in user:
+        trajectory = by_id[span.parent_id]
+        assert trajectory.name == semconv.SPAN_ROLLOUT_TRAJECTORY
+        assert span.resource[semconv.RES_ROLE] == semconv.ROLE_AGENT_LOOP
+        step = trajectory.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]
+        if step > 0:
+            assert span.attributes[semconv.ATTR_STEP] == step
+
+
+def test_training_rewards_reach_the_step_trace(run):
+    """v0: in the step's trace; v1: in the trajectory's trace, linked to the step's gen span."""
+    by_id = {s.span_id: s for s in run.spans}
+    steps = {s.trace_id: s.attributes[semconv.ATTR_STEP] for s in run.spans if s.name == semconv.SPAN_STEP}
+    gen_spans = {s.span_id: s for s in run.spans if s.name == semconv.SPAN_GEN}
+    train = [s for s in run.spans if s.name == ut.SPAN_REWARD and s.attributes.get(semconv.ATTR_STEP, 0) > 0]
+    assert len(train) == STEPS * PER_STEP
+    for span in train:
+        if run.driver == "v0":
+            assert steps.get(span.trace_id) == span.attributes[semconv.ATTR_STEP]
+            continue
+        trajectory = by_id[by_id[by_id[span.parent_id].parent_id].parent_id]
+        (gen,) = [gen_spans[link.span_id] for link in trajectory.links if link.span_id in gen_spans]
+        assert steps[gen.trace_id] == span.attributes[semconv.ATTR_STEP]
+
+
+def test_user_metrics_arrive_with_the_run_id_for_every_step(run):
+    run_id = _run_id(run)
+    calls = sorted((p for p in run.points if p.name == ut.COUNTER), key=lambda p: p.time_ns)
+    hist = sorted((p for p in run.points if p.name == ut.HISTOGRAM), key=lambda p: p.time_ns)
+    assert calls and hist
+    for p in calls + hist:
+        assert p.resource[semconv.RES_RUN_ID] == run_id
+        assert p.resource[semconv.RES_ROLE] == semconv.ROLE_REWARD_WORKER
+        assert p.attributes == {"data_source": "tiny_add"}
+    total = STEPS * PER_STEP + VALIDATION
+    # cumulative: the last export holds every call (one reward worker: reward.num_workers=1)
+    assert calls[-1].value == total
+    assert hist[-1].count == total
+    values = [p.value for p in calls]
+    assert values == sorted(values)
+    if run.driver == "v0":  # steps do not overlap: each step's end is exported (validation, step 1, step 2)
+        assert {VALIDATION, VALIDATION + PER_STEP, total} <= set(values), values
+
+
+def test_a_user_gauge_in_the_agent_loop_is_exported_every_step(run):
+    points = [p for p in run.points if p.name == ut.GAUGE]
+    assert points
+    assert all(p.resource[semconv.RES_RUN_ID] == _run_id(run) for p in points)
+    # one export at least per batch of trajectories: validation and each step
+    assert len({p.time_ns for p in points}) >= STEPS + 1, Counter(p.time_ns for p in points)

@@ -1,0 +1,131 @@
+"""`otel-verl stack`: what it runs, checked without the binaries (tests/ops/test_stack_live.py runs them)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from opskit import COLLECTOR, COMPOSE_FILE, load_yaml
+
+from otel_verl import cli
+from otel_verl.offline import stack
+from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
+
+
+def _fake_binaries(folder: Path) -> Path:
+    """Executables with the names stack looks for; `prometheus --version` says 3.x."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for names in stack.BINARY_NAMES.values():
+        exe = folder / names[0]
+        exe.write_text("#!/bin/sh\necho 'prometheus, version 3.16.0 (branch: x)'\n")
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return folder
+
+
+@pytest.fixture
+def components(tmp_path) -> dict[str, stack.Component]:
+    binaries = stack.find_binaries(_fake_binaries(tmp_path / "bin"))
+    return {c.name: c for c in stack.plan(binaries, COLLECTOR, tmp_path / "data", dict(stack.DEFAULT_PORTS))}
+
+
+def test_default_ports_are_the_documented_ones():
+    p = stack.DEFAULT_PORTS
+    assert (p["otlp-grpc"], p["otlp-http"], p["prometheus"], p["alertmanager"]) == (4317, 4318, 9090, 9093)
+    assert (p["jaeger"], p["victorialogs"]) == (16686, 9428)
+    assert not {p["jaeger-otlp-grpc"], p["jaeger-otlp-http"]} & {4317, 4318}
+
+
+def test_ports_override_and_reject_bad_items():
+    assert stack.parse_ports(["prometheus=19090"])["prometheus"] == 19090
+    for bad in (["prometheus"], ["nope=1"], ["jaeger=0"], ["jaeger=x"], ["jaeger=4317"]):
+        with pytest.raises(CommandError) as exc:
+            stack.parse_ports(bad)
+        assert exc.value.code == USAGE
+
+
+def test_missing_binaries_are_named_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("OTEL_VERL_BACKENDS_DIR", str(tmp_path / "none"))
+    rc = cli.main(["stack", "up", "--bin-dir", str(tmp_path), "--data-dir", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert rc == PROBLEM and err.count("\n") == 1, err
+    for name in ("otelcol-verl", "prometheus", "alertmanager", "jaeger", "victoria-logs"):
+        assert name in err, err
+    assert "scripts/backends.sh" in err
+
+
+def test_prometheus_2_is_passed_over(tmp_path, monkeypatch):
+    bin_dir = _fake_binaries(tmp_path / "bin")
+    (bin_dir / "prometheus").write_text("#!/bin/sh\necho 'prometheus, version 2.42.0 (branch: debian)'\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("OTEL_VERL_BACKENDS_DIR", str(tmp_path / "none"))
+    with pytest.raises(CommandError, match=r"prometheus.*Prometheus 2\.x, 3\.x is needed"):
+        stack.find_binaries(bin_dir)
+
+
+def test_status_and_down_without_a_stack(tmp_path, capsys):
+    assert cli.main(["stack", "status", "--data-dir", str(tmp_path)]) == PROBLEM
+    assert cli.main(["stack", "down", "--data-dir", str(tmp_path)]) == 0
+    assert "no stack" in capsys.readouterr().out
+
+
+def test_help_states_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["stack", "--help"])
+    assert "exit codes: 0 ok" in " ".join(capsys.readouterr().out.split())
+
+
+def test_prometheus_runs_with_compose_flags(components):
+    compose = load_yaml(COMPOSE_FILE)["services"]["prometheus"]["command"]
+    ours = components["prometheus"].argv[1:]
+
+    def flags(argv: list[str]) -> set[str]:  # paths and addresses differ on purpose
+        return {
+            a for a in argv if not a.startswith(("--config.file=", "--storage.tsdb.path=", "--web.listen-address="))
+        }
+
+    assert flags(ours) == flags(compose)
+    assert "--web.listen-address=127.0.0.1:9090" in ours
+
+
+def test_generated_prometheus_config_keeps_everything_but_addresses(components, tmp_path):
+    shipped = load_yaml(COLLECTOR / "prometheus" / "prometheus.yml")
+    generated = yaml.safe_load((tmp_path / "data" / "prometheus" / "prometheus.yml").read_text())
+    for key in ("global", "storage", "otlp"):
+        assert generated[key] == shipped[key], key
+    (rules,) = generated["rule_files"]
+    assert os.path.isabs(rules) and glob.glob(rules) == [
+        str(p) for p in sorted((COLLECTOR / "prometheus" / "rules").glob("*.yaml"))
+    ]
+    targets = [t for job in generated["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
+    targets += generated["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert targets and all(t.startswith("127.0.0.1:") for t in targets), targets
+
+
+def test_generated_alertmanager_config_sends_to_localhost(components, tmp_path):
+    text = (tmp_path / "data" / "alertmanager" / "alertmanager.yml").read_text()
+    assert "host.docker.internal" not in text and "http://127.0.0.1:5001/verl-alerts" in text
+    assert "--cluster.listen-address=" in components["alertmanager"].argv
+
+
+def test_every_component_binds_loopback_only(components):
+    for comp in components.values():
+        for arg in comp.argv:
+            assert "0.0.0.0" not in arg, (comp.name, arg)
+        assert comp.env.get("OTELCOL_LISTEN_HOST", "127.0.0.1") == "127.0.0.1"
+        assert comp.env.get("JAEGER_LISTEN_HOST", "127.0.0.1") == "127.0.0.1"
+    jaeger = load_yaml(COLLECTOR / "jaeger" / "jaeger.yaml")
+    assert jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].startswith(
+        "${env:JAEGER_LISTEN_HOST:-127.0.0.1}"
+    )
+
+
+def test_collector_exports_to_the_stack_backends(components):
+    env = components["otelcol"].env
+    assert env["OTELCOL_TRACES_ENDPOINT"] == "127.0.0.1:14317"
+    assert env["OTELCOL_LOGS_ENDPOINT"] == "http://127.0.0.1:9428/insert/opentelemetry"
+    assert env["OTELCOL_METRICS_ENDPOINT"] == "http://127.0.0.1:9090/api/v1/otlp"
