@@ -87,18 +87,16 @@ class VerlInstrumentor(BaseInstrumentor):
     def _activate(self) -> None:
         """Register every hook (applied as each verl/Ray module is imported) and the stall reporter."""
         self._waiting = None
-        import wrapt
-
         from otel_verl.hooks import all_hooks
         from otel_verl.hooks.hookset import HookSet
         from otel_verl.stall import reporter
 
         if self._hooks is None:
             self._hooks = HookSet(all_hooks())
-            # a process that imports verl reports its stacks when training stalls (not Ray's daemons)
-            wrapt.register_post_import_hook(reporter.start_on_verl_import, "verl")
-        elif "verl" in sys.modules:  # instrumented again after uninstrument()
-            reporter.REPORTER.start()
+        # This process imports verl (or is importing it: called from ``_OnVerlImport``, where a
+        # post-import hook on "verl" registered now would be skipped by the import already under
+        # way), so it reports its stacks when training stalls; Ray's daemons never get here.
+        reporter.start_on_verl_import()
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
