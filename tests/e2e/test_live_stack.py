@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import re
-import socket
 import sys
 import threading
 import time
@@ -63,6 +61,7 @@ from opskit import (  # noqa: E402
     backends_dir,
     dashboard_prom_exprs,
     datasource_prom_exprs,
+    free_ports,
     promql_names,
     rule_exprs,
 )
@@ -104,23 +103,6 @@ def _until(what: str, probe: Callable[[], Any], timeout_s: float = POLL_S) -> An
     raise AssertionError(f"{what}: not there after {timeout_s:g} s (last answer {last!r})")
 
 
-def _free_ports(names: list[str]) -> dict[str, int]:
-    """Free ports below Linux's ephemeral range, so no outgoing connection takes one first."""
-    rng = random.Random()
-    ports: dict[str, int] = {}
-    while len(ports) < len(names):
-        port = rng.randrange(20000, 32000)
-        if port in ports.values():
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports[names[len(ports)]] = port
-    return ports
-
-
 # ---------------------------------------------------------------------------------------------
 # Fixtures
 
@@ -155,7 +137,7 @@ def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     except CommandError as exc:
         pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
     data_dir = tmp_path_factory.mktemp("live-stack")
-    ports = _free_ports(list(stack.DEFAULT_PORTS))
+    ports = free_ports(list(stack.DEFAULT_PORTS))
     lines: list[str] = []
     try:
         stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -405,3 +407,21 @@ def all_used_names() -> PromQLNames:
 # rule and Prometheus 3's OTLP translation of an instrument.
 otlp_to_prometheus_name = translate
 verl_key_to_otel_name = metric_name
+
+
+def free_ports(names: list[str]) -> dict[str, int]:
+    """Free ports below the kernel's ephemeral range (32768+ on Linux), so that no outgoing
+    connection of an already started component takes one before its owner binds it."""
+    rng = random.Random()
+    ports: dict[str, int] = {}
+    while len(ports) < len(names):
+        port = rng.randrange(20000, 32000)
+        if port in ports.values():
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports[names[len(ports)]] = port
+    return ports

@@ -8,8 +8,6 @@ missing, without them. About 15 s when they are there.
 from __future__ import annotations
 
 import json
-import random
-import socket
 import subprocess
 import sys
 import time
@@ -32,30 +30,12 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opskit import COLLECTOR, backends_dir
+from opskit import COLLECTOR, backends_dir, free_ports
 
 from otel_verl.offline import stack
 from otel_verl.offline.errors import CommandError
 
 POLL_S = 30.0  # the Collector batches for up to 2 s (sending_queue.batch.flush_timeout), then exports
-
-
-def _free_ports(names: list[str]) -> dict[str, int]:
-    """Free ports below the kernel's ephemeral range (32768+ on Linux), so that no outgoing
-    connection of an already started component takes one before its owner binds it."""
-    rng = random.Random()
-    ports: dict[str, int] = {}
-    while len(ports) < len(names):
-        port = rng.randrange(20000, 32000)
-        if port in ports.values():
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports[names[len(ports)]] = port
-    return ports
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +46,7 @@ def live_stack(tmp_path_factory) -> Iterator[dict[str, Any]]:
     except CommandError as exc:
         pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
     data_dir = tmp_path_factory.mktemp("stack")
-    ports = _free_ports(list(stack.DEFAULT_PORTS))
+    ports = free_ports(list(stack.DEFAULT_PORTS))
     # Through the command line, as a user runs it: the components must outlive `otel-verl stack up`.
     base = [sys.executable, "-m", "otel_verl.cli", "stack"]
     where = ["--data-dir", str(data_dir)]
