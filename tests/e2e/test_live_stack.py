@@ -51,19 +51,19 @@ from otel_verl import semconv
 from otel_verl.instruments import catalog
 from otel_verl.instruments.prometheus import prometheus_name, translate
 from otel_verl.offline import stack
-from otel_verl.offline.errors import CommandError
 from otel_verl.offline.otlp_files import SpanRecord, read_spans
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the kit's PromQL helpers
 from opskit import (  # noqa: E402
     COLLECTOR,
+    NEEDS_GPU,
     all_used_names,
-    backends_dir,
     dashboard_prom_exprs,
     datasource_prom_exprs,
     free_ports,
     promql_names,
     rule_exprs,
+    stack_bin_dir,
 )
 
 pytestmark = pytest.mark.e2e
@@ -131,11 +131,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    bin_dir = backends_dir() if backends_dir().is_dir() else None
-    try:
-        stack.find_binaries(bin_dir)
-    except CommandError as exc:
-        pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
+    bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp("live-stack")
     ports = free_ports(list(stack.DEFAULT_PORTS))
     lines: list[str] = []
@@ -528,14 +524,6 @@ def test_sampled_generations_carry_their_step_trace_id(run: LiveRun) -> None:
 # Every PromQL of the kit on this live Prometheus (Prometheus 3 names as they are, no rewriting)
 
 RATE_INTERVAL = "1m"  # $__rate_interval: spans a 2-step run's collections (pushed at step ends)
-NEEDS_GPU = {
-    "hw_gpu_memory_usage_bytes",
-    "hw_gpu_memory_limit_bytes",
-    "hw_gpu_utilization_ratio",
-    "hw_power_watts",
-    "hw_temperature_celsius",
-    "verl_process_gpu_memory_usage_bytes",
-}
 FAILURE_ONLY = {"verl_training_nonfinite_total"}  # created by the first NaN/Inf verl logs
 ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus once a rule fires: a healthy run has none
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")

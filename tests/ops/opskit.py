@@ -425,3 +425,28 @@ def free_ports(names: list[str]) -> dict[str, int]:
                 continue
         ports[names[len(ports)]] = port
     return ports
+
+
+# Metric names only a GPU run emits: queries on them may return nothing on the CPU harness.
+NEEDS_GPU = {
+    "hw_gpu_memory_usage_bytes",
+    "hw_gpu_memory_limit_bytes",
+    "hw_gpu_utilization_ratio",
+    "hw_power_watts",
+    "hw_temperature_celsius",
+    "verl_process_gpu_memory_usage_bytes",
+}
+
+
+def stack_bin_dir() -> Path | None:
+    """The folder for ``otel-verl stack``'s binaries (``scripts/backends.sh``'s, if built); skips the
+    calling test, naming what is missing, when the binaries are not there."""
+    from otel_verl.offline import stack
+    from otel_verl.offline.errors import CommandError
+
+    bin_dir = backends_dir() if backends_dir().is_dir() else None
+    try:
+        stack.find_binaries(bin_dir)
+    except CommandError as exc:
+        pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
+    return bin_dir

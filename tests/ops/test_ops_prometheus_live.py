@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from opskit import (
+    NEEDS_GPU,
     dashboard_prom_exprs,
     datasource_prom_exprs,
     otlp_to_prometheus_name,
@@ -50,14 +51,6 @@ RATE_INTERVAL = "5s"
 PULL_PORTS = 12
 
 # Queries allowed to return nothing, by the metric names they use.
-NEEDS_GPU = {
-    "hw_gpu_memory_usage_bytes",
-    "hw_gpu_memory_limit_bytes",
-    "hw_gpu_utilization_ratio",
-    "hw_power_watts",
-    "hw_temperature_celsius",
-    "verl_process_gpu_memory_usage_bytes",
-}
 # Rollout metrics come from rollout hooks that may not exist yet; allowed empty only while
 # the run emits no metric of that name (then they must return data).
 ROLLOUT = {

@@ -30,21 +30,16 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opskit import COLLECTOR, backends_dir, free_ports
+from opskit import COLLECTOR, free_ports, stack_bin_dir
 
 from otel_verl.offline import stack
-from otel_verl.offline.errors import CommandError
 
 POLL_S = 30.0  # the Collector batches for up to 2 s (sending_queue.batch.flush_timeout), then exports
 
 
 @pytest.fixture(scope="module")
 def live_stack(tmp_path_factory) -> Iterator[dict[str, Any]]:
-    bin_dir = backends_dir() if backends_dir().is_dir() else None
-    try:
-        stack.find_binaries(bin_dir)
-    except CommandError as exc:
-        pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
+    bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp("stack")
     ports = free_ports(list(stack.DEFAULT_PORTS))
     # Through the command line, as a user runs it: the components must outlive `otel-verl stack up`.
