@@ -37,6 +37,11 @@ command -v go >/dev/null 2>&1 || {
   exit 1
 }
 mkdir -p "$DIR/logs" "$DIR/work"
+# One build per folder at a time: setup.sh's background build, scripts/stack.sh up and the tests
+# (tests/ops/opskit.py wait_for_backend_build) take this lock; a second caller waits here, then
+# finds the binaries built.
+exec 9>"$DIR/.lock"
+flock 9
 
 # Build inputs of a component, hashed: the binary is rebuilt only when they change.
 stamp_of() {

@@ -188,6 +188,13 @@ def verl_runs(tmp_path_factory) -> _Runs:
     return _Runs(tmp_path_factory.mktemp("verl"))
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Tests marked ``live_stack`` (they need the Go-built backends) run last, in their order:
+    from empty caches ``scripts/setup.sh`` leaves that build running at the lowest priority, and
+    it finishes on the CPU the other tests leave idle before these wait for it."""
+    items.sort(key=lambda item: item.get_closest_marker("live_stack") is not None)  # stable
+
+
 def pytest_sessionfinish(session, exitstatus):
     # Exporters of the dead/hung-endpoint tests may still retry in daemon threads while the
     # interpreter exits; keep their warnings from trailing after pytest's summary line.

@@ -17,6 +17,19 @@ of each step the categories partition the step's duration exactly:
 Recorded as ``verl.step.time`` (attribute ``verl.time.category``), put on the step span as
 ``verl.time.<category>`` attributes, and the trainer's idle ratio (``waiting`` / step) as
 ``verl.trainer.idle_ratio``. Only top-level stages (children of the step span) count.
+
+Per pool (``verl.pool.time``, attributes ``verl.pool.role`` and ``verl.pool.state``): from the same
+stage spans, each role's ``busy`` seconds are the stages that hold it (verl's driver blocks on the
+pool's result: a worker-group span covers only the dispatch of verl's non-blocking calls, so the
+stage, not the ``verl.wg.*`` span, is the pool's busy time), ``waiting`` is the trainer roles'
+``verl.wait`` for rollouts, ``idle`` the rest of the step; the three add up to the step. Roles:
+``actor`` and ``rollout`` always, ``ref`` / ``critic`` / ``reward`` once a stage of theirs ran.
+``verl.rollout.idle_ratio`` is the rollout role's idle / step: the share of the step the trainer
+did not hold the replicas. On the sync drivers every LLM call lies inside those stages, so the
+replicas' own idle share is at least this (v1 ``sync`` holds them for the replay buffer's 2 s poll
+while they generate ~0.5 s); v1 ``colocate_async``'s replicas also generate during the training
+stages. The replicas' own busy/idle, from the LLM-call spans of all processes:
+``otel_verl.offline.pools``.
 """
 
 from __future__ import annotations
@@ -55,6 +68,63 @@ def category_of(stage: str) -> str:
     return CATEGORY_OF_STAGE.get(stage, DRIVER)
 
 
+# ---------------------------------------------------------------- per resource pool (role)
+POOL_ACTOR = "actor"
+POOL_ROLLOUT = "rollout"
+POOL_REF = "ref"
+POOL_CRITIC = "critic"
+POOL_REWARD = "reward"
+POOL_ROLES = (POOL_ACTOR, POOL_ROLLOUT, POOL_REF, POOL_CRITIC, POOL_REWARD)
+ALWAYS_ROLES = (POOL_ACTOR, POOL_ROLLOUT)
+BUSY = "busy"
+POOL_WAITING = "waiting"
+IDLE = "idle"
+POOL_STATES = (BUSY, POOL_WAITING, IDLE)
+
+# The roles a stage keeps busy: verl's driver waits on those pools' results for the whole stage.
+ROLES_OF_STAGE: dict[str, tuple[str, ...]] = {
+    "gen": (POOL_ROLLOUT,),  # v0: the agent loop's batch; v1: the replay buffer waiting on generation
+    "old_log_prob": (POOL_ACTOR,),
+    "ref": (POOL_REF,),
+    "values": (POOL_CRITIC,),
+    "update_critic": (POOL_CRITIC,),
+    "reward": (POOL_REWARD,),  # a colocated reward model (v0 logs ~0 s here: the reward loop streams)
+    "update_actor": (POOL_ACTOR,),
+    "update_weights": (POOL_ACTOR, POOL_ROLLOUT),  # trainer -> rollout weight transfer
+    "save_checkpoint": (POOL_ACTOR,),
+    "testing": (POOL_ROLLOUT,),  # validation generation
+}
+
+
+def pool_seconds(
+    stages: dict[str, float], waiting: float, total: float, roles: tuple[str, ...] | list[str] = POOL_ROLES
+) -> dict[tuple[str, str], float]:
+    """(role, state) -> seconds of one step, from its top-level stages' seconds and its wait.
+
+    ``waiting`` (the trainer waiting for rollouts) is the trainer roles' waiting; for the rollout
+    role it is busy time (its stage). Busy + waiting + idle = ``total`` for every role.
+    """
+    held = dict.fromkeys(roles, 0.0)
+    for stage, sec in stages.items():  # one pass: this runs on the training thread at each step's end
+        for role in ROLES_OF_STAGE.get(stage, ()):
+            if role in held:
+                held[role] += sec
+    out: dict[tuple[str, str], float] = {}
+    for role, busy in held.items():
+        busy = min(busy, total)
+        wait = 0.0 if role == POOL_ROLLOUT else min(waiting, total - busy)
+        out[(role, BUSY)] = busy
+        out[(role, POOL_WAITING)] = wait
+        out[(role, IDLE)] = max(0.0, total - busy - wait)
+    return out
+
+
+def rollout_idle_ratio(pools: dict[tuple[str, str], float]) -> float | None:
+    """The rollout role's idle share of the step, or None without one."""
+    total = sum(pools.get((POOL_ROLLOUT, state), 0.0) for state in POOL_STATES)
+    return pools[(POOL_ROLLOUT, IDLE)] / total if total > 0 else None
+
+
 class StepAccount:
     """The open step of this process (the TaskRunner's training thread)."""
 
@@ -65,6 +135,9 @@ class StepAccount:
         self._open: dict[int, float] = {}  # span id of an open top-level stage -> perf_counter at start
         self._seconds: dict[str, float] = {}
         self._waiting_in_stage = 0.0  # verl.wait seconds inside the open top-level stage
+        self._stages: dict[str, float] = {}  # top-level stage -> seconds in this step
+        self._roles: list[str] = list(ALWAYS_ROLES)  # pool roles seen in this run
+        self.last_pools: dict[tuple[str, str], float] | None = None  # of the last step that ended
 
     def step_started(self, span_id: int) -> None:
         with self._lock:
@@ -72,6 +145,8 @@ class StepAccount:
             self._open.clear()
             self._seconds = dict.fromkeys(CATEGORIES, 0.0)
             self._waiting_in_stage = 0.0
+            self._stages = {}
+            self.last_pools = None
 
     def stage_started(self, span_id: int, parent_id: int | None) -> None:
         if self._step_id is not None and parent_id == self._step_id:
@@ -91,6 +166,10 @@ class StepAccount:
             self._waiting_in_stage = 0.0
             self._seconds[WAITING] += waiting
             self._seconds[category_of(stage)] += seconds - waiting
+            self._stages[stage] = self._stages.get(stage, 0.0) + seconds
+            for role in ROLES_OF_STAGE.get(stage, ()):
+                if role not in self._roles and seconds > 0.001:  # v0's always-run ~0 s reward stage
+                    self._roles.append(role)
 
     def step_ended(self, span_id: int) -> dict[str, float] | None:
         """The step's seconds by category (they add up to the step), or None if it was not open."""
@@ -100,14 +179,21 @@ class StepAccount:
             total = time.perf_counter() - self._step_start
             seconds, self._step_id = self._seconds, None
             seconds[OTHER] = max(0.0, total - sum(v for k, v in seconds.items() if k != OTHER))
+            self.last_pools = pool_seconds(self._stages, seconds[WAITING], total, self._roles)
             return seconds
 
 
 ACCOUNT = StepAccount()
 
 
-def step_span_attributes(seconds: dict[str, float]) -> dict[str, Any]:
-    return {semconv.ATTR_TIME_PREFIX + k: round(v, 6) for k, v in seconds.items()}
+def step_span_attributes(
+    seconds: dict[str, float], pools: dict[tuple[str, str], float] | None = None
+) -> dict[str, Any]:
+    """``verl.time.<category>`` and ``verl.pool.<role>.<state>`` attributes of the step span."""
+    attrs: dict[str, Any] = {semconv.ATTR_TIME_PREFIX + k: round(v, 6) for k, v in seconds.items()}
+    for (role, state), value in (pools or {}).items():
+        attrs[f"{semconv.ATTR_POOL_PREFIX}{role}.{state}"] = round(value, 6)
+    return attrs
 
 
 def idle_ratio(seconds: dict[str, float]) -> float:

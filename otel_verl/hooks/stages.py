@@ -15,7 +15,8 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
   values verl logs once per step (``otel_verl.instruments.training``): equal to verl's figures by construction,
   and a metric record (~15-25 us in the SDK) per stage call stays off the training thread's path;
 * where the step's time went (``accounting``): ``verl.step.time`` by category, ``verl.time.*``
-  attributes on the step span, ``verl.trainer.idle_ratio``;
+  attributes on the step span, ``verl.trainer.idle_ratio``; per pool role ``verl.pool.time``,
+  ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``;
 * at the end of each step: ``verl.training.step``, ``verl.training.steps`` and the
   ``verl.training.last_step.timestamp`` heartbeat.
 
@@ -83,11 +84,12 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
 @safe("stage span end")
 def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
     span_id = state[0].get_span_context().span_id
-    seconds = None
+    seconds = pools = None
     if name == STEP:
         seconds = ACCOUNT.step_ended(span_id)
         if seconds is not None:
-            state[0].set_attributes(accounting.step_span_attributes(seconds))
+            pools = ACCOUNT.last_pools
+            state[0].set_attributes(accounting.step_span_attributes(seconds, pools))
     else:
         ACCOUNT.stage_ended(span_id, name)
     close_span(state, error=error)
@@ -98,13 +100,20 @@ def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | No
         # in the same ordered background queue as the step's Tracking.log values
         # the pipeline of now, not of when the background thread gets to it
         telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
-        telemetry.submit(lambda: _step_end(training, step, ended, seconds))
+        telemetry.submit(lambda: _step_end(training, step, ended, seconds, pools))
 
 
 @safe("step end metrics")
-def _step_end(training: TrainingMetrics, step: Any, ended: float, seconds: dict[str, float] | None) -> None:
+def _step_end(
+    training: TrainingMetrics,
+    step: Any,
+    ended: float,
+    seconds: dict[str, float] | None,
+    pools: dict[tuple[str, str], float] | None = None,
+) -> None:
     idle = accounting.idle_ratio(seconds) if seconds is not None else None
-    training.record_step_end(step if isinstance(step, int) else None, ended, seconds, idle)
+    rollout_idle = accounting.rollout_idle_ratio(pools) if pools else None
+    training.record_step_end(step if isinstance(step, int) else None, ended, seconds, idle, pools, rollout_idle)
 
 
 def _timer_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

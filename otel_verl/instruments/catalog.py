@@ -82,6 +82,15 @@ STEP_TIME = InstrumentSpec(
 TRAINER_IDLE_RATIO = InstrumentSpec(
     semconv.M_TRAINER_IDLE_RATIO, GAUGE, "1", "Share of the last step the trainer waited for rollouts"
 )
+POOL_TIME = InstrumentSpec(
+    semconv.M_POOL_TIME,
+    GAUGE,
+    "s",
+    "Seconds of the last step per pool role (verl.pool.role) busy, waiting or idle (verl.pool.state)",
+)
+ROLLOUT_IDLE_RATIO = InstrumentSpec(
+    semconv.M_ROLLOUT_IDLE_RATIO, GAUGE, "1", "Share of the last step the trainer did not hold the rollout replicas"
+)
 # One gauge per numeric key verl logs, named by ``semconv.metric_name(key)``.
 LOGGED_VALUE = InstrumentSpec(semconv.METRIC_PREFIX + "<key>", GAUGE, "", "verl logged key {key!r}")
 
@@ -151,6 +160,8 @@ ALL: tuple[InstrumentSpec, ...] = (
     TRAINING_STALLED,
     STEP_TIME,
     TRAINER_IDLE_RATIO,
+    POOL_TIME,
+    ROLLOUT_IDLE_RATIO,
     TRAJECTORY_DURATION,
     LLM_CALL_DURATION,
     RESPONSE_TOKENS,

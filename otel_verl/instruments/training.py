@@ -38,6 +38,8 @@ class TrainingMetrics:
         self.stalled = catalog.create(meter, catalog.TRAINING_STALLED)
         self.step_time = catalog.create(meter, catalog.STEP_TIME)
         self.idle_ratio = catalog.create(meter, catalog.TRAINER_IDLE_RATIO)
+        self.pool_time = catalog.create(meter, catalog.POOL_TIME)
+        self.rollout_idle_ratio = catalog.create(meter, catalog.ROLLOUT_IDLE_RATIO)
 
     def _gauge(self, key: str) -> Any:
         gauge = self._gauges.get(key)
@@ -76,12 +78,18 @@ class TrainingMetrics:
         ended: float | None = None,
         seconds: Mapping[str, float] | None = None,
         idle_ratio: float | None = None,
+        pools: Mapping[tuple[str, str], float] | None = None,
+        rollout_idle_ratio: float | None = None,
     ) -> None:
-        """The end of a step; ``seconds`` / ``idle_ratio``: where its time went (``hooks.accounting``)."""
+        """The end of a step; ``seconds`` / ``idle_ratio`` / ``pools``: where its time went (``hooks.accounting``)."""
         for category, value in (seconds or {}).items():
             self.step_time.set(value, {semconv.ATTR_TIME_CATEGORY: category})
         if idle_ratio is not None:
             self.idle_ratio.set(idle_ratio)
+        for (role, state), value in (pools or {}).items():
+            self.pool_time.set(value, {semconv.ATTR_POOL_ROLE: role, semconv.ATTR_POOL_STATE: state})
+        if rollout_idle_ratio is not None:
+            self.rollout_idle_ratio.set(rollout_idle_ratio)
         if global_step is not None:
             self.step.set(global_step)
         self.steps.add(1)

@@ -80,6 +80,8 @@ def _value(v: dict[str, Any]) -> Any:
         return float(v["doubleValue"])
     if "arrayValue" in v:
         return [_value(x) for x in v["arrayValue"].get("values", [])]
+    if "kvlistValue" in v:  # a map, e.g. a sampled generation's {prompt, response} body
+        return _attrs(v["kvlistValue"].get("values"))
     return next(iter(v.values()), None)
 
 
@@ -91,6 +93,15 @@ def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
+
+
+def _body_text(value: Any) -> str:
+    """A log body as text: strings as they are, a map or a list (structured bodies) as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, default=str)
+    return "" if value is None else str(value)
 
 
 # The JSON file exporter writes a span's status code as its number; protojson writes the name.
@@ -344,7 +355,7 @@ def _logs(batch: dict[str, Any]) -> list[LogEntry]:
                 out.append(
                     LogEntry(
                         event_name=_str(r.get("eventName", "")),
-                        body=_str(_value(body)) if body else "",
+                        body=_body_text(_value(body)) if body else "",
                         attributes=_attrs(r.get("attributes")),
                         resource=resource,
                         trace_id=_str(r.get("traceId", "")),

@@ -37,6 +37,8 @@ def ray_actor_class() -> str | None:
     try:
         import ray
 
+        if not ray.is_initialized():  # get_runtime_context() would start a local Ray cluster (auto-init)
+            return None
         handle = ray.get_runtime_context().current_actor
         return str(handle._ray_actor_creation_function_descriptor.class_name)  # noqa: SLF001
     except Exception:  # noqa: BLE001 - not an actor (the driver): the pid still says who

@@ -66,7 +66,7 @@ from opskit import (  # noqa: E402
     stack_bin_dir,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 
 STEPS = 2
 DRIVERS = ["v1", "v0"]

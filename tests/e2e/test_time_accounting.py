@@ -1,4 +1,5 @@
-"""End-to-end: where a step's time goes, on the real trainer on CPU (both drivers).
+"""End-to-end: where a step's time goes, on the real trainer on CPU (both drivers, and v1's
+``colocate_async`` mode: the one async path of verl 0.9.1 that runs on the CPU harness).
 
 A stage span's time is explained where a child span covers it: worker calls, the v0 rollout
 batch, the v1 replay buffer's ``verl.wait`` for finished rollouts (``otel_verl.hooks.waits``).
@@ -18,11 +19,37 @@ pytestmark = pytest.mark.e2e
 MIN_EXPLAINED = 0.75  # of each step; measured on an idle machine: v0 ~0.92, v1 ~0.96 (0.23 before)
 
 
-@pytest.fixture(scope="module", params=["v0", "v1"])
-def run(request, verl_runs):
-    result = verl_runs.get(request.param, "grpo")
+# The async paths verl 0.9.1 ships that run on the CPU harness: only v1 ``colocate_async``
+# (trainer.v1.trainer_mode). separate_async, one_step_off_policy and fully_async_policy need a
+# checkpoint engine that moves weights between pools (nccl/nixl/mooncake: cupy / CUDA), which
+# the CPU harness cannot provide; see the module's report in the issue 12 notes.
+RUNS = {
+    "v0": ("v0", ()),
+    "v1": ("v1", ()),
+    "v1-colocate_async": ("v1", ("trainer.v1.trainer_mode=colocate_async",)),
+}
+
+
+def _get(verl_runs, name):
+    driver, extra = RUNS[name]
+    result = verl_runs.get(driver, "grpo", extra=extra) if extra else verl_runs.get(driver, "grpo")
     assert result.returncode == 0, result.output[-4000:]
     return result
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def run(request, verl_runs):
+    return _get(verl_runs, request.param)
+
+
+@pytest.fixture(scope="module", params=["v0", "v1"])
+def sync_run(request, verl_runs):
+    return _get(verl_runs, request.param)
+
+
+def _trainer_class(run) -> str:
+    (init,) = [s for s in run.spans if s.name == semconv.SPAN_INIT]
+    return init.attributes[semconv.ATTR_TRAINER_CLASS]
 
 
 def _steps(run):
@@ -31,7 +58,10 @@ def _steps(run):
     return steps
 
 
-def test_most_of_each_step_is_explained_by_a_child_span(run):
+def test_most_of_each_step_is_explained_by_a_child_span(sync_run):
+    """(colocate_async is left out: its second step is ~0.6 explained; the rest is verl pausing and
+    sleeping the replicas after sampling and preparing the next batch, which no span covers yet.)"""
+    run = sync_run
     for step in _steps(run):
         trace = [s for s in run.spans if s.trace_id == step.trace_id]
         share = attributed_seconds(step, trace) / step.seconds
@@ -80,3 +110,78 @@ def test_step_time_categories_add_up_and_match_the_raw_spans(run):
         assert seconds[accounting.TRAINING] == pytest.approx(
             sum(v for k, v in stages.items() if accounting.category_of(k) == accounting.TRAINING), abs=0.02
         )
+
+
+def test_pool_time_adds_up_per_role_and_matches_the_raw_spans(run):
+    """``verl.pool.time``: for every role busy + waiting + idle = the step; busy equals the role's
+    stage spans, the trainer roles' waiting the raw ``verl.wait`` spans, and ``verl.rollout.idle_ratio``
+    the rollout role's idle share, each computed here from the raw spans."""
+    from otel_verl.hooks import accounting
+    from otel_verl.offline.run_facts import step_gauges
+
+    gauges = step_gauges(run.points)
+    for step in _steps(run):
+        n = step.attributes[semconv.ATTR_STEP]
+        pools = {
+            (dict(attrs)[semconv.ATTR_POOL_ROLE], dict(attrs)[semconv.ATTR_POOL_STATE]): values[n]
+            for (name, attrs), values in gauges.items()
+            if name == semconv.M_POOL_TIME and n in values
+        }
+        roles = {role for role, _ in pools}
+        assert {accounting.POOL_ACTOR, accounting.POOL_ROLLOUT} <= roles <= set(accounting.POOL_ROLES)
+        stages = [s for s in run.spans if s.parent_id == step.span_id and semconv.ATTR_STAGE in s.attributes]
+        waited = sum(s.seconds for s in run.spans if s.trace_id == step.trace_id and s.name == semconv.SPAN_WAIT)
+        for role in roles:
+            assert sum(pools[(role, state)] for state in accounting.POOL_STATES) == pytest.approx(
+                step.seconds, rel=0.02, abs=0.005
+            )
+            busy = sum(
+                s.seconds for s in stages if role in accounting.ROLES_OF_STAGE.get(s.attributes[semconv.ATTR_STAGE], ())
+            )
+            assert pools[(role, accounting.BUSY)] == pytest.approx(busy, abs=0.02), role
+            expected_wait = 0.0 if role == accounting.POOL_ROLLOUT else waited
+            assert pools[(role, accounting.POOL_WAITING)] == pytest.approx(expected_wait, abs=0.02), role
+        assert (
+            pools[(accounting.POOL_ACTOR, accounting.BUSY)] > 0
+            and pools[(accounting.POOL_ROLLOUT, accounting.BUSY)] > 0
+        )
+        rollout_busy = sum(
+            s.seconds
+            for s in stages
+            if accounting.POOL_ROLLOUT in accounting.ROLES_OF_STAGE.get(s.attributes[semconv.ATTR_STAGE], ())
+        )
+        idle = gauges[(semconv.M_ROLLOUT_IDLE_RATIO, ())][n]
+        assert idle == pytest.approx((step.seconds - rollout_busy) / step.seconds, abs=0.02)
+
+
+def test_rollout_replicas_busy_time_from_the_llm_call_spans(run):
+    """Per replica (``otel_verl.offline.pools``): the union of its in-flight LLM calls. On the sync
+    drivers all of it lies in the stages that hold the rollout role, so ``verl.pool.time{role=rollout}``
+    misses none; colocate_async's replicas run ahead into the training stages, which only the
+    replica view shows."""
+    from otel_verl.hooks import accounting
+    from otel_verl.offline.pools import replica_busy_seconds, replica_idle_ratio
+
+    ahead = 0.0
+    for step in _steps(run):
+        busy = replica_busy_seconds(run.spans, step.start_ns, step.end_ns)
+        assert busy, "no LLM call in the step's window"
+        held = [
+            s
+            for s in run.spans
+            if s.parent_id == step.span_id
+            and accounting.POOL_ROLLOUT in accounting.ROLES_OF_STAGE.get(s.attributes.get(semconv.ATTR_STAGE, ""), ())
+        ]
+        in_held: dict[str, float] = {}
+        for stage in held:
+            for replica, sec in replica_busy_seconds(run.spans, stage.start_ns, stage.end_ns).items():
+                in_held[replica] = in_held.get(replica, 0.0) + sec
+        for replica, sec in busy.items():
+            assert 0 < sec <= step.seconds + 1e-6
+            ahead = max(ahead, sec - in_held.get(replica, 0.0))
+        for ratio in replica_idle_ratio(run.spans, step.start_ns, step.end_ns, busy).values():
+            assert 0.0 <= ratio < 1.0
+    if _trainer_class(run) == "PPOTrainerColocateAsync":
+        assert ahead > 0.1, ahead
+    else:
+        assert ahead == pytest.approx(0.0, abs=0.02)

@@ -10,6 +10,7 @@ reason when they are missing.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -17,6 +18,8 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -438,15 +441,211 @@ NEEDS_GPU = {
 }
 
 
+BACKENDS_WAIT_S = float(os.environ.get("OTEL_VERL_BACKENDS_WAIT_S", "3600"))
+
+
+def wait_for_backend_build(timeout_s: float = BACKENDS_WAIT_S) -> bool:
+    """Wait (at most ``timeout_s``) while ``scripts/backends.sh`` builds into :func:`backends_dir`.
+
+    ``scripts/setup.sh`` leaves the build running in the background from empty caches; the build
+    holds ``.lock`` there (flock) while it runs. Returns whether no build is running now."""
+    lock = backends_dir() / ".lock"
+    if not lock.is_file():
+        return True
+    deadline = time.monotonic() + timeout_s
+    said = False
+    with open(lock, "a") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                if not said:
+                    print(f"waiting for scripts/backends.sh to finish ({lock})", file=sys.stderr, flush=True)
+                    said = True
+                time.sleep(2.0)
+                continue
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+
 def stack_bin_dir() -> Path | None:
     """The folder for ``otel-verl stack``'s binaries (``scripts/backends.sh``'s, if built); skips the
-    calling test, naming what is missing, when the binaries are not there."""
+    calling test, naming what is missing, when the binaries are not there. Waits for a build that
+    is still running (``wait_for_backend_build``)."""
     from otel_verl.offline import stack
     from otel_verl.offline.errors import CommandError
 
+    if not wait_for_backend_build():
+        pytest.skip(f"scripts/backends.sh was still building after {BACKENDS_WAIT_S:.0f} s ({backends_dir()})")
     bin_dir = backends_dir() if backends_dir().is_dir() else None
     try:
         stack.find_binaries(bin_dir)
     except CommandError as exc:
         pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
     return bin_dir
+
+
+# --------------------------------------------------------------------------
+# TraceQL and LogQL of the kit (the Tempo and Loki data sources' queries and links), and the
+# name mappings Grafana and Loki apply to them. The grammar check is tests/ops/query_grammar.
+
+LOKI_CONFIG = COLLECTOR / "loki" / "loki.yaml"
+
+# Resource attributes Loki 3.x promotes to index labels by default on its OTLP endpoint
+# (distributor.otlp_config.default_resource_attributes_as_index_labels; Loki docs, "Ingesting logs
+# to Loki using OpenTelemetry Collector"); limits_config.otlp_config adds to them or drops them.
+# Everything else (other resource attributes, log attributes, a record's trace_id/span_id and
+# severity) becomes structured metadata, dots turned into underscores.
+LOKI_DEFAULT_INDEX_ATTRIBUTES = (
+    "cloud.availability_zone",
+    "cloud.region",
+    "container.name",
+    "deployment.environment",
+    "deployment.environment.name",
+    "k8s.cluster.name",
+    "k8s.container.name",
+    "k8s.cronjob.name",
+    "k8s.daemonset.name",
+    "k8s.deployment.name",
+    "k8s.job.name",
+    "k8s.namespace.name",
+    "k8s.pod.name",
+    "k8s.replicaset.name",
+    "k8s.statefulset.name",
+    "service.instance.id",
+    "service.name",
+    "service.namespace",
+)
+
+# Grafana's template-variable syntax ($var, [[var:fmt]], ${var.field:fmt}): the variableRegex of
+# Grafana's templating code.
+_GRAFANA_TEMPLATE_RE = re.compile(r"\$(\w+)|\[\[(\w+?)(?::(\w+))?\]\]|\$\{(\w+)(?:\.([^:^}]+))?(?::([^}]+))?\}")
+
+
+def grafana_interpolate(expr: str, values: dict[str, str]) -> str:
+    """``expr`` with Grafana's template variables replaced from ``values``.
+
+    Keys are variable names, or ``name.field`` for ``${name.field}`` (``__trace.traceId``). A
+    variable ``values`` lacks raises KeyError naming it, so that no ``$x`` reaches a parser
+    unnoticed. Format suffixes (``${run:regex}``) are rejected: the kit does not use them.
+    """
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2) or m.group(4)
+        fmt = m.group(3) or m.group(6)
+        if fmt:
+            raise KeyError(f"variable format {m.group(0)!r} in {expr!r} is not handled here")
+        key = f"{name}.{m.group(5)}" if m.group(5) else name
+        if key not in values:
+            raise KeyError(f"no value for template variable {m.group(0)!r} in {expr!r}")
+        return values[key]
+
+    return _GRAFANA_TEMPLATE_RE.sub(sub, expr)
+
+
+def unescape_provisioning(value: str) -> str:
+    """A string of a provisioning file as Grafana reads it: ``$$`` is a literal ``$`` there
+    (Grafana expands ``$VAR`` from its environment in provisioning files)."""
+    return value.replace("$$", "$")
+
+
+def datasource_uids(kind: str) -> set[str]:
+    return {d["uid"] for d in load_yaml(DATASOURCES_FILE)["datasources"] if d["type"] == kind}
+
+
+@dataclass
+class KitQuery:
+    """One TraceQL or LogQL query of the kit, as written (before template variables)."""
+
+    where: str
+    lang: str  # traceql | logql
+    query: str
+
+
+def dashboard_trace_log_queries() -> tuple[list[KitQuery], list[str]]:
+    """(queries, unsupported) for the dashboards' Tempo and Loki targets, annotations and variables.
+
+    ``unsupported`` names each Tempo/Loki query this collector does not turn into TraceQL/LogQL
+    text (a traceqlSearch target's filters, a service graph, a Loki variable query), so that a test
+    can fail on it instead of passing it by.
+    """
+    tempo, loki = datasource_uids("tempo"), datasource_uids("loki")
+    out: list[KitQuery] = []
+    unsupported: list[str] = []
+    for path in DASHBOARD_FILES:
+        dash = load_json(path)
+        for panel in dashboard_panels(dash):
+            for t in panel.get("targets", []) or []:
+                uid = _ds_uid(t.get("datasource")) or _ds_uid(panel.get("datasource"))
+                where = f"{path.name}:{panel.get('title')}:{t.get('refId')}"
+                if uid in tempo:
+                    if t.get("queryType", "traceql") == "traceql" and t.get("query"):
+                        out.append(KitQuery(where, "traceql", t["query"]))
+                    else:
+                        unsupported.append(f"{where} (Tempo queryType {t.get('queryType')!r})")
+                elif uid in loki:
+                    if t.get("expr"):
+                        out.append(KitQuery(where, "logql", t["expr"]))
+                    else:
+                        unsupported.append(f"{where} (Loki target without expr)")
+        for ann in dash.get("annotations", {}).get("list", []):
+            uid = _ds_uid(ann.get("datasource"))
+            where = f"{path.name}:annotation:{ann.get('name')}"
+            if uid in loki and ann.get("expr"):
+                out.append(KitQuery(where, "logql", ann["expr"]))
+            elif uid in tempo or uid in loki:
+                unsupported.append(f"{where} (annotation)")
+        for var in dash.get("templating", {}).get("list", []):
+            if _ds_uid(var.get("datasource")) in tempo | loki:
+                unsupported.append(f"{path.name}:variable:{var.get('name')} (Tempo/Loki variable query)")
+    return out, unsupported
+
+
+@dataclass
+class TraceLinks:
+    """The Tempo and Loki data sources' cross-links (datasources.yaml), provisioning-unescaped."""
+
+    logs_query: str  # tracesToLogsV2 custom query (LogQL with ${__tags}, ${__trace.traceId})
+    logs_tags: dict[str, str]  # span attribute -> Loki label
+    metrics_tags: dict[str, str]  # span attribute -> Prometheus label
+    derived_fields: list[dict]  # Loki derivedFields
+
+
+def datasource_trace_links() -> TraceLinks:
+    by_type = {d["type"]: d for d in load_yaml(DATASOURCES_FILE)["datasources"]}
+    tempo = by_type["tempo"]["jsonData"]
+    t2l, t2m = tempo["tracesToLogsV2"], tempo.get("tracesToMetrics") or {}
+    assert t2l.get("customQuery"), "tracesToLogsV2 without customQuery: Grafana builds the query itself"
+    return TraceLinks(
+        logs_query=unescape_provisioning(t2l["query"]),
+        logs_tags={t["key"]: t.get("value") or t["key"] for t in t2l.get("tags", [])},
+        metrics_tags={t["key"]: t.get("value") or t["key"] for t in t2m.get("tags", [])},
+        derived_fields=[
+            {k: unescape_provisioning(v) if isinstance(v, str) else v for k, v in f.items()}
+            for f in by_type["loki"]["jsonData"].get("derivedFields", [])
+        ],
+    )
+
+
+def loki_label_name(attribute: str) -> str:
+    """The Loki label / structured-metadata name of an OTLP attribute (Prometheus-style
+    normalisation: every character outside [A-Za-z0-9_] becomes ``_``; a leading digit gets ``_``)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", attribute)
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+def loki_index_attributes() -> set[str]:
+    """Resource attributes the kit's Loki indexes as stream labels: the defaults plus
+    limits_config.otlp_config's ``index_label`` ones (loki.yaml)."""
+    otlp = (load_yaml(LOKI_CONFIG).get("limits_config") or {}).get("otlp_config") or {}
+    resource = otlp.get("resource_attributes") or {}
+    out = set() if resource.get("ignore_defaults") else set(LOKI_DEFAULT_INDEX_ATTRIBUTES)
+    for rule in resource.get("attributes_config", []) or []:
+        assert not rule.get("regex"), "a regex attributes_config rule: extend loki_index_attributes"
+        if rule.get("action") == "index_label":
+            out |= set(rule.get("attributes", []))
+        else:
+            out -= set(rule.get("attributes", []))
+    return out

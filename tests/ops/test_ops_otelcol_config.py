@@ -6,7 +6,15 @@ import copy
 import shutil
 
 import pytest
-from opskit import COMPOSE_FILE, OTELCOL_CONFIG, backends_dir, load_otelcol_config, load_yaml, run_tool
+from opskit import (
+    COMPOSE_FILE,
+    OTELCOL_CONFIG,
+    backends_dir,
+    load_otelcol_config,
+    load_yaml,
+    run_tool,
+    wait_for_backend_build,
+)
 
 # Component types of otelcol-contrib 0.159.0 that this kit may use, by
 # kind. From distributions/otelcol-contrib/manifest.yaml in
@@ -280,10 +288,12 @@ def _collector_binary() -> str | None:
     for name in ("otelcol-verl", "otelcol-contrib"):
         if found := shutil.which(name):
             return found
+    wait_for_backend_build()  # setup.sh may still be building it in the background
     built = backends_dir() / "otelcol-verl"
     return str(built) if built.is_file() else None
 
 
+@pytest.mark.live_stack  # runs last: the Collector binary may still be building
 def test_otelcol_validate():
     binary = _collector_binary()
     if binary is None:

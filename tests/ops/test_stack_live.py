@@ -34,6 +34,8 @@ from opskit import COLLECTOR, free_ports, stack_bin_dir
 
 from otel_verl.offline import stack
 
+pytestmark = pytest.mark.live_stack  # runs last; waits for a background backends build
+
 POLL_S = 30.0  # the Collector batches for up to 2 s (sending_queue.batch.flush_timeout), then exports
 
 

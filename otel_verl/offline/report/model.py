@@ -23,6 +23,7 @@ from otel_verl.offline.otlp_files import (
     read_spans,
     signal_files,
 )
+from otel_verl.offline.pools import replica_idle_ratio
 from otel_verl.offline.run_facts import (
     INSTANCE,
     Overhead,
@@ -75,6 +76,13 @@ class StepRow:
     spans: int = 0  # in the step's trace, with the rollout traces joined to it
     worker_ranks: list[str] = field(default_factory=list)  # ranks that sent verl.worker.* spans
     attributed: float = 0.0  # seconds a child span of a stage explains (run_facts.attributed_seconds)
+    time_by: dict[str, float] = field(default_factory=dict)  # category -> seconds (verl.time.* on the step span)
+    pools: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> state -> seconds (verl.pool.*)
+    replica_idle: dict[str, float] = field(default_factory=dict)  # rollout replica -> idle share (offline.pools)
+
+    @property
+    def slowest_category(self) -> str | None:
+        return max(self.time_by, key=self.time_by.__getitem__) if self.time_by else None
 
 
 @dataclass
@@ -374,9 +382,42 @@ def _steps(
                 len(members),
                 sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
                 attributed_seconds(st, by_trace[st.trace_id]),
+                time_categories(st),
+                pool_states(st),
+                replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
             )
         )
     return steps, stage_order, members_of
+
+
+def time_categories(step_span: SpanRecord) -> dict[str, float]:
+    """Seconds of the step by category (rollout, waiting, training, ...), in the order the step
+    span carries them: the ``verl.time.<category>`` attributes ``hooks/accounting.py`` sets."""
+    out: dict[str, float] = {}
+    for key, value in step_span.attributes.items():
+        if key.startswith(semconv.ATTR_TIME_PREFIX) and key != semconv.ATTR_TIME_CATEGORY:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[key[len(semconv.ATTR_TIME_PREFIX) :]] = float(value)
+    return out
+
+
+def pool_states(step_span: SpanRecord) -> dict[str, dict[str, float]]:
+    """Role -> state -> seconds of the step: the ``verl.pool.<role>.<state>`` attributes
+    (``hooks/accounting.py``: busy, waiting and idle add up to the step for each role)."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in step_span.attributes.items():
+        if not key.startswith(semconv.ATTR_POOL_PREFIX) or key in (semconv.ATTR_POOL_ROLE, semconv.ATTR_POOL_STATE):
+            continue
+        role, _, state = key[len(semconv.ATTR_POOL_PREFIX) :].rpartition(".")
+        if role and isinstance(value, int | float) and not isinstance(value, bool):
+            out.setdefault(role, {})[state] = float(value)
+    return out
+
+
+def _replicas(members: list[SpanRecord]) -> list[str]:
+    calls = (s for s in members if s.name == semconv.SPAN_ROLLOUT_LLM_CALL)
+    found = {s.attributes.get(semconv.ATTR_ROLLOUT_SERVER_ID) for s in calls}
+    return sorted(r for r in found if isinstance(r, str))
 
 
 def _timelines(

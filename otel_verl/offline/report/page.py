@@ -26,7 +26,7 @@ from otel_verl.offline.report.charts import (
     stage_colors,
     timeline_svg,
 )
-from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, Timeline, series_label
+from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label
 from otel_verl.version import __version__
 
 FOLD_ROWS = 50  # longer tables start folded
@@ -49,9 +49,12 @@ def render(report: Report) -> str:
         f"<title>{esc(title)}</title><style>{asset('report.css')}</style></head><body>",
         f'<h1>{esc(title)}</h1><dl class="meta">{_meta(report)}</dl>',
         f'<ul class="notes">{notes}</ul>' if notes else "",
-        '<nav><a href="#stages">Stages</a><a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
+        '<nav><a href="#stages">Stages</a>'
+        + ('<a href="#time-went">Where the time went</a>' if any(r.time_by for r in report.steps) else "")
+        + '<a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
         '<a href="#curves">Training curves</a><a href="#explore">Any metric</a></nav>',
         _stages_section(report, colors),
+        _time_section(report),
         _timelines_section(report, colors),
         _stall_section(report),
         _rollout_section(report),
@@ -90,6 +93,102 @@ def _stages_section(report: Report, colors: dict[str, str]) -> str:
         parts.append('<p class="empty">No <code>verl.step</code> spans.</p>')
     parts.append("</section>")
     return "\n".join(parts)
+
+
+SLOWEST_CLASS = ' class="slowest"'
+
+
+def _time_section(report: Report) -> str:
+    """Each step's seconds by category (``verl.time.*`` of the step span), the slowest step first
+    in words; empty for runs recorded before otel-verl accounted step time."""
+    rows = [r for r in report.steps if r.time_by]
+    if not rows:
+        return ""
+    order: list[str] = []
+    for r in rows:
+        order += [c for c in r.time_by if c not in order]
+    slow = max(rows, key=lambda r: r.span.seconds)
+
+    def share(r: StepRow, c: str) -> str:
+        v = r.time_by.get(c, 0.0)
+        pct = 100 * v / r.span.seconds if r.span.seconds > 0 else 0.0
+        return f'<td data-category="{esc(c)}" data-seconds="{v!r}">{v:.3f} <small>{pct:.0f}%</small></td>'
+
+    head = "".join(f'<th data-category="{esc(c)}">{esc(c)}</th>' for c in order)
+    body = "".join(
+        f'<tr data-step="{r.step}"{SLOWEST_CLASS if r is slow else ""}><th>{r.step}</th>'
+        f'<td data-seconds="{r.span.seconds!r}">{r.span.seconds:.3f}</td>'
+        + "".join(share(r, c) for c in order)
+        + f"<td>{100 * r.attributed / r.span.seconds if r.span.seconds > 0 else 0:.0f}%</td></tr>"
+        for r in rows
+    )
+    table = (
+        f'<table id="time-table" class="num"><thead><tr><th>step</th><th>step span, s</th>{head}'
+        f"<th>explained by a child span</th></tr></thead><tbody>{body}</tbody></table>"
+    )
+    parts = sorted(slow.time_by.items(), key=lambda kv: -kv[1])
+    words = ", ".join(
+        f"{esc(c)} {v:.2f} s ({100 * v / slow.span.seconds:.0f}%)" for c, v in parts if v > 0 and slow.span.seconds > 0
+    )
+    pools = _pools_of(rows, slow)
+    return (
+        '<section id="time-went"><h2>Where the time went</h2>'
+        "<p>Each step's seconds by what the trainer was doing (<code>verl.time.*</code> on the step span, "
+        "<code>verl.step.time</code> in Prometheus): the categories partition the step, waiting is "
+        "<code>verl.wait</code> (the replay buffer's poll, async rollouts); <i>explained</i> is the share "
+        "of the step that a child span of its stage covers (worker calls, rollouts, waits).</p>"
+        f'<p id="time-slowest"><b>Slowest step {slow.step} ({slow.span.seconds:.2f} s):</b> {words}.</p>'
+        + _folded(table, len(rows), "seconds by category per step")
+        + pools
+        + "</section>"
+    )
+
+
+def _pools_of(rows: list[StepRow], slow: StepRow) -> str:
+    """Busy / waiting / idle seconds per pool role (``verl.pool.*`` of the step span), and each
+    rollout replica's own idle share from its LLM-call spans (``offline/pools.py``)."""
+    roles: list[str] = []
+    for r in rows:
+        roles += [role for role in r.pools if role not in roles]
+    if not roles:
+        return ""
+
+    def cell(r: StepRow, role: str) -> str:
+        st = r.pools.get(role)
+        if not st:
+            return f'<td data-role="{esc(role)}"></td>'
+        text = " / ".join(f"{st.get(k, 0.0):.2f}" for k in POOL_STATES)
+        return f'<td data-role="{esc(role)}">{text}</td>'
+
+    head = "".join(f'<th data-role="{esc(role)}">{esc(role)}</th>' for role in roles)
+    body = "".join(
+        f'<tr data-step="{r.step}"{SLOWEST_CLASS if r is slow else ""}><th>{r.step}</th>'
+        + "".join(cell(r, role) for role in roles)
+        + f"<td>{esc(_replica_text(r))}</td></tr>"
+        for r in rows
+    )
+    table = (
+        f'<table id="pool-table" class="num"><thead><tr><th>step</th>{head}'
+        f"<th>rollout replicas idle (own LLM calls)</th></tr></thead><tbody>{body}</tbody></table>"
+    )
+    words = "; ".join(
+        f"{esc(role)} " + ", ".join(f"{k} {v:.2f} s" for k, v in slow.pools[role].items()) for role in slow.pools
+    )
+    replicas = _replica_text(slow)
+    return (
+        f'<p id="pool-slowest">Per pool in step {slow.step} (<code>verl.pool.time</code>; busy = the stages that hold '
+        f"the role, waiting = <code>verl.wait</code>, idle = the rest): {words}."
+        + (f" Rollout replicas idle, by their own LLM calls: {esc(replicas)}." if replicas else "")
+        + "</p>"
+        + _folded(table, len(rows), "busy / waiting / idle seconds per pool and step")
+    )
+
+
+POOL_STATES = ("busy", "waiting", "idle")
+
+
+def _replica_text(r: StepRow) -> str:
+    return ", ".join(f"{name} {100 * ratio:.0f}%" for name, ratio in sorted(r.replica_idle.items()))
 
 
 def _overhead(report: Report) -> str:

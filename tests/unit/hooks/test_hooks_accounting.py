@@ -10,6 +10,8 @@ import pytest
 from otel_verl import semconv
 from otel_verl.hooks import accounting, waits
 
+SLACK = 0.04  # s a short sleep may overrun on a shared 2-core machine
+
 
 def _sleep_sample(*args, **kwargs):
     time.sleep(0.05)
@@ -39,12 +41,13 @@ def test_categories_add_up_to_the_step_and_the_wait_is_waiting(captured, v0_trai
     seconds = {c: step.attributes[semconv.ATTR_TIME_PREFIX + c] for c in accounting.CATEGORIES}
     step_s = (step.end_time - step.start_time) / 1e9
     assert sum(seconds.values()) == pytest.approx(step_s, abs=0.002)
-    assert seconds[accounting.WAITING] == pytest.approx(0.05, abs=0.015)
-    assert seconds[accounting.ROLLOUT] == pytest.approx(0.01, abs=0.01)
-    assert seconds[accounting.TRAINING] == pytest.approx(0.02, abs=0.01)
-    assert seconds[accounting.WEIGHT_SYNC] == pytest.approx(0.005, abs=0.005)
-    assert seconds[accounting.OTHER] == pytest.approx(0.01, abs=0.01)
-    assert seconds[accounting.DRIVER] < 0.005
+    # A sleep never ends early but may end late on a loaded machine: exact lower bounds, loose upper ones.
+    assert 0.05 <= seconds[accounting.WAITING] < 0.05 + SLACK
+    assert 0.01 <= seconds[accounting.ROLLOUT] < 0.01 + SLACK
+    assert 0.02 <= seconds[accounting.TRAINING] < 0.02 + SLACK
+    assert 0.005 <= seconds[accounting.WEIGHT_SYNC] < 0.005 + SLACK
+    assert 0.01 <= seconds[accounting.OTHER] < 0.01 + SLACK
+    assert seconds[accounting.DRIVER] < SLACK
 
     points = captured.metric_points()
     by_category = {dict(p.attributes)[semconv.ATTR_TIME_CATEGORY]: p.value for p in points[semconv.M_STEP_TIME]}
@@ -63,3 +66,56 @@ def test_a_stage_outside_a_step_is_not_counted():
     account.stage_ended(8, "gen")
     seconds = account.step_ended(1)
     assert seconds is not None and seconds[accounting.ROLLOUT] == 0.0
+
+
+def test_pool_time_partitions_the_step_for_each_role(captured, v0_trainer):
+    """``verl.pool.time``: busy (the role's stages), waiting (the trainer roles' verl.wait),
+    idle; the three add up to the step for every role; ``verl.rollout.idle_ratio`` = idle / step."""
+    from verl.utils.profiler import marked_timer
+    from verl.utils.tracking import Tracking
+
+    timing: dict[str, float] = {}
+    with marked_timer("step", timing):
+        with marked_timer("gen", timing):
+            waits.sample_wrapper(_sleep_sample, object(), (3, "train", 4), {})
+        with marked_timer("ref", timing):
+            time.sleep(0.02)
+        with marked_timer("update_actor", timing):
+            time.sleep(0.03)
+        with marked_timer("update_weights", timing):
+            time.sleep(0.01)
+        time.sleep(0.02)
+    Tracking(project_name="p", experiment_name="e", default_backend=[]).log(data={"x": 1.0}, step=3)
+
+    (step,) = [s for s in captured.finished() if s.name == semconv.SPAN_STEP]
+    step_s = (step.end_time - step.start_time) / 1e9
+    points = captured.metric_points()
+    pools = {
+        (dict(p.attributes)[semconv.ATTR_POOL_ROLE], dict(p.attributes)[semconv.ATTR_POOL_STATE]): p.value
+        for p in points[semconv.M_POOL_TIME]
+    }
+    roles = {role for role, _ in pools}
+    assert roles == {accounting.POOL_ACTOR, accounting.POOL_ROLLOUT, accounting.POOL_REF}  # no critic/reward stage
+    for role in roles:
+        assert sum(pools[(role, s)] for s in accounting.POOL_STATES) == pytest.approx(step_s, abs=0.002)
+        assert pools[(role, accounting.BUSY)] == pytest.approx(
+            step.attributes[f"{semconv.ATTR_POOL_PREFIX}{role}.{accounting.BUSY}"], abs=1e-5
+        )
+    assert 0.06 <= pools[(accounting.POOL_ROLLOUT, accounting.BUSY)] < 0.06 + SLACK  # gen + weights
+    assert pools[(accounting.POOL_ROLLOUT, accounting.POOL_WAITING)] == 0.0
+    assert 0.04 <= pools[(accounting.POOL_ACTOR, accounting.BUSY)] < 0.04 + SLACK  # update + weights
+    assert 0.05 <= pools[(accounting.POOL_ACTOR, accounting.POOL_WAITING)] < 0.05 + SLACK
+    assert (
+        pools[(accounting.POOL_REF, accounting.POOL_WAITING)] == pools[(accounting.POOL_ACTOR, accounting.POOL_WAITING)]
+    )
+    assert 0.02 <= pools[(accounting.POOL_REF, accounting.BUSY)] < 0.02 + SLACK
+    (idle,) = points[semconv.M_ROLLOUT_IDLE_RATIO]
+    assert idle.value == pytest.approx(pools[(accounting.POOL_ROLLOUT, accounting.IDLE)] / step_s, rel=0.01)
+
+
+def test_pool_seconds_never_exceed_the_step():
+    pools = accounting.pool_seconds({"gen": 2.0, "update_actor": 1.0}, waiting=1.5, total=2.5)
+    assert pools[("rollout", "busy")] == 2.0 and pools[("rollout", "idle")] == pytest.approx(0.5)
+    assert pools[("actor", "busy")] == 1.0 and pools[("actor", "waiting")] == 1.5
+    assert pools[("actor", "idle")] == 0.0
+    assert accounting.rollout_idle_ratio(pools) == pytest.approx(0.2)

@@ -150,3 +150,22 @@ def test_a_span_status_reads_the_same_as_number_or_name(tmp_path):
         "STATUS_CODE_UNSET",
         "STATUS_CODE_OK",
     ]
+
+
+def test_a_map_body_is_read_as_json_text_and_keeps_its_batch(tmp_path):
+    """A sampled generation's body is an OTLP map ({prompt, response}); the stall report sent in
+    the same export must not be lost with it (it once was: the whole line was skipped)."""
+    kv = {"kvlistValue": {"values": [{"key": "prompt", "value": {"stringValue": "p"}}]}}
+    records = [
+        {"eventName": "verl.rollout.sample", "body": kv, "timeUnixNano": "1"},
+        {"eventName": "verl.stall.stacks", "body": {"stringValue": "Thread main"}, "timeUnixNano": "2"},
+    ]
+    line = {"resourceLogs": [{"resource": {"attributes": []}, "scopeLogs": [{"logRecords": records}]}]}
+    (tmp_path / "logs-worker-1.jsonl").write_text(json.dumps(line) + "\n")
+    skipped = otlp_files.Skipped()
+    got = otlp_files.read_log_records(tmp_path, skipped)
+    assert [(r.event_name, r.body) for r in got] == [
+        ("verl.rollout.sample", '{"prompt": "p"}'),
+        ("verl.stall.stacks", "Thread main"),
+    ]
+    assert not skipped.lines

@@ -105,3 +105,50 @@ def test_the_any_metric_chart_labels_its_axes(v1_run, tmp_path):
     assert re.search(r'<text class="axis x-label"[^>]*>step</text>', chart)
     label = semconv.M_REWARD + "{" + semconv.ATTR_REWARD_SOURCE + "=score}"
     assert re.search(r'<text class="axis y-label"[^>]*>' + re.escape(label) + "</text>", chart)
+
+
+def test_where_the_time_went_per_step_and_the_slowest_step_in_words(tmp_path):
+    """``verl.time.*`` of each step span: a row per step with seconds and share, and the slowest
+    step's categories in words, largest first (what a user reads without opening a trace)."""
+    times = {
+        1: {"rollout": 1.5, "waiting": 0.25, "training": 0.2},
+        2: {"rollout": 0.5, "waiting": 0.0, "training": 1.4},
+    }
+    spans = []
+    for step, by in times.items():
+        total = sum(by.values())
+        kw = {f"verl__time__{c}": v for c, v in by.items()}
+        spans.append(span(semconv.SPAN_STEP, f"{step:016x}", 10 * step, 10 * step + total, verl__step=step, **kw)[1])
+    write_spans(tmp_path, "taskrunner", 1, spans)
+    rep = build(tmp_path)
+    assert [r.time_by for r in rep.steps] == [times[1], times[2]]
+    page = render(rep)
+    section = page[page.index('<section id="time-went">') :]
+    section = section[: section.index("</section>")]
+    assert '<tr data-step="1" class="slowest">' in section and '<tr data-step="2">' in section
+    assert 'data-category="waiting" data-seconds="0.25">0.250 <small>13%</small>' in section
+    assert "Slowest step 1 (1.95 s):</b> rollout 1.50 s (77%), waiting 0.25 s (13%), training 0.20 s (10%)." in section
+
+
+def test_no_time_section_for_runs_without_accounting(v1_run):
+    page = render(build(v1_run))
+    assert "time-went" not in page  # no section, no link to it
+
+
+def test_pool_seconds_and_replica_idle_of_the_slowest_step(tmp_path):
+    """``verl.pool.<role>.<state>`` of the step span per role, and each rollout replica's own idle
+    share from the LLM-call spans in the step (busy while a call is in flight)."""
+    pools = {"verl__pool__actor__busy": 0.5, "verl__pool__actor__waiting": 0.25, "verl__pool__actor__idle": 0.25}
+    sid, root = span(semconv.SPAN_STEP, "c" * 16, 0, 1.0, verl__step=1, verl__time__rollout=1.0, **pools)
+    calls = [
+        span(semconv.SPAN_ROLLOUT_LLM_CALL, "c" * 16, a, b, sid, verl__rollout__server__id="r0")[1]
+        for a, b in ((0.0, 0.25), (0.125, 0.5))  # overlapping: busy 0.5 s of the step, not 0.625
+    ]
+    write_spans(tmp_path, "taskrunner", 1, [root, *calls])
+    rep = build(tmp_path)
+    assert rep.steps[0].pools == {"actor": {"busy": 0.5, "waiting": 0.25, "idle": 0.25}}
+    assert rep.steps[0].replica_idle == {"r0": pytest.approx(0.5)}
+    page = render(rep)
+    assert "actor busy 0.50 s, waiting 0.25 s, idle 0.25 s." in page
+    assert "Rollout replicas idle, by their own LLM calls: r0 50%." in page
+    assert '<td data-role="actor">0.50 / 0.25 / 0.25</td>' in page

@@ -1,0 +1,686 @@
+"""Faults with the real components: the Collector SIGKILLed mid-run, the backends down for a minute.
+
+The stack of ``otel-verl stack up`` (the real ``collector/otelcol-config.yaml``: persistent
+``file_storage/queue`` sending queues, ``retry_on_failure`` up to 30 min) on free ports under tmp.
+
+1. **Collector SIGKILLed and restarted** while a real instrumented verl CPU run trains (v0 GRPO,
+   OTLP gRPC to the Collector, every signal also to OTLP JSON files: the ground truth of what the
+   processes sent). The kill comes once step 1 is in Prometheus and while the Collector holds data
+   it accepted but has not exported yet (its own counters say so); it is started again
+   ``OUTAGE_S`` later. Afterwards every span, log record and TaskRunner step batch the processes
+   sent is looked up in Jaeger, VictoriaLogs and Prometheus. The bound asserted:
+
+   * nothing the Collector accepted is lost: what it had queued at the kill is exported after the
+     restart (persistent queue), and every item lost is one the SDK itself reported as failed
+     (its exporter metrics, ``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED``): lost == SDK-failed;
+   * the SDK loses only batches whose export began while the Collector was down and whose retry
+     budget ran out before it came back: the OTLP exporters (gRPC and HTTP alike) retry with
+     backoff 1, 2, 4 s (+-20 %) within ``OTEL_EXPORTER_OTLP_TIMEOUT`` (10 s) and give up after
+     about 7 s; BatchSpanProcessor, BatchLogRecordProcessor and otel-verl's StepMetricReader then
+     drop the batch (none re-queues a failed one). So nothing produced after the restart is lost,
+     nor anything the processes had exported before the kill.
+
+2. **Jaeger and Prometheus down for ~60 s** (SIGTERM, then started again on the same ports and
+   data) while otel-verl's own per-process pipeline (``build_own``: BatchSpanProcessor,
+   StepMetricReader, BatchLogRecordProcessor, OTLP gRPC) sends a step every 0.5 s from a
+   subprocess. A verl run is not used here: it would need 100+ CPU steps (3-4 min on this loaded
+   machine) to span the outage, and the SDK side sees no fault at all (the Collector stays up),
+   so only the Collector -> backend leg is under test. Asserted: the outage was real (the
+   Collector's exporters failed and queued: ``otelcol_exporter_send_failed_*``,
+   ``otelcol_exporter_queue_size``), and everything the Collector accepted while the backends
+   were down or after arrives once they are back: every step's metric sample (Prometheus keeps
+   its TSDB across the restart), every step span sent after Jaeger stopped (its memory store
+   loses what it held before: those spans are only reported), every log record (VictoriaLogs
+   stayed up).
+
+Needs the binaries of ``bash scripts/backends.sh``; skips without them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from otel_verl import semconv
+from otel_verl.offline import stack
+from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: ports, binaries
+from opskit import COLLECTOR, free_ports, stack_bin_dir  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
+
+POLL_S = 120.0  # bounded waits; the Collector's retry backoff grows to 30 s during an outage
+STEPS = 40  # CPU steps take ~0.5-1 s (more under load): the run must outlive the kill and the outage
+OUTAGE_S = 12.0  # the Collector stays dead this long (longer than the SDK's ~7 s retry budget)
+BACKEND_OUTAGE_S = 60.0
+BSP_DELAY_S = 5.0  # OTEL_BSP_SCHEDULE_DELAY / OTEL_BLRP_SCHEDULE_DELAY: how long a span waits in its process
+SLACK_S = 3.0  # a loaded 2-core machine
+MIN_RETRY_BUDGET_S = 5.6  # backoff 1 + 2 + 4 s at -20 % jitter: the shortest an SDK export keeps retrying
+MAX_BACKOFF_S = 4.8  # the longest wait between two attempts within the 10 s budget (4 s + 20 %)
+_STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - ")
+
+
+# ---------------------------------------------------------------------------------------------
+# The stack, its components and their query APIs
+
+
+def _get(url: str, json_lines: bool = False) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - 127.0.0.1
+        body = resp.read().decode()
+    if json_lines:  # VictoriaLogs answers one JSON object per line
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+    return json.loads(body)
+
+
+def _until(what: str, probe: Callable[[], Any], timeout_s: float = POLL_S, every_s: float = 1.0) -> Any:
+    """probe() until it returns something true; its last answer in the failure otherwise."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except (OSError, ValueError, KeyError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(every_s)
+    raise AssertionError(f"{what}: not there after {timeout_s:g} s (last answer {last!r})")
+
+
+def _settled(what: str, probe: Callable[[], int], quiet_s: float = 8.0, timeout_s: float = POLL_S) -> int:
+    """probe()'s count once it has not changed for ``quiet_s`` (the Collector replays its queue in
+    batches, with retry backoff in between)."""
+    deadline = time.monotonic() + timeout_s
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            now = probe()
+        except (OSError, ValueError, KeyError):
+            now = -1
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now >= 0 and time.monotonic() - since >= quiet_s:
+            return now
+        time.sleep(1.0)
+    raise AssertionError(f"{what}: still changing after {timeout_s:g} s (last {last})")
+
+
+@dataclass
+class LiveStack:
+    ports: dict[str, int]
+    data_dir: Path
+    bin_dir: Path | None
+    jaeger_entries: int = 0  # spans in Jaeger's last answer, a span stored twice counted twice
+
+    def url(self, port_name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[port_name]}"
+
+    def prom(self, path: str, **params: Any) -> Any:
+        body = _get(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def jaeger_span_ids(self, service: str) -> dict[str, dict]:
+        """span id -> Jaeger span (tags as a dict) of every trace of ``service``."""
+        params = urllib.parse.urlencode({"service": service, "lookback": "2h", "limit": 100000})
+        out: dict[str, dict] = {}
+        self.jaeger_entries = 0
+        for trace in _get(f"{self.url('jaeger')}/api/traces?{params}")["data"]:
+            self.jaeger_entries += len(trace["spans"])
+            for s in trace["spans"]:
+                out[s["spanID"]] = {**s, "tags": {t["key"]: t["value"] for t in s["tags"]}}
+        return out
+
+    def logsql(self, query: str) -> list[dict]:
+        params = urllib.parse.urlencode({"query": query, "limit": 100000})
+        return _get(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
+
+    def otelcol(self) -> dict[str, float]:
+        """The Collector's own counters and gauges (``OTELCOL_METRICS_PORT``), summed over labels
+        but ``exporter``: ``name`` and ``name{exporter}``."""
+        text = urllib.request.urlopen(f"{self.url('otelcol-metrics')}/metrics", timeout=10).read().decode()  # noqa: S310
+        out: dict[str, float] = defaultdict(float)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[sample.name] += sample.value
+                if "exporter" in sample.labels:
+                    out[f"{sample.name}{{{sample.labels['exporter']}}}"] += sample.value
+        return out
+
+    # -- components
+    def _component(self, name: str) -> stack.Component:
+        binaries = stack.find_binaries(self.bin_dir)
+        comps = stack.plan(binaries, COLLECTOR.resolve(), self.data_dir.resolve(), self.ports)
+        return next(c for c in comps if c.name == name)
+
+    def pid(self, name: str) -> int:
+        return int(stack._load_state(self.data_dir)["components"][name]["pid"])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no shutdown, no flush; what it held in memory is gone."""
+        pid = self.pid(name)
+        os.killpg(pid, signal.SIGKILL)
+        _reap(pid)
+
+    def stop(self, name: str) -> None:
+        """SIGTERM and wait for the exit, as ``otel-verl stack down`` does."""
+        info = stack._load_state(self.data_dir)["components"][name]
+        stack._stop(info["pid"], info["argv"][0])
+        _reap(info["pid"])
+        assert not stack._ours(info["pid"], info["argv"][0]), f"{name} still runs"
+
+    def start(self, name: str) -> None:
+        """Start ``name`` again with stack up's command, environment and data; wait until ready."""
+        comp = self._component(name)
+        with open(self.data_dir / "logs" / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(  # noqa: S603 - the stack's own binaries and arguments
+                comp.argv,
+                env={**os.environ, **comp.env},
+                cwd=self.data_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        state = stack._load_state(self.data_dir)
+        state["components"][name]["pid"] = proc.pid  # so that stack.down stops this one
+        stack._save_state(self.data_dir, state)
+        _until(f"{name} ready again", lambda: proc.poll() is None and stack._answers(comp.ready_url), 90, 0.25)
+
+
+def _reap(pid: int) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
+    bin_dir = stack_bin_dir()
+    data_dir = tmp_path_factory.mktemp("fault-stack")
+    ports = free_ports(list(stack.DEFAULT_PORTS))
+    lines: list[str] = []
+    try:
+        stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
+        yield LiveStack(ports, data_dir, bin_dir)
+    finally:
+        stack.down(data_dir, out=lines.append)
+        print("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# What the processes sent (the OTLP JSON files)
+
+
+def _file_logs(folder: Path) -> list[int]:
+    """The time (ns; observed time where the record has none, as VictoriaLogs does) of every log
+    record in the files."""
+    out = []
+    for path in sorted(folder.glob("logs-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            for rl in json.loads(line)["resourceLogs"]:
+                for sl in rl["scopeLogs"]:
+                    for r in sl.get("logRecords", []):
+                        t = int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0)
+                        out.append(t)
+    return out
+
+
+def _vl_time_ns(value: str) -> int:
+    """VictoriaLogs' ``_time`` (RFC 3339, nanoseconds) as unix ns."""
+    head, _, frac = value.rstrip("Z").partition(".")
+    secs = int(datetime.fromisoformat(head + "+00:00").timestamp())
+    return secs * 1_000_000_000 + int((frac or "0").ljust(9, "0")[:9])
+
+
+def _sdk_failed(points: list[MetricPoint], component_type: str, metric: str, role: str | None = None) -> int:
+    """Items the SDK's own exporter metrics count as failed (``error.type`` set), summed over
+    processes (cumulative counters: the last value of each series)."""
+    last: dict[tuple, float] = {}
+    for p in sorted(points, key=lambda p: p.time_ns):
+        if role is not None and p.resource.get(semconv.RES_ROLE) != role:
+            continue
+        if p.name == metric and p.attributes.get("otel.component.type") == component_type:
+            if p.attributes.get("error.type"):
+                key = (p.resource.get("process.pid"), tuple(sorted(p.attributes.items())))
+                last[key] = p.value or 0.0
+    return int(sum(last.values()))
+
+
+def _taskrunner_step_batches(points: list[MetricPoint]) -> dict[int, int]:
+    """step -> data points in the TaskRunner's export at that step (one collection: one time)."""
+    batches: dict[tuple, list[MetricPoint]] = defaultdict(list)
+    for p in points:
+        if p.resource.get(semconv.RES_ROLE) == semconv.ROLE_TASKRUNNER:
+            batches[(p.resource.get("process.pid"), p.time_ns)].append(p)
+    out: dict[int, int] = {}
+    for batch in batches.values():
+        steps = [int(p.value) for p in batch if p.name == semconv.M_TRAINING_STEP and p.value is not None]
+        if steps:
+            out[steps[0]] = len(batch)
+    return out
+
+
+def _window(t_ns: int, down: float, up: float) -> str:
+    t = t_ns / 1e9
+    return "before" if t < down else ("outage" if t < up else "after")
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The Collector SIGKILLed and restarted in the middle of a real verl run
+
+
+class StepWatcher:
+    """The run's console stream: when (unix time) verl's console logger printed each step."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, float] = {}
+        self.changed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        for match in _STEP_LINE.finditer(text):
+            with self.changed:
+                self.seen.setdefault(int(match.group(1)), time.time())
+                self.changed.notify_all()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def wait_for(self, step: int, done: threading.Event, timeout: float = 900) -> float | None:
+        with self.changed:
+            self.changed.wait_for(lambda: step in self.seen or done.is_set(), timeout)
+            return self.seen.get(step)
+
+
+def _prom_steps(live: LiveStack, run_id: str) -> dict[int, int]:
+    """step -> how many TaskRunner ``verl_training_step`` samples of that value Prometheus has."""
+    selector = f'verl_training_step{{verl_run_id="{run_id}", verl_process_role="{semconv.ROLE_TASKRUNNER}"}}[2h]'
+    out: Counter[int] = Counter()
+    for series in live.prom("query", query=selector, time=time.time())["result"]:
+        out.update(int(float(v)) for _, v in series["values"])
+    return dict(out)
+
+
+def test_collector_sigkill_mid_run_loses_only_what_the_sdk_gave_up_on(live_stack: LiveStack, tmp_path: Path) -> None:
+    verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+    run_id = f"fault-kill-{uuid.uuid4().hex[:8]}"
+    service = "verl-fault-kill"
+    folder = tmp_path / "telemetry"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        {
+            "OTEL_TRACES_EXPORTER": "otlp,otlp_json_file",
+            "OTEL_METRICS_EXPORTER": "otlp,otlp_json_file",
+            "OTEL_LOGS_EXPORTER": "otlp,otlp_json_file",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": live_stack.url("otlp-grpc"),
+            "OTEL_VERL_FILE_DIR": str(folder),
+            "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # metric exports at step boundaries only
+            # The SDK's own exporter metrics (otel.sdk.exporter.*.exported with error.type) reach the
+            # files too: exactly how many items each OTLP exporter gave up on.
+            "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED": "true",
+            "OTEL_VERL_RUN_ID": run_id,
+            "OTEL_SERVICE_NAME": service,
+            "OTEL_VERL_SHUTDOWN_TIMEOUT": "20",  # room for the last batches after the restart
+            # Sampled generations: log records at every step (python logging alone sends none here).
+            "OTEL_VERL_SAMPLES": "true",
+            "OTEL_VERL_SAMPLES_EVERY_N_STEPS": "1",
+            "OTEL_VERL_SAMPLES_PER_STEP": "2",
+        }
+    )
+    watcher = StepWatcher()
+    done = threading.Event()
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["run"] = verl_cpu_harness.run_verl(
+                tmp_path, driver="v0", algo="grpo", steps=STEPS, launcher="opentelemetry-instrument",
+                env=env, timeout=900, stream=watcher,
+            )  # fmt: skip
+        finally:
+            done.set()
+            with watcher.changed:
+                watcher.changed.notify_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    down = up = None
+    before_kill: dict[str, float] = {}
+    try:
+        assert watcher.wait_for(1, done) is not None, "the run ended before step 1"
+        _until("step 1 in Prometheus", lambda: _prom_steps(live_stack, run_id).get(1), 90)
+
+        # Kill while the Collector holds accepted, unexported data (it batches for up to 2 s).
+        def holding() -> dict[str, float] | None:
+            m = live_stack.otelcol()
+            held = m["otelcol_receiver_accepted_spans_total"] - m["otelcol_exporter_sent_spans_total"]
+            held += m["otelcol_receiver_accepted_log_records_total"] - m["otelcol_exporter_sent_log_records_total"]
+            return m if held > 0 else None
+
+        before_kill = _until("the Collector holding unexported data", holding, 60, 0.05)
+        live_stack.kill("otelcol")
+        down = time.time()
+        with watcher.changed:  # the fault's length, not an assertion
+            watcher.changed.wait_for(done.is_set, OUTAGE_S)
+        live_stack.start("otelcol")
+        up = time.time()
+        thread.join(timeout=900)
+    finally:
+        done.wait(0)
+    res = result["run"]
+    assert res.returncode == 0, res.output[-4000:]
+    last_step = max(watcher.seen)
+    # The run went on after the restart long enough for every export retrying in the outage to make
+    # its next attempt (then on a live Collector) before the processes exit.
+    assert last_step == STEPS and watcher.seen[STEPS] > up + MAX_BACKOFF_S, (
+        f"the run must go on after the restart: steps {sorted(watcher.seen)}, up at {up}"
+    )
+
+    # -- what the processes sent
+    spans = {s.span_id: s for s in read_spans(folder)}
+    points = read_metric_points(folder)
+    logs = _file_logs(folder)
+    step_of_trace = {
+        s.trace_id: int(s.attributes[semconv.ATTR_STEP]) for s in spans.values() if s.name == semconv.SPAN_STEP
+    }
+    tr_batches = _taskrunner_step_batches(points)
+
+    # -- what arrived, once the Collector's replay has settled
+    jaeger: dict[str, dict] = {}
+
+    def jaeger_count() -> int:
+        jaeger.clear()
+        jaeger.update(live_stack.jaeger_span_ids(service))
+        return len(jaeger)
+
+    _settled("Jaeger's spans", jaeger_count)
+    vl: list[dict] = []
+
+    def vl_count() -> int:
+        vl[:] = live_stack.logsql(f'"{semconv.RES_RUN_ID}":="{run_id}"')
+        return len(vl)
+
+    _settled("VictoriaLogs' records", vl_count)
+    prom_steps = _prom_steps(live_stack, run_id)
+    after = live_stack.otelcol()
+
+    # -- the figures, per signal and window (of the span's end, the record's time, the step's line)
+    def by_window(items: list[int]) -> dict[str, int]:
+        c = Counter(_window(t, down, up) for t in items)
+        return {w: c.get(w, 0) for w in ("before", "outage", "after")}
+
+    lost_spans = [s for sid, s in spans.items() if sid not in jaeger]
+    foreign = [sid for sid in jaeger if sid not in spans]
+    lost_by_step = Counter(step_of_trace.get(s.trace_id, 0) for s in lost_spans)  # 0: not in a step's trace
+    lost_logs = list((Counter(logs) - Counter(_vl_time_ns(r["_time"]) for r in vl)).elements())
+    # Delivered twice: what the Collector had exported but not yet counted as done at the kill is
+    # replayed from the persistent queue after the restart (at-least-once).
+    dup_logs = len(vl) - (len(logs) - len(lost_logs))
+    lost_steps = sorted(set(tr_batches) - set(prom_steps))
+    lost_points = sum(tr_batches[n] for n in lost_steps)
+    failed_spans = _sdk_failed(points, "otlp_grpc_span_exporter", "otel.sdk.exporter.span.exported")
+    failed_logs = _sdk_failed(points, "otlp_grpc_log_exporter", "otel.sdk.exporter.log.exported")
+    failed_points = _sdk_failed(points, "otlp_grpc_metric_exporter", "otel.sdk.exporter.metric_data_point.exported")
+    failed_tr_points = _sdk_failed(
+        points, "otlp_grpc_metric_exporter", "otel.sdk.exporter.metric_data_point.exported", semconv.ROLE_TASKRUNNER
+    )
+    held = {
+        sig: before_kill[f"otelcol_receiver_accepted_{sig}_total"] - before_kill[f"otelcol_exporter_sent_{sig}_total"]
+        for sig in ("spans", "log_records", "metric_points")
+    }
+    replayed = {
+        sig: after[f"otelcol_exporter_sent_{sig}_total"] - after[f"otelcol_receiver_accepted_{sig}_total"]
+        for sig in ("spans", "log_records", "metric_points")
+    }
+    outage_steps = sorted(n for n, t in watcher.seen.items() if down <= t < up)
+    print(
+        f"\ncollector SIGKILL: down {up - down:.1f} s, steps {outage_steps} printed meanwhile; job {res.wall_s:.0f} s\n"
+        f"  held by the Collector at the kill (accepted - exported): {held}; exported after the restart beyond what "
+        f"it accepted then (the persistent queue's replay): {replayed}\n"
+        f"  spans: sent {len(spans)} {by_window([s.end_ns for s in spans.values()])}, in Jaeger {len(jaeger)} "
+        f"({live_stack.jaeger_entries - len(jaeger)} twice), "
+        f"lost {len(lost_spans)} {by_window([s.end_ns for s in lost_spans])}, "
+        f"by step {dict(sorted(lost_by_step.items()))}; "
+        f"SDK exporters gave up on {failed_spans}\n"
+        f"  logs: sent {len(logs)} {by_window(logs)}, in VictoriaLogs {len(vl)} ({dup_logs} twice), "
+        f"lost {len(lost_logs)} "
+        f"{by_window(lost_logs)}; SDK exporters gave up on {failed_logs}\n"
+        f"  TaskRunner step batches: {len(tr_batches)} sent, {len(prom_steps)} in Prometheus, lost steps {lost_steps} "
+        f"({lost_points} points; the TaskRunner's SDK exporter gave up on {failed_tr_points}, "
+        f"all processes {failed_points})\n"
+        f"  step lines (s from the kill): " + ", ".join(f"{n}:{t - down:+.1f}" for n, t in sorted(watcher.seen.items()))
+    )
+
+    # The fault was real: the Collector held accepted data at the kill, and exports failed.
+    assert sum(held.values()) > 0, held
+    assert failed_spans > 0 and failed_points > 0, "no export failed: the Collector was not down long enough"
+    # Nothing the Collector accepted is lost: what it held came back out of the persistent queue,
+    # and every item missing in a backend is one the SDK reported as failed (never accepted).
+    assert all(replayed[sig] >= held[sig] for sig in held if held[sig] > 0), (held, replayed)
+    assert not foreign, f"{len(foreign)} spans in Jaeger the processes did not send"
+    assert len(lost_spans) == failed_spans, (len(lost_spans), failed_spans)
+    assert len(lost_logs) == failed_logs, (len(lost_logs), failed_logs)
+    assert lost_points == failed_tr_points, (lost_steps, lost_points, failed_tr_points)
+    # The SDK's loss is bounded by its retry budget: only data produced while the Collector was
+    # down or just before (still queued in the process, BSP_DELAY_S) is lost; nothing after.
+    earliest = down - BSP_DELAY_S - SLACK_S
+    assert all(earliest <= s.end_ns / 1e9 < up for s in lost_spans), by_window([s.end_ns for s in lost_spans])
+    assert all(earliest <= t / 1e9 < up for t in lost_logs), by_window(lost_logs)
+    assert all(earliest <= watcher.seen[n] < up for n in lost_steps), (lost_steps, down, up)
+    # ... and within that window by its retry budget: each exporter loses the batches whose export
+    # began while the Collector was down and gave up (~7 s later) before it was back.
+    assert len(lost_steps) <= math.ceil((up - down) / MIN_RETRY_BUDGET_S), lost_steps
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Jaeger and Prometheus down for a minute, the Collector up
+
+
+# One process's pipeline exactly as in a verl process (otel-verl's build_own: BatchSpanProcessor,
+# StepMetricReader, BatchLogRecordProcessor, OTLP gRPC), sending a step every PRODUCER_STEP_S
+# until the stop file appears; prints "step unix-time" per step.
+PRODUCER = textwrap.dedent(
+    """
+    import os, sys, time
+    from opentelemetry._logs import SeverityNumber
+    from otel_verl import semconv
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.telemetry import build_own
+
+    stop_file, every_s = sys.argv[1], float(sys.argv[2])
+    telemetry = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+    gauge = telemetry.meter.create_gauge(semconv.M_TRAINING_STEP, unit="{step}")
+    logger = telemetry.logger_provider.get_logger("fault-producer")
+    step = 0
+    while not os.path.exists(stop_file):
+        step += 1
+        with telemetry.tracer.start_as_current_span(semconv.SPAN_STEP, attributes={semconv.ATTR_STEP: step}):
+            with telemetry.tracer.start_as_current_span("verl.gen", attributes={semconv.ATTR_STEP: step}):
+                logger.emit(body=f"step {step}", severity_number=SeverityNumber.INFO, attributes={"n": step})
+        gauge.set(step)
+        telemetry.mark_step()
+        telemetry.request_flush()
+        print(step, time.time(), flush=True)
+        time.sleep(every_s)
+    telemetry.shutdown(30.0)
+    print("done", flush=True)
+    """
+)
+PRODUCER_STEP_S = 0.5
+
+
+def _step_spans(live: LiveStack, service: str) -> dict[int, set[str]]:
+    """step -> names of the spans Jaeger has for it."""
+    out: dict[int, set[str]] = defaultdict(set)
+    for s in live.jaeger_span_ids(service).values():
+        out[int(s["tags"][semconv.ATTR_STEP])].add(s["operationName"])
+    return out
+
+
+def test_backends_down_for_a_minute_lose_nothing_the_collector_accepted(live_stack: LiveStack, tmp_path: Path) -> None:
+    run_id = f"fault-backends-{uuid.uuid4().hex[:8]}"
+    service = "verl-fault-backends"
+    stop_file = tmp_path / "stop"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": live_stack.url("otlp-grpc"),
+            "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # one metric export per step
+            "OTEL_VERL_RUN_ID": run_id,
+            "OTEL_SERVICE_NAME": service,
+        }
+    )
+    producer = subprocess.Popen(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", PRODUCER, str(stop_file), str(PRODUCER_STEP_S)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    sent: dict[int, float] = {}
+    out: list[str] = []
+
+    def pump() -> None:
+        assert producer.stdout is not None
+        for line in producer.stdout:
+            out.append(line)
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit():
+                sent[int(parts[0])] = float(parts[1])
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    samples: list[dict[str, float]] = []
+    try:
+        # The pipeline works end to end before the fault.
+        _until("a step in Prometheus", lambda: _prom_steps(live_stack, run_id), 60)
+        _until("a step in Jaeger", lambda: _step_spans(live_stack, service), 60)
+        live_stack.stop("jaeger")
+        jaeger_down = time.time()
+        live_stack.stop("prometheus")
+        down = time.time()
+        while time.time() < down + BACKEND_OUTAGE_S:  # the fault's length; the Collector's view of it
+            samples.append(live_stack.otelcol())
+            time.sleep(2.0)
+        live_stack.start("jaeger")
+        live_stack.start("prometheus")
+        up = time.time()
+        _until("steps sent after the restart", lambda: max(sent, default=0) and sent[max(sent)] > up + 5, 60)
+    finally:
+        stop_file.touch()
+        try:
+            producer.wait(90)
+        finally:
+            if producer.poll() is None:
+                producer.kill()
+        reader.join(10)
+    assert producer.returncode == 0 and "done" in out[-1], "".join(out[-40:])
+    steps = sorted(sent)
+    assert steps == list(range(1, len(steps) + 1)), steps
+
+    # Everything has arrived once the Collector's queues are empty again and the counts stand still.
+    def queued() -> bool:
+        m = live_stack.otelcol()
+        return all(m[f"otelcol_exporter_queue_size{{{e}}}"] == 0 for e in EXPORTERS) and m or False
+
+    final = _until("the Collector's queues empty", queued)
+    prom_steps: dict[int, int] = {}
+
+    def prom_count() -> int:
+        prom_steps.clear()
+        prom_steps.update(_prom_steps(live_stack, run_id))
+        return len(prom_steps)
+
+    _settled("Prometheus' steps", prom_count)
+    jaeger: dict[int, set[str]] = {}
+
+    def jaeger_count() -> int:
+        jaeger.clear()
+        jaeger.update(_step_spans(live_stack, service))
+        return sum(len(v) for v in jaeger.values())
+
+    _settled("Jaeger's spans", jaeger_count)
+    vl = live_stack.logsql(f'"{semconv.RES_RUN_ID}":="{run_id}"')
+
+    outage = [n for n in steps if down <= sent[n] < up]
+    after_stop = [n for n in steps if sent[n] >= jaeger_down]  # sent once Jaeger had exited
+    before_stop = [n for n in steps if sent[n] < jaeger_down]
+    retries = _retry_log_lines(live_stack)
+    peak = {e: max(s[f"otelcol_exporter_queue_size{{{e}}}"] for s in samples) for e in EXPORTERS}
+    # Items given up on (retries exhausted) or refused by a full queue: none may be.
+    failed = {e: final[f"otelcol_exporter_send_failed_{sig}_total{{{e}}}"] for e, sig in EXPORTERS.items()}
+    dropped = {e: final[f"otelcol_exporter_enqueue_failed_{sig}_total{{{e}}}"] for e, sig in EXPORTERS.items()}
+    print(
+        f"\nbackends down {up - down:.1f} s (Jaeger {up - jaeger_down:.1f} s; "
+        f"stopping took {down - jaeger_down:.1f} s): "
+        f"{len(steps)} steps sent ({len(before_stop)} before, {len(outage)} during, "
+        f"{len(steps) - len(before_stop) - len(outage)} after; 2 spans, 1 metric point set, 1 log record each)\n"
+        f"  Collector: peak queue (requests) {peak}; failed attempts it retried {retries}; items given up "
+        f"(send_failed) {failed}; refused by a full queue (enqueue_failed) {dropped}\n"
+        f"  Prometheus: {len(prom_steps)} of {len(steps)} steps; Jaeger: "
+        f"{sum(1 for n in after_stop if jaeger.get(n))} of {len(after_stop)} steps sent after it stopped, "
+        f"{sum(1 for n in before_stop if jaeger.get(n))} of the {len(before_stop)} before (memory store, gone "
+        f"with the restart); VictoriaLogs: {len(vl)} of {len(steps)} records"
+    )
+    # The outage was real: the Collector's exports to both backends failed, were retried and queued,
+    # and it gave up on nothing (retry_on_failure: 30 min; the queue holds 5000 requests).
+    assert retries.get("otlp_grpc/tempo", 0) > 0 and retries.get("otlp_http/prometheus", 0) > 0, retries
+    assert peak["otlp_grpc/tempo"] > 0 and peak["otlp_http/prometheus"] > 0, peak
+    assert not any(failed.values()) and not any(dropped.values()), (failed, dropped)
+    # Nothing the Collector accepted is lost: every step's sample (Prometheus kept its TSDB), every
+    # span sent after Jaeger stopped (what its memory store held before is gone), every record.
+    assert sorted(prom_steps) == steps, sorted(set(steps) - set(prom_steps))
+    assert all(prom_steps[n] == 1 for n in steps), {n: c for n, c in prom_steps.items() if c != 1}
+    missing = [n for n in after_stop if jaeger.get(n) != {semconv.SPAN_STEP, "verl.gen"}]
+    assert not missing, missing
+    assert sorted(int(r["n"]) for r in vl) == steps, len(vl)
+
+
+def _retry_log_lines(live: LiveStack) -> dict[str, int]:
+    """exporter -> how often the Collector logged a failed export it will retry."""
+    out: Counter[str] = Counter()
+    for line in (live.data_dir / "logs" / "otelcol.log").read_text(errors="replace").splitlines():
+        if "Will retry the request after interval" in line and (
+            m := re.search(r'"otelcol.component.id": "([^"]+)"', line)
+        ):
+            out[m.group(1)] += 1
+    return dict(out)
+
+
+EXPORTERS = {"otlp_grpc/tempo": "spans", "otlp_http/prometheus": "metric_points", "otlp_http/loki": "log_records"}
