@@ -22,6 +22,11 @@ mean of the paired differences. Next to it, what otel-verl's own self-metric
 file variant's long jobs.
 
 Usage: ``python bench/job_cpu.py [--rounds 3] [--short 2] [--long 12] [--variants plain,file,collector,dead]``
+(``--short 0``: long jobs only, for the in-job figure).
+
+In-job figure: a second table reads the CPU of the job's whole process tree (``/proc``, its session)
+at each of verl's training-step lines, and divides what it used from step 2 to the last step by
+the steps: per-step CPU without anything paid once, so far less noisy than whole-job differences.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -67,6 +73,72 @@ def _env(variant: str, folder: Path, otlp_port: int | None) -> tuple[dict[str, s
     return env, "opentelemetry-instrument"
 
 
+_STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - .*timing_s/step:")  # verl's console line of a training step
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(session: int) -> float:
+    """CPU seconds (user + system, with reaped children) of every process in ``session`` so far."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 14 and int(fields[3]) == session:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / _TICK
+
+
+class StepCPU:
+    """A ``stream`` for ``run_verl``: at each of verl's training-step lines, the CPU seconds the
+    job's whole process tree (its session: driver, Ray daemons, every actor) has used so far.
+    Per-step CPU from two such readings inside one job leaves out everything paid once (start-up,
+    model load, validation, shutdown), which is what makes whole-job differences so noisy."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, float] = {}
+        self._session: int | None = None
+
+    def _find_session(self) -> int | None:
+        me = os.getpid()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                # our child that leads its own session and runs the trainer (not the stack's binaries)
+                if int(fields[1]) == me and int(fields[3]) == int(entry.name):
+                    try:
+                        if b"verl.trainer.main_ppo" in (entry / "cmdline").read_bytes():
+                            return int(entry.name)
+                    except OSError:
+                        continue
+        return None
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            m = _STEP_LINE.search(line)
+            if m:
+                self._session = self._session or self._find_session()
+                if self._session is not None:
+                    self.at[int(m.group(1))] = tree_cpu_s(self._session)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def per_step(self, first: int = 2) -> float | None:
+        """CPU seconds per step from the end of step ``first`` to the last step (step 1 warms up)."""
+        steps = sorted(n for n in self.at if n >= first)
+        if len(steps) < 2:
+            return None
+        return (self.at[steps[-1]] - self.at[steps[0]]) / (steps[-1] - steps[0])
+
+
 def _task_clock_s(path: Path) -> float:
     for line in path.read_text().splitlines():
         fields = line.split(",")
@@ -83,10 +155,12 @@ def run_job(workdir: Path, variant: str, steps: int, driver: str, algo: str, otl
     words = ["perf", "stat", "-e", "task-clock", "-x", ",", "-o", str(perf_out), "--"]
     if launcher:
         words.append(shutil.which(launcher) or str(Path(sys.executable).with_name(launcher)))
+    clock = StepCPU()
     result = run_verl(
-        workdir, driver=driver, algo=algo, steps=steps, launcher=words, env=env, stream=None, timeout=1200
+        workdir, driver=driver, algo=algo, steps=steps, launcher=words, env=env, stream=clock, timeout=1200
     )
     out = {"rc": result.returncode, "wall_s": result.wall_s, "steps_logged": len(result.metrics)}
+    out["in_job"] = clock.per_step()
     if result.returncode == 0:
         out["cpu_s"] = _task_clock_s(perf_out)
     return out
@@ -147,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(ns.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for variant in order:
-                for length, steps in (("short", ns.short), ("long", ns.long)):
+                lengths = (("short", ns.short), ("long", ns.long)) if ns.short > 0 else (("long", ns.long),)
+                for length, steps in lengths:
                     workdir = root / f"{variant}_{length}_{r}"
                     loads.append(os.getloadavg()[0])
                     job = run_job(workdir, variant, steps, ns.driver, ns.algo, otlp_port)
@@ -156,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                     jobs.setdefault((variant, r), {})[length] = job
                     print(
                         f"round {r} {variant:9s} {steps:2d} steps: rc {job['rc']}, "
-                        f"CPU {job.get('cpu_s', float('nan')):7.2f} s, wall {job['wall_s']:6.1f} s",
+                        f"CPU {job.get('cpu_s', float('nan')):7.2f} s, wall {job['wall_s']:6.1f} s, "
+                        f"in-job {job.get('in_job') or float('nan'):.3f} CPU-s/step",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -188,7 +264,7 @@ def _stack_up(root: Path) -> tuple[Path | None, int | None]:
 
 
 def report(jobs: dict, variants: list[str], ns: argparse.Namespace, loads: list[float]) -> str:
-    span = ns.long - ns.short
+    span = max(ns.long - ns.short, 1)
     marginal: dict[str, dict[int, float]] = {v: {} for v in variants}
     startup: dict[str, dict[int, float]] = {v: {} for v in variants}
     selfs: list[float] = []
@@ -238,12 +314,38 @@ def report(jobs: dict, variants: list[str], ns: argparse.Namespace, loads: list[
             rows,
         ),
     ]
+    lines.append(_in_job_table(jobs, variants, ns))
     if selfs:
         lines.append(
             f"otel-verl's own figure (otel_verl.overhead.cpu_time, file variant, {ns.long}-step jobs): "
             f"{_spread(selfs, '{:.3f}')} CPU-s per step"
         )
     return "\n".join(lines)
+
+
+def _in_job_table(jobs: dict, variants: list[str], ns: argparse.Namespace) -> str:
+    """The same comparison from inside each long job: its tree's CPU from step 2 to the last step."""
+    per: dict[str, dict[int, float]] = {v: {} for v in variants}
+    for (variant, r), pair in jobs.items():
+        value = pair.get("long", {}).get("in_job")
+        if value is not None:
+            per[variant][r] = value
+    rows = []
+    for v in variants:
+        added = [per[v][r] - per["plain"][r] for r in per[v] if r in per["plain"]]
+        base = statistics.median(per["plain"].values()) if per["plain"] else float("nan")
+        rows.append(
+            [
+                LABELS[v],
+                _spread(list(per[v].values()), "{:.3f}"),
+                "" if v == "plain" else _spread(added, "{:+.3f}"),
+                "" if v == "plain" else interval(added),
+                f"{100 * statistics.median(added) / base:+.1f}%" if added and v != "plain" else "",
+                len(per[v]),
+            ]
+        )
+    head = ["in-job, steps 2.." + str(ns.long), "CPU-s per step", "added per step", "added, mean 95% CI"]
+    return table([*head, "added / plain step", "rounds"], rows)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,6 @@ BSP_DELAY_S = 5.0  # OTEL_BSP_SCHEDULE_DELAY / OTEL_BLRP_SCHEDULE_DELAY: how lon
 SLACK_S = 3.0  # a loaded 2-core machine
 MIN_RETRY_BUDGET_S = 5.6  # backoff 1 + 2 + 4 s at -20 % jitter: the shortest an SDK export keeps retrying
 MAX_BACKOFF_S = 4.8  # the longest wait between two attempts within the 10 s budget (4 s + 20 %)
-_STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,29 +299,6 @@ def _window(t_ns: int, down: float, up: float) -> str:
 # 1. The Collector SIGKILLed and restarted in the middle of a real verl run
 
 
-class StepWatcher:
-    """The run's console stream: when (unix time) verl's console logger printed each step."""
-
-    def __init__(self) -> None:
-        self.seen: dict[int, float] = {}
-        self.changed = threading.Condition()
-
-    def write(self, text: str) -> int:
-        for match in _STEP_LINE.finditer(text):
-            with self.changed:
-                self.seen.setdefault(int(match.group(1)), time.time())
-                self.changed.notify_all()
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def wait_for(self, step: int, done: threading.Event, timeout: float = 900) -> float | None:
-        with self.changed:
-            self.changed.wait_for(lambda: step in self.seen or done.is_set(), timeout)
-            return self.seen.get(step)
-
-
 def _prom_steps(live: LiveStack, run_id: str) -> dict[int, int]:
     """step -> how many TaskRunner ``verl_training_step`` samples of that value Prometheus has."""
     selector = f'verl_training_step{{verl_run_id="{run_id}", verl_process_role="{semconv.ROLE_TASKRUNNER}"}}[2h]'
@@ -359,7 +335,7 @@ def test_collector_sigkill_mid_run_loses_only_what_the_sdk_gave_up_on(live_stack
             "OTEL_VERL_SAMPLES_PER_STEP": "2",
         }
     )
-    watcher = StepWatcher()
+    watcher = verl_cpu_harness.StepWatcher(time.time)
     done = threading.Event()
     result: dict[str, Any] = {}
 
@@ -666,7 +642,10 @@ def test_backends_down_for_a_minute_lose_nothing_the_collector_accepted(live_sta
     # Nothing the Collector accepted is lost: every step's sample (Prometheus kept its TSDB), every
     # span sent after Jaeger stopped (what its memory store held before is gone), every record.
     assert sorted(prom_steps) == steps, sorted(set(steps) - set(prom_steps))
-    assert all(prom_steps[n] == 1 for n in steps), {n: c for n, c in prom_steps.items() if c != 1}
+    # Once each, but the last: the producer's shutdown collects the gauge once more (same value, a
+    # later timestamp), and whether that export lands before this query depends on the timing.
+    assert all(prom_steps[n] == 1 for n in steps[:-1]), {n: c for n, c in prom_steps.items() if c != 1}
+    assert 1 <= prom_steps[steps[-1]] <= 2, prom_steps[steps[-1]]
     missing = [n for n in after_stop if jaeger.get(n) != {semconv.SPAN_STEP, "verl.gen"}]
     assert not missing, missing
     assert sorted(int(r["n"]) for r in vl) == steps, len(vl)

@@ -101,3 +101,30 @@ def test_progress_prints_one_line_per_phase_and_step(tmp_path):
         "training step 1/2 done: 2.8 s, reward 0.0332, kl 0, entropy 5.75",
         "training step 2/2 done: reward 0.5, kl 0.01, response length 15.88",
     ]
+
+
+def test_step_watcher_notes_each_step_once_and_wakes_waiters():
+    import threading
+
+    from verl_cpu_harness import StepWatcher
+
+    ticks = iter([10.0, 11.0, 12.0])
+    watcher = StepWatcher(clock=lambda: next(ticks))
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: results.append(watcher.wait_for(2, done, timeout=30)))
+    results: list[float | None] = []
+    waiter.start()
+    for line in ("(TaskRunner pid=1) step:1 - a:1\n", "noise step:x\n", "step:2 - a:2\n", "step:2 - b:3\n"):
+        watcher.write(line)
+    waiter.join(timeout=30)
+    assert watcher.seen == {1: 10.0, 2: 11.0}  # the first line of a step; later lines of it keep it
+    assert results == [11.0]
+    assert watcher.wait_for(9, done_event(), timeout=30) is None  # the run ended first
+
+
+def done_event():
+    import threading
+
+    event = threading.Event()
+    event.set()
+    return event

@@ -26,7 +26,6 @@ after the restart, or are lost when an export gives up first; they never block t
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,7 +46,6 @@ TAIL_SLACK_S = 3.0
 OTLP_TIMEOUT_S = 10.0  # SDK default (OTEL_EXPORTER_OTLP_TIMEOUT): one export's retries give up after it
 BSP_DELAY_S = 5.0  # SDK default (OTEL_BSP_SCHEDULE_DELAY)
 RESUME_SLACK_S = 5.0  # a loaded 2-core machine
-_STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - ")
 
 
 class OTLPReceiver:
@@ -84,29 +82,6 @@ class OTLPReceiver:
         self._server.shutdown()
         self._server.server_close()
         self._server = None
-
-
-class StepWatcher:
-    """The run's console stream: notes when verl's console logger printed each step."""
-
-    def __init__(self) -> None:
-        self.seen: dict[int, float] = {}
-        self.changed = threading.Condition()
-
-    def write(self, text: str) -> int:
-        for match in _STEP_LINE.finditer(text):
-            with self.changed:
-                self.seen.setdefault(int(match.group(1)), time.monotonic())
-                self.changed.notify_all()
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def wait_for(self, step: int, done: threading.Event, timeout: float = 900) -> float | None:
-        with self.changed:
-            self.changed.wait_for(lambda: step in self.seen or done.is_set(), timeout)
-            return self.seen.get(step)
 
 
 def _spans(body: bytes) -> list[tuple[str, dict]]:
@@ -160,7 +135,7 @@ def test_collector_restart_mid_run(tmp_path, reference):
             "OTEL_SERVICE_NAME": "verl-restart",
         }
     )
-    watcher = StepWatcher()
+    watcher = verl_cpu_harness.StepWatcher()
     done = threading.Event()
     result: dict = {}
 

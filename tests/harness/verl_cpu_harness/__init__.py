@@ -9,6 +9,6 @@
 
 from .assets import Assets, make_assets
 from .command import verl_args
-from .runner import parse_console_metrics, run_verl
+from .runner import StepWatcher, parse_console_metrics, run_verl
 
-__all__ = ["Assets", "make_assets", "verl_args", "parse_console_metrics", "run_verl"]
+__all__ = ["Assets", "StepWatcher", "make_assets", "verl_args", "parse_console_metrics", "run_verl"]

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -68,6 +68,32 @@ def parse_console_metrics(text: str) -> dict[int, dict[str, float]]:
 def finite(values: Mapping[str, float]) -> dict[str, float]:
     """Drop nan/inf entries (handy when comparing with exported metrics)."""
     return {k: v for k, v in values.items() if math.isfinite(v)}
+
+
+class StepWatcher:
+    """A ``stream`` for :func:`run_verl`: when (``clock()``) verl's console logger printed each
+    step, for tests that act in the middle of a run (kill a component once step N is out)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seen: dict[int, float] = {}
+        self.changed = threading.Condition()
+        self._clock = clock
+
+    def write(self, text: str) -> int:
+        for match in _STEP_LINE.finditer(text):
+            with self.changed:
+                self.seen.setdefault(int(match.group(1)), self._clock())
+                self.changed.notify_all()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def wait_for(self, step: int, done: threading.Event, timeout: float = 900) -> float | None:
+        """When step ``step`` was printed; None if ``done`` is set (the run ended) or on timeout first."""
+        with self.changed:
+            self.changed.wait_for(lambda: step in self.seen or done.is_set(), timeout)
+            return self.seen.get(step)
 
 
 @dataclass
