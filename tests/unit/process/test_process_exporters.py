@@ -16,8 +16,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _two_free_ports() -> int:
+    """A port P with P+1 free too, below the ephemeral range (32768+), where no outgoing
+    connection takes P+1 between this check and the second pipeline's bind."""
+    import random
+
+    while True:
+        first = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", first))
+                b.bind(("127.0.0.1", first + 1))
+        except OSError:
+            continue
+        return first
+
+
 def test_each_process_takes_the_next_free_port_and_labels_series_with_the_run(monkeypatch, tmp_path):
-    first = _free_port()
+    first = _two_free_ports()
     monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-prom")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
