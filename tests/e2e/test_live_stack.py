@@ -61,6 +61,7 @@ from opskit import (  # noqa: E402
     dashboard_prom_exprs,
     datasource_prom_exprs,
     free_ports,
+    get_json,
     promql_names,
     rule_exprs,
     stack_bin_dir,
@@ -77,14 +78,6 @@ SAMPLES = {"OTEL_VERL_SAMPLES": "true", "OTEL_VERL_SAMPLES_EVERY_N_STEPS": "1", 
 
 # ---------------------------------------------------------------------------------------------
 # HTTP helpers
-
-
-def _get(url: str, json_lines: bool = False) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - 127.0.0.1
-        body = resp.read().decode()
-    if json_lines:  # VictoriaLogs answers one JSON object per line
-        return [json.loads(line) for line in body.splitlines() if line.strip()]
-    return json.loads(body)
 
 
 def _until(what: str, probe: Callable[[], Any], timeout_s: float = POLL_S) -> Any:
@@ -116,17 +109,17 @@ class Stack:
         return f"http://127.0.0.1:{self.ports[port_name]}"
 
     def prom(self, path: str, **params: Any) -> Any:
-        body = _get(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        body = get_json(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
         assert body["status"] == "success", body
         return body["data"]
 
     def jaeger(self, path: str, **params: Any) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        return _get(f"{self.url('jaeger')}/api/{path}{query}")
+        return get_json(f"{self.url('jaeger')}/api/{path}{query}")
 
     def logsql(self, query: str) -> list[dict]:
         params = urllib.parse.urlencode({"query": query, "limit": 10000})
-        return _get(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
+        return get_json(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
 
 
 @pytest.fixture(scope="module")

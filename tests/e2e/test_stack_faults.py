@@ -66,7 +66,7 @@ from otel_verl.offline import stack
 from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: ports, binaries
-from opskit import COLLECTOR, free_ports, stack_bin_dir  # noqa: E402
+from opskit import COLLECTOR, free_ports, get_json, stack_bin_dir  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 
@@ -82,14 +82,6 @@ MAX_BACKOFF_S = 4.8  # the longest wait between two attempts within the 10 s bud
 
 # ---------------------------------------------------------------------------------------------
 # The stack, its components and their query APIs
-
-
-def _get(url: str, json_lines: bool = False) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - 127.0.0.1
-        body = resp.read().decode()
-    if json_lines:  # VictoriaLogs answers one JSON object per line
-        return [json.loads(line) for line in body.splitlines() if line.strip()]
-    return json.loads(body)
 
 
 def _until(what: str, probe: Callable[[], Any], timeout_s: float = POLL_S, every_s: float = 1.0) -> Any:
@@ -137,7 +129,7 @@ class LiveStack:
         return f"http://127.0.0.1:{self.ports[port_name]}"
 
     def prom(self, path: str, **params: Any) -> Any:
-        body = _get(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        body = get_json(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
         assert body["status"] == "success", body
         return body["data"]
 
@@ -146,7 +138,7 @@ class LiveStack:
         params = urllib.parse.urlencode({"service": service, "lookback": "2h", "limit": 100000})
         out: dict[str, dict] = {}
         self.jaeger_entries = 0
-        for trace in _get(f"{self.url('jaeger')}/api/traces?{params}")["data"]:
+        for trace in get_json(f"{self.url('jaeger')}/api/traces?{params}")["data"]:
             self.jaeger_entries += len(trace["spans"])
             for s in trace["spans"]:
                 out[s["spanID"]] = {**s, "tags": {t["key"]: t["value"] for t in s["tags"]}}
@@ -154,7 +146,7 @@ class LiveStack:
 
     def logsql(self, query: str) -> list[dict]:
         params = urllib.parse.urlencode({"query": query, "limit": 100000})
-        return _get(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
+        return get_json(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
 
     def otelcol(self) -> dict[str, float]:
         """The Collector's own counters and gauges (``OTELCOL_METRICS_PORT``), summed over labels

@@ -20,8 +20,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -410,6 +412,15 @@ def all_used_names() -> PromQLNames:
 # rule and Prometheus 3's OTLP translation of an instrument.
 otlp_to_prometheus_name = translate
 verl_key_to_otel_name = metric_name
+
+
+def get_json(url: str, json_lines: bool = False, timeout: float = 30) -> Any:
+    """GET a live-stack query API on 127.0.0.1 and decode its JSON answer."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - 127.0.0.1
+        body = resp.read().decode()
+    if json_lines:  # VictoriaLogs answers one JSON object per line
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+    return json.loads(body)
 
 
 def free_ports(names: list[str]) -> dict[str, int]:

@@ -7,7 +7,6 @@ missing, without them. About 15 s when they are there.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opskit import COLLECTOR, free_ports, stack_bin_dir
+from opskit import COLLECTOR, free_ports, get_json, stack_bin_dir
 
 from otel_verl.offline import stack
 
@@ -71,14 +70,6 @@ def live_stack(tmp_path_factory) -> Iterator[dict[str, Any]]:
         assert not (data_dir / stack.STATE_FILE).exists(), "down leaves no state behind"
         left = [c["argv"][0] for c in started if stack._ours(c["pid"], c["argv"][0])]
         assert not left, f"still running after down: {left}"
-
-
-def _get(url: str, json_lines: bool = False) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - 127.0.0.1
-        body = resp.read().decode()
-    if json_lines:  # VictoriaLogs answers one JSON object per line
-        return [json.loads(line) for line in body.splitlines() if line.strip()]
-    return json.loads(body)
 
 
 def _until(what: str, probe: Callable[[], Any]) -> Any:
@@ -143,7 +134,7 @@ def test_metrics_arrive_in_prometheus_under_the_dashboard_names(sent):
 
     def query(expr: str) -> list:
         url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        return _get(url)["data"]["result"]
+        return get_json(url, timeout=5)["data"]["result"]
 
     (kl,) = _until("verl_training_kl", lambda: query(f'verl_training_kl{{verl_run_id="{run_id}"}}'))
     assert float(kl["value"][1]) == 0.125
@@ -157,7 +148,9 @@ def test_metrics_arrive_in_prometheus_under_the_dashboard_names(sent):
 
 def test_traces_arrive_in_jaeger(sent):
     port = sent["ports"]["jaeger"]
-    data = _until("trace", lambda: _get(f"http://127.0.0.1:{port}/api/traces/{sent['trace_id']}").get("data"))
+    data = _until(
+        "trace", lambda: get_json(f"http://127.0.0.1:{port}/api/traces/{sent['trace_id']}", timeout=5).get("data")
+    )
     spans = {s["operationName"]: s for s in data[0]["spans"]}
     assert set(spans) == {"verl.step", "verl.gen"}
     gen_tags = {t["key"]: t["value"] for t in spans["verl.gen"]["tags"]}
@@ -165,7 +158,7 @@ def test_traces_arrive_in_jaeger(sent):
     (process,) = {s["processID"] for s in spans.values()}
     proc_tags = {t["key"]: t["value"] for t in data[0]["processes"][process]["tags"]}
     assert proc_tags["verl.run.id"] == sent["run_id"]
-    services = _get(f"http://127.0.0.1:{port}/api/services")["data"]
+    services = get_json(f"http://127.0.0.1:{port}/api/services", timeout=5)["data"]
     assert "otel-verl-stack-test" in services
 
 
@@ -173,7 +166,8 @@ def test_logs_arrive_in_victorialogs_with_trace_ids_and_resource(sent):
     port, run_id = sent["ports"]["victorialogs"], sent["run_id"]
     query = urllib.parse.urlencode({"query": f'"{run_id}"'})
     (record,) = _until(
-        "log record", lambda: _get(f"http://127.0.0.1:{port}/select/logsql/query?{query}", json_lines=True)
+        "log record",
+        lambda: get_json(f"http://127.0.0.1:{port}/select/logsql/query?{query}", json_lines=True, timeout=5),
     )
     assert record["_msg"] == f"stage gen of {run_id}"
     assert record["trace_id"] == sent["trace_id"]
