@@ -161,13 +161,29 @@ def run_instrumented(
     )
 
 
+def _run_key(kwargs: dict) -> tuple:
+    """The run's configuration: ``run_verl``'s defaults left out, lists as tuples, so that
+    ``get("v0", "grpo")`` and ``get("v0", "grpo", steps=2)`` share one run (~70 s each)."""
+    import inspect
+
+    import verl_cpu_harness
+
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(verl_cpu_harness.run_verl).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    norm = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    return tuple(sorted((k, repr(v)) for k, v in norm.items() if k not in defaults or defaults[k] != v))
+
+
 class _Runs:
     def __init__(self, root: Path) -> None:
         self._root = root
         self._cache: dict[tuple, Run] = {}
 
     def get(self, driver: str, algo: str, **kwargs) -> Run:
-        key = (driver, algo, tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+        key = (driver, algo, _run_key(kwargs))
         if key not in self._cache:
             workdir = self._root / f"{driver}-{algo}-{len(self._cache)}"  # Hydra-safe path
             workdir.mkdir(parents=True, exist_ok=True)

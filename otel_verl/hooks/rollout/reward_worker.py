@@ -19,7 +19,8 @@ context to the job (what opentelemetry-instrumentation-threading does; patched t
 
 The reward worker has no step boundary of its own: the first call of a new step exports the
 metrics recorded so far (so a user gauge set once per step exports every step's value), and so
-does the worker whenever its last running call ends (the last step has no next one).
+does the worker whenever its last running call ends (the last step has no next one): its spans
+at once, its metrics at most once a second.
 """
 
 from __future__ import annotations
@@ -131,11 +132,14 @@ def _end(state: SpanState, result: Any, error: BaseException | None) -> None:
     _STATE.in_flight -= 1
     if _STATE.in_flight > 0:
         return
-    # idle: export what was recorded (the last step has no next step to mark its end; Ray may
-    # end this actor without ``atexit``), once however many calls end before the export runs
+    # Idle: export what was recorded. The last step has no next step to mark its end, and Ray
+    # may end this actor without ``atexit`` well under a second after the job's last step
+    # (seen: 0.5 s after the last score), so spans go now: one flush request, joined by every
+    # call that ends while it waits. Metrics follow at most once per IDLE_EXPORT_GAP_S.
+    telemetry = PROCESS.telemetry  # the pipeline of now, not of when the export runs
+    telemetry.request_flush()
     if not _STATE.export_pending:
         _STATE.export_pending = True
-        telemetry = PROCESS.telemetry  # the pipeline of now, not of when the export runs
         telemetry.submit(lambda: _export_idle(telemetry))
 
 

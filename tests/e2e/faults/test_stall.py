@@ -2,12 +2,14 @@
 request (``VERL_CPU_HARNESS_HANG_AFTER``: step 1 takes 8, so step 2 hangs) and
 ``OTEL_VERL_STALL_AFTER=30``. Within the limit plus a bounded delay every verl process has
 reported its threads' stacks, the rollout server's naming the function it is stuck in; the test
-then kills the job (the run's timeout)."""
+then kills the job, as a user would: once those reports are on disk (plus a few seconds for the
+console and the stalled gauge), or at the latest after ``KILL_AFTER_S``."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -19,21 +21,64 @@ pytestmark = pytest.mark.e2e
 # verl jobs, and the stall was then reported during step 1.
 STALL_AFTER = 30
 KILL_AFTER_S = 180  # start-up ~40 s + step 1 + 30 s + a 5 s poll + flush, with room for a loaded machine
+ROLES = {"taskrunner", "worker", "agent_loop_worker", "ray_actor", "launcher"}
+CLASSES = ("TaskRunner", "AgentLoopWorker", "HFCPUServer", "RewardLoopWorker")  # v1: TaskRunnerV1, ...TQ
+GRACE_S = 8.0  # after the last report: verl's console lines (Ray forwards them late), the stalled gauge
+
+
+class _AllReported:
+    """``kill_when`` for the run: true ``GRACE_S`` after every process has written its stacks and
+    the TaskRunner its training-stalled record (the job would otherwise hang until the timeout)."""
+
+    def __init__(self, telemetry_dir) -> None:
+        self._dir = telemetry_dir
+        self._since: float | None = None
+
+    def __call__(self) -> bool:
+        if self._since is None:
+            try:
+                records = _records_in(self._dir)
+            except (OSError, ValueError):  # a file being written: next second
+                return False
+            if _all_reported(records):
+                self._since = time.monotonic()
+        return self._since is not None and time.monotonic() - self._since >= GRACE_S
+
+
+def _all_reported(records: list[tuple[dict, dict]]) -> bool:
+    stalls = [(res, r) for res, r in records if r.get("eventName") == semconv.EVENT_STALL_STACKS]
+    classes = {_attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) or "" for _, r in stalls}
+    said = any(r.get("eventName") == semconv.EVENT_TRAINING_STALLED for _, r in records)
+    roles = {res.get(semconv.RES_ROLE) for res, _ in stalls}
+    return said and ROLES <= roles and all(any(c.startswith(w) for c in classes) for w in CLASSES)
 
 
 @pytest.fixture(scope="module", params=["v0", "v1"])
 def hung(request, tmp_path_factory, run_verl_instrumented):
     workdir = tmp_path_factory.mktemp(f"stall-{request.param}")
     env = {"VERL_CPU_HARNESS_HANG_AFTER": "8", "OTEL_VERL_STALL_AFTER": str(STALL_AFTER)}
-    return run_verl_instrumented(
-        workdir, request.param, "grpo", steps=3, val_before_train=False, env=env, timeout_s=KILL_AFTER_S
+    run = run_verl_instrumented(
+        workdir,
+        request.param,
+        "grpo",
+        steps=3,
+        val_before_train=False,
+        env=env,
+        timeout_s=KILL_AFTER_S,
+        kill_when=_AllReported(workdir / "telemetry"),
     )
+    print(f"stall-{request.param}: killed after {run.wall_s:.0f} s (at the latest {KILL_AFTER_S} s)")
+    return run
 
 
 def _records(run) -> list[tuple[dict, dict]]:
     """(resource attributes, record) of every log record the run wrote."""
+    return _records_in(run.telemetry_dir)
+
+
+def _records_in(folder) -> list[tuple[dict, dict]]:
     out = []
-    for path in run.telemetry_dir.glob("logs-*.jsonl"):
+    for path in folder.glob("logs-*.jsonl"):
         for line in path.read_text().splitlines():
             for rl in json.loads(line).get("resourceLogs", []):
                 res = {a["key"]: next(iter(a["value"].values())) for a in rl["resource"]["attributes"]}
@@ -54,9 +99,9 @@ def test_the_job_hung_and_was_killed(hung):
 def test_every_verl_process_reported_its_stacks(hung):
     stalls = [(res, r) for res, r in _records(hung) if r.get("eventName") == semconv.EVENT_STALL_STACKS]
     roles = {res.get(semconv.RES_ROLE) for res, _ in stalls}
-    assert {"taskrunner", "worker", "agent_loop_worker", "ray_actor", "launcher"} <= roles, roles
+    assert ROLES <= roles, roles
     classes = {_attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) for _, r in stalls}
-    for wanted in ("TaskRunner", "AgentLoopWorker", "HFCPUServer", "RewardLoopWorker"):  # v1: TaskRunnerV1, ...TQ
+    for wanted in CLASSES:
         assert any(c and c.startswith(wanted) for c in classes), (wanted, classes)
     (step1,) = [s for s in hung.spans if s.name == semconv.SPAN_STEP]  # the only step that ended
     for _, r in stalls:

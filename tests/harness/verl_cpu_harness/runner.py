@@ -155,12 +155,14 @@ def run_verl(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     stream: TextIO | None = sys.stdout,
+    kill_when: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Make the assets in ``workdir`` and run the trainer there (cwd=workdir).
 
     ``env`` is the child's whole environment, as for ``subprocess`` (None: inherit this
     process's). Output is streamed to ``stream`` (None: silent), kept in the result and
-    written to ``workdir/run.log``. On timeout every process of the run's session is killed (returncode 124).
+    written to ``workdir/run.log``. On timeout, or once ``kill_when()`` (asked every second) is
+    true, every process of the run's session is killed (returncode 124).
     """
     workdir = Path(workdir).resolve()
     assets = make_assets(workdir)
@@ -201,12 +203,18 @@ def run_verl(
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    try:
-        returncode = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_session(proc.pid)
-        proc.wait()
-        returncode = 124
+    deadline = None if timeout is None else start + timeout
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            returncode = proc.wait(timeout=left if kill_when is None else min(1.0, left or 1.0))
+            break
+        except subprocess.TimeoutExpired:
+            if (deadline is not None and time.monotonic() >= deadline) or (kill_when is not None and kill_when()):
+                _kill_session(proc.pid)
+                proc.wait()
+                returncode = 124
+                break
     reader.join(timeout=10)
     log.close()
     return RunResult(returncode, "".join(lines), time.monotonic() - start, command)

@@ -98,6 +98,24 @@ def test_a_verl_error_passes_through_and_is_recorded(captured):
     assert span.parent is None  # nothing carried in: a root, verl unaffected
 
 
+def test_spans_are_flushed_as_soon_as_the_worker_is_idle(captured, monkeypatch):
+    """Ray may end the reward actor ~0.5 s after the job's last score, without ``atexit``: the span
+    flush is asked for when the last running call ends, not after the metric export's gap."""
+    from otel_verl.process.state import PROCESS
+
+    telemetry = PROCESS.telemetry
+    asked: list[str] = []
+    monkeypatch.setattr(telemetry, "request_flush", lambda: asked.append("spans"))
+    monkeypatch.setattr(telemetry, "submit", lambda work: asked.append("metrics later"))
+    monkeypatch.setattr(reward_worker, "_STATE", reward_worker._RewardWorker())
+    data = _data({"data_source": "tiny_add"})
+    try:
+        asyncio.run(_worker(lambda: 1.0).compute_score(data))
+    finally:
+        _unpatch_executor()
+    assert asked == ["spans", "metrics later"]
+
+
 # -- helpers -----------------------------------------------------------------------------------------
 class captured_span:
     """An ``outer`` span with the step as baggage, current while the block runs."""
