@@ -50,21 +50,21 @@ import pytest
 from otel_verl import semconv
 from otel_verl.instruments import catalog
 from otel_verl.instruments.prometheus import prometheus_name, translate
-from otel_verl.offline import stack
 from otel_verl.offline.otlp_files import SpanRecord, read_spans
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the kit's PromQL helpers
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the kit's PromQL helpers, the stack
 from opskit import (  # noqa: E402
-    COLLECTOR,
     NEEDS_GPU,
+    StackAPI,
     all_used_names,
     dashboard_prom_exprs,
     datasource_prom_exprs,
-    free_ports,
+    file_log_records,
     get_json,
+    poll_until,
     promql_names,
     rule_exprs,
-    stack_bin_dir,
+    running_stack,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
@@ -81,59 +81,24 @@ SAMPLES = {"OTEL_VERL_SAMPLES": "true", "OTEL_VERL_SAMPLES_EVERY_N_STEPS": "1", 
 
 
 def _until(what: str, probe: Callable[[], Any], timeout_s: float = POLL_S) -> Any:
-    """probe() until it returns something true; its last answer in the failure otherwise."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-        except (OSError, ValueError, KeyError, AssertionError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(1.0)
-    raise AssertionError(f"{what}: not there after {timeout_s:g} s (last answer {last!r})")
+    """``poll_until``, a failed assertion in ``probe`` (a backend's partial answer) retried too."""
+    return poll_until(what, probe, timeout_s, retry_on=(OSError, ValueError, KeyError, AssertionError))
 
 
 # ---------------------------------------------------------------------------------------------
 # Fixtures
 
 
-@dataclass
-class Stack:
-    ports: dict[str, int]
-    data_dir: Path
-
-    def url(self, port_name: str) -> str:
-        return f"http://127.0.0.1:{self.ports[port_name]}"
-
-    def prom(self, path: str, **params: Any) -> Any:
-        body = get_json(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
-        assert body["status"] == "success", body
-        return body["data"]
-
+class Stack(StackAPI):
     def jaeger(self, path: str, **params: Any) -> Any:
         query = f"?{urllib.parse.urlencode(params)}" if params else ""
         return get_json(f"{self.url('jaeger')}/api/{path}{query}")
 
-    def logsql(self, query: str) -> list[dict]:
-        params = urllib.parse.urlencode({"query": query, "limit": 10000})
-        return get_json(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
-
 
 @pytest.fixture(scope="module")
 def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    bin_dir = stack_bin_dir()
-    data_dir = tmp_path_factory.mktemp("live-stack")
-    ports = free_ports(list(stack.DEFAULT_PORTS))
-    lines: list[str] = []
-    try:
-        stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
+    with running_stack(tmp_path_factory, "live-stack") as (_, data_dir, ports):
         yield Stack(ports, data_dir)
-    finally:
-        stack.down(data_dir, out=lines.append)
-        print("\n".join(lines))
 
 
 @dataclass
@@ -148,16 +113,6 @@ class LiveRun:
     start: float  # unix seconds around the run, for range queries
     end: float
     cache: dict[str, Any] = field(default_factory=dict)
-
-
-def _file_log_records(folder: Path) -> int:
-    n = 0
-    for path in sorted(folder.glob("logs-*.jsonl")):
-        for line in path.read_text().splitlines():
-            if line.strip():
-                for rl in json.loads(line)["resourceLogs"]:
-                    n += sum(len(sl.get("logRecords", [])) for sl in rl["scopeLogs"])
-    return n
 
 
 @pytest.fixture(scope="module", params=DRIVERS)
@@ -184,7 +139,7 @@ def run(request: pytest.FixtureRequest, live_stack: Stack, run_verl_instrumented
     assert sorted(result.console) == list(range(STEPS + 1)), sorted(result.console)
     spans = read_spans(result.telemetry_dir)
     assert spans, "the file exporter next to OTLP wrote no spans"
-    logs = _file_log_records(result.telemetry_dir)
+    logs = sum(1 for _ in file_log_records(result.telemetry_dir))
     return LiveRun(driver, run_id, service, result.console, spans, logs, live_stack, start, time.time())
 
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from otel_verl import semconv
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the OTLP JSON log files
+from opskit import file_log_records  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -36,25 +40,16 @@ def _value(v: dict):
 
 
 def _log_records(folder: Path) -> list[dict]:
-    out = []
-    for path in sorted(folder.glob("logs-*.jsonl")):
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            for rl in json.loads(line)["resourceLogs"]:
-                resource = {a["key"]: _value(a["value"]) for a in rl["resource"]["attributes"]}
-                for sl in rl["scopeLogs"]:
-                    for r in sl["logRecords"]:
-                        out.append(
-                            {
-                                "resource": resource,
-                                "event_name": r.get("eventName", ""),
-                                "trace_id": r.get("traceId", ""),
-                                "body": _value(r["body"]) if "body" in r else None,
-                                "attributes": {a["key"]: _value(a["value"]) for a in r.get("attributes", [])},
-                            }
-                        )
-    return out
+    return [
+        {
+            "resource": {a["key"]: _value(a["value"]) for a in rl["resource"]["attributes"]},
+            "event_name": r.get("eventName", ""),
+            "trace_id": r.get("traceId", ""),
+            "body": _value(r["body"]) if "body" in r else None,
+            "attributes": {a["key"]: _value(a["value"]) for a in r.get("attributes", [])},
+        }
+        for rl, r in file_log_records(folder)
+    ]
 
 
 @pytest.mark.parametrize("driver", ["v0", "v1"])

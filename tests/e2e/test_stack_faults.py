@@ -38,7 +38,6 @@ Needs the binaries of ``bash scripts/backends.sh``; skips without them.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -56,7 +55,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -65,8 +64,8 @@ from otel_verl import semconv
 from otel_verl.offline import stack
 from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
 
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: ports, binaries
-from opskit import COLLECTOR, free_ports, get_json, stack_bin_dir  # noqa: E402
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the stack, polling, a verl run
+from opskit import COLLECTOR, StackAPI, VerlThread, file_log_records, get_json, poll_until, running_stack  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 
@@ -85,19 +84,8 @@ MAX_BACKOFF_S = 4.8  # the longest wait between two attempts within the 10 s bud
 
 
 def _until(what: str, probe: Callable[[], Any], timeout_s: float = POLL_S, every_s: float = 1.0) -> Any:
-    """probe() until it returns something true; its last answer in the failure otherwise."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-        except (OSError, ValueError, KeyError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(every_s)
-    raise AssertionError(f"{what}: not there after {timeout_s:g} s (last answer {last!r})")
+    """``poll_until`` with this module's bound by default."""
+    return poll_until(what, probe, timeout_s, every_s)
 
 
 def _settled(what: str, probe: Callable[[], int], quiet_s: float = 8.0, timeout_s: float = POLL_S) -> int:
@@ -119,19 +107,10 @@ def _settled(what: str, probe: Callable[[], int], quiet_s: float = 8.0, timeout_
 
 
 @dataclass
-class LiveStack:
-    ports: dict[str, int]
-    data_dir: Path
-    bin_dir: Path | None
+class LiveStack(StackAPI):
+    bin_dir: Path | None = None
     jaeger_entries: int = 0  # spans in Jaeger's last answer, a span stored twice counted twice
-
-    def url(self, port_name: str) -> str:
-        return f"http://127.0.0.1:{self.ports[port_name]}"
-
-    def prom(self, path: str, **params: Any) -> Any:
-        body = get_json(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
-        assert body["status"] == "success", body
-        return body["data"]
+    logsql_limit: ClassVar[int] = 100000
 
     def jaeger_span_ids(self, service: str) -> dict[str, dict]:
         """span id -> Jaeger span (tags as a dict) of every trace of ``service``."""
@@ -143,10 +122,6 @@ class LiveStack:
             for s in trace["spans"]:
                 out[s["spanID"]] = {**s, "tags": {t["key"]: t["value"] for t in s["tags"]}}
         return out
-
-    def logsql(self, query: str) -> list[dict]:
-        params = urllib.parse.urlencode({"query": query, "limit": 100000})
-        return get_json(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
 
     def otelcol(self) -> dict[str, float]:
         """The Collector's own counters and gauges (``OTELCOL_METRICS_PORT``), summed over labels
@@ -215,16 +190,8 @@ def _reap(pid: int) -> None:
 
 @pytest.fixture
 def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
-    bin_dir = stack_bin_dir()
-    data_dir = tmp_path_factory.mktemp("fault-stack")
-    ports = free_ports(list(stack.DEFAULT_PORTS))
-    lines: list[str] = []
-    try:
-        stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
+    with running_stack(tmp_path_factory, "fault-stack") as (bin_dir, data_dir, ports):
         yield LiveStack(ports, data_dir, bin_dir)
-    finally:
-        stack.down(data_dir, out=lines.append)
-        print("\n".join(lines))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,17 +201,7 @@ def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
 def _file_logs(folder: Path) -> list[int]:
     """The time (ns; observed time where the record has none, as VictoriaLogs does) of every log
     record in the files."""
-    out = []
-    for path in sorted(folder.glob("logs-*.jsonl")):
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            for rl in json.loads(line)["resourceLogs"]:
-                for sl in rl["scopeLogs"]:
-                    for r in sl.get("logRecords", []):
-                        t = int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0)
-                        out.append(t)
-    return out
+    return [int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0) for _, r in file_log_records(folder)]
 
 
 def _vl_time_ns(value: str) -> int:
@@ -328,22 +285,8 @@ def test_collector_sigkill_mid_run_loses_only_what_the_sdk_gave_up_on(live_stack
         }
     )
     watcher = verl_cpu_harness.StepWatcher(time.time)
-    done = threading.Event()
-    result: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            result["run"] = verl_cpu_harness.run_verl(
-                tmp_path, driver="v0", algo="grpo", steps=STEPS, launcher="opentelemetry-instrument",
-                env=env, timeout=900, stream=watcher,
-            )  # fmt: skip
-        finally:
-            done.set()
-            with watcher.changed:
-                watcher.changed.notify_all()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    verl = VerlThread(tmp_path, watcher, driver="v0", algo="grpo", steps=STEPS, env=env, timeout=900)
+    done = verl.done
     down = up = None
     before_kill: dict[str, float] = {}
     try:
@@ -364,10 +307,10 @@ def test_collector_sigkill_mid_run_loses_only_what_the_sdk_gave_up_on(live_stack
             watcher.changed.wait_for(done.is_set, OUTAGE_S)
         live_stack.start("otelcol")
         up = time.time()
-        thread.join(timeout=900)
+        verl.thread.join(timeout=900)
     finally:
         done.wait(0)
-    res = result["run"]
+    res = verl.result
     assert res.returncode == 0, res.output[-4000:]
     last_step = max(watcher.seen)
     # The run went on after the restart long enough for every export retrying in the outage to make

@@ -3,7 +3,8 @@
 Imported by the test modules as `opskit` (conftest.py puts this folder on
 sys.path, so it works with any pytest import mode).
 
-Nothing here talks to the network. External tools (promtool, amtool,
+Nothing here talks to the network but the live-stack helpers (`get_json`,
+`StackAPI`, `running_stack`), which the e2e tests use too. External tools (promtool, amtool,
 otelcol-contrib) are looked up on PATH; tests that need them skip with a
 reason when they are missing.
 """
@@ -19,11 +20,15 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -496,6 +501,124 @@ def stack_bin_dir() -> Path | None:
     except CommandError as exc:
         pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
     return bin_dir
+
+
+# --------------------------------------------------------------------------
+# The live stack and real verl runs in the e2e tests (tests/e2e: test_live_stack, test_stack_faults,
+# faults/test_collector_restart), which put this folder on sys.path themselves.
+
+_POLL_RETRY_ON: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError)
+
+
+def poll_until(
+    what: str,
+    probe: Callable[[], Any],
+    timeout_s: float,
+    every_s: float = 1.0,
+    retry_on: tuple[type[BaseException], ...] = _POLL_RETRY_ON,
+) -> Any:
+    """probe() until it returns something true; its last answer in the failure otherwise.
+
+    The backends answer late (batching, retry backoff), so a wait is bounded polling; ``retry_on``
+    are the errors of a backend that is not ready yet (refused, partial JSON, missing key)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except retry_on as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(every_s)
+    raise AssertionError(f"{what}: not there after {timeout_s:g} s (last answer {last!r})")
+
+
+@dataclass
+class StackAPI:
+    """The query APIs of a stack that ``otel-verl stack up`` started on ``ports`` (127.0.0.1)."""
+
+    ports: dict[str, int]
+    data_dir: Path
+    logsql_limit: ClassVar[int] = 10000  # records one LogsQL query returns at most
+
+    def url(self, port_name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[port_name]}"
+
+    def prom(self, path: str, **params: Any) -> Any:
+        """Prometheus' HTTP API ``/api/v1/<path>``: its ``data``, once its status is success."""
+        body = get_json(f"{self.url('prometheus')}/api/v1/{path}?{urllib.parse.urlencode(params)}")
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def logsql(self, query: str) -> list[dict]:
+        """VictoriaLogs' records for a LogsQL ``query`` (at most ``logsql_limit``)."""
+        params = urllib.parse.urlencode({"query": query, "limit": self.logsql_limit})
+        return get_json(f"{self.url('victorialogs')}/select/logsql/query?{params}", json_lines=True)
+
+
+@contextmanager
+def running_stack(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path | None, Path, dict]]:
+    """(binaries folder, data folder, ports) of ``otel-verl stack up`` with collector/'s configs on free
+    ports, its data in a new tmp folder ``name``; down on exit, what up and down said printed (pytest
+    shows it with a failure). Skips without the binaries (``stack_bin_dir``)."""
+    from otel_verl.offline import stack
+
+    bin_dir = stack_bin_dir()
+    data_dir = tmp_path_factory.mktemp(name)
+    ports = free_ports(list(stack.DEFAULT_PORTS))
+    lines: list[str] = []
+    try:
+        stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
+        yield bin_dir, data_dir, ports
+    finally:
+        stack.down(data_dir, out=lines.append)
+        print("\n".join(lines))
+
+
+def file_log_records(folder: Path) -> Iterator[tuple[dict, dict]]:
+    """(``resourceLogs`` entry, log record) of every record in the OTLP JSON log files
+    (``logs-*.jsonl``) in ``folder``: what the processes sent, to compare with a backend."""
+    for path in sorted(folder.glob("logs-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            for rl in json.loads(line)["resourceLogs"]:
+                for sl in rl["scopeLogs"]:
+                    for r in sl.get("logRecords", []):
+                        yield rl, r
+
+
+class VerlThread:
+    """A real ``opentelemetry-instrument``-ed verl run (``verl_cpu_harness.run_verl``) in a daemon
+    thread, started on construction, its console streamed to ``watcher`` (a ``StepWatcher``): the
+    test acts while it trains (stops a receiver, kills a component once step N is out). However the
+    run ends, ``done`` is set and the watcher's waiters are woken, so no ``wait_for`` outlives it."""
+
+    def __init__(
+        self, workdir: Path, watcher: Any, *, driver: str, algo: str, steps: int, env: dict[str, str], timeout: float
+    ) -> None:
+        import verl_cpu_harness
+
+        self.done = threading.Event()
+        self.result: Any = None  # its verl_cpu_harness.RunResult once done
+        self.ended: float | None = None  # time.monotonic() at its end
+
+        def run() -> None:
+            try:
+                self.result = verl_cpu_harness.run_verl(
+                    workdir, driver=driver, algo=algo, steps=steps, launcher="opentelemetry-instrument",
+                    env=env, timeout=timeout, stream=watcher,
+                )  # fmt: skip
+            finally:
+                self.ended = time.monotonic()
+                self.done.set()
+                with watcher.changed:
+                    watcher.changed.notify_all()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
 
 
 # --------------------------------------------------------------------------

@@ -26,14 +26,19 @@ after the restart, or are lost when an export gives up first; they never block t
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from otel_verl import semconv
 from otel_verl.process.step_reader import MAX_PENDING
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "ops"))  # opskit: a verl run in a thread
+from opskit import VerlThread  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -136,23 +141,8 @@ def test_collector_restart_mid_run(tmp_path, reference):
         }
     )
     watcher = verl_cpu_harness.StepWatcher()
-    done = threading.Event()
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            result["run"] = verl_cpu_harness.run_verl(
-                tmp_path, driver="v0", algo="grpo", steps=STEPS, launcher="opentelemetry-instrument",
-                env=env, timeout=900, stream=watcher,
-            )  # fmt: skip
-        finally:
-            result["ended"] = time.monotonic()
-            done.set()
-            with watcher.changed:
-                watcher.changed.notify_all()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    verl = VerlThread(tmp_path, watcher, driver="v0", algo="grpo", steps=STEPS, env=env, timeout=900)
+    done = verl.done
     down_at = up_at = None
     try:
         if watcher.wait_for(DOWN_AFTER_STEP, done) is not None:
@@ -168,11 +158,11 @@ def test_collector_restart_mid_run(tmp_path, reference):
                     )
                 receiver.start()
                 up_at = time.monotonic()
-        thread.join(timeout=960)
+        verl.thread.join(timeout=960)
     finally:
         if receiver._server is not None:
             receiver.stop()
-    res = result["run"]
+    res = verl.result
     assert down_at is not None and up_at is not None, res.output[-4000:]
 
     # training did not notice
@@ -183,7 +173,7 @@ def test_collector_restart_mid_run(tmp_path, reference):
         expected = set(reference.console[min(n, 2)])
         assert set(console[n]) == expected, (n, set(console[n]) ^ expected)
     last_step = max(t for s, t in watcher.seen.items() if s >= 1)
-    exit_tail = result["ended"] - last_step
+    exit_tail = verl.ended - last_step
     assert exit_tail <= reference.exit_tail_s + SHUTDOWN_TIMEOUT_S + TAIL_SLACK_S, (exit_tail, reference.exit_tail_s)
 
     # the outage was real, and export came back by itself
