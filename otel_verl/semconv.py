@@ -167,6 +167,9 @@ M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
 M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
 M_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"
 M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
+# the replica's own view (hooks/rollout/server.py): seconds with >= 1 request in its generate
+M_ROLLOUT_REPLICA_BUSY_TIME = "verl.rollout.replica.busy_time"
+ATTR_ROLLOUT_REPLICA = "verl.rollout.replica"  # the replica rank (RolloutReplica.replica_rank)
 
 # ---------------------------------------------------------------- GPU (hardware semconv: hardware/gpu.md, common.md)
 M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"

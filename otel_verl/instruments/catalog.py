@@ -116,6 +116,15 @@ TAIL_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_TAIL_RATIO, GAUGE, "1", "Slowest / median trajectory duration of a step in this worker"
 )
 
+# Observable: read at export from the server's own in-flight bookkeeping (a union of request
+# intervals, which no client sees); a counter, so busy share per replica is rate().
+REPLICA_BUSY_TIME = InstrumentSpec(
+    semconv.M_ROLLOUT_REPLICA_BUSY_TIME,
+    OBSERVABLE_COUNTER,
+    "s",
+    "Seconds this rollout replica had at least one request in generate (verl.rollout.replica)",
+)
+
 # ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)
 GPU_MEMORY_USAGE = InstrumentSpec(semconv.M_GPU_MEMORY_USAGE, OBSERVABLE_UP_DOWN_COUNTER, "By", "GPU memory used")
 GPU_MEMORY_LIMIT = InstrumentSpec(
@@ -166,6 +175,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     LLM_CALL_DURATION,
     RESPONSE_TOKENS,
     TAIL_RATIO,
+    REPLICA_BUSY_TIME,
     GPU_MEMORY_USAGE,
     GPU_MEMORY_LIMIT,
     GPU_MEMORY_UTILIZATION,

@@ -185,3 +185,20 @@ def test_rollout_replicas_busy_time_from_the_llm_call_spans(run):
         assert ahead > 0.1, ahead
     else:
         assert ahead == pytest.approx(0.0, abs=0.02)
+
+
+def test_each_replicas_own_clock_agrees_with_the_llm_call_spans(run):
+    """``verl.rollout.replica.busy_time``, counted in the rollout server actor
+    (``otel_verl.hooks.rollout.server``), against the union of the agent-loop workers' LLM-call
+    spans (client side: the Ray call and the load balancer's hand-out around the server's
+    ``generate``, so the server's own figure is a little lower), at each export of the counter."""
+    from otel_verl.offline.pools import replica_busy_seconds
+
+    points = sorted((p for p in run.points if p.name == semconv.M_ROLLOUT_REPLICA_BUSY_TIME), key=lambda p: p.time_ns)
+    assert len(points) >= 2, points  # exported each time the replica went idle (validation, steps)
+    assert {p.attributes.get(semconv.ATTR_ROLLOUT_REPLICA) for p in points} == {0}  # one replica, rank 0
+    assert [p.value for p in points] == sorted(p.value for p in points)  # a counter
+    start = min(s.start_ns for s in run.spans)
+    for p in points:
+        client = sum(replica_busy_seconds(run.spans, start, p.time_ns).values())
+        assert 0.5 * client <= p.value <= client + 0.01, (p.value, client)

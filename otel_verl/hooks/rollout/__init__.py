@@ -4,7 +4,8 @@
 * ``llm``: LLM call spans (``gen_ai.*``);
 * ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links);
 * ``reward_worker``: the reward-loop worker's span around each trajectory's scoring (user reward code);
-* ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers;
+* ``server``: the rollout replicas' own busy clock, in the LLM server actors (any backend);
+* ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers (and servers theirs);
 * ``state``: per-process state those share (open trajectories, step groups, span budget).
 
 Only ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` trajectories per step (and validate flag) and worker get

@@ -4,7 +4,8 @@ Ray's ``_inject_tracing_into_class`` puts a copy of every method into the actor 
 (``ray.remote(AgentLoopWorker)`` -> a subclass; the same for ``RewardLoopWorker``): in the
 TaskRunner that copy is taken from verl's class and pickled by value, so in the worker the
 actor's methods are plain copies that the hooks on verl's class never see. When the worker loads the actor class, the
-copies of the methods we trace get our wrappers too. The hook is on a private Ray name: when a
+copies of the methods we trace get our wrappers too, and a rollout server's ``generate`` (any
+backend's, by its protocol: ``server``) the replica clock. The hook is on a private Ray name: when a
 Ray release renames it, it says so once with Ray's version, and only the rollout spans are lost.
 """
 
@@ -16,7 +17,7 @@ import wrapt
 
 from otel_verl._safe import safe
 from otel_verl.hooks import targets
-from otel_verl.hooks.rollout import handoff, reward_worker, trajectory
+from otel_verl.hooks.rollout import handoff, reward_worker, server, trajectory
 
 # verl's actor classes (module, name) -> the methods traced on them
 ACTOR_METHODS: dict[tuple[str, str], dict[str, Any]] = {
@@ -37,7 +38,10 @@ def _verl_class(klass: Any) -> dict[str, Any] | None:
 def _patch_actor_class(cls: Any) -> None:
     mro = getattr(cls, "__mro__", ())
     base = next((k for k in mro if _verl_class(k) is not None and k.__dict__.get("__ray_actor_class__") is None), None)
-    if base is None or base is cls:
+    if base is None:
+        _patch_server_class(mro)
+        return
+    if base is cls:
         return
     for name, wrapper in (_verl_class(base) or {}).items():
         for klass in mro:
@@ -49,6 +53,17 @@ def _patch_actor_class(cls: Any) -> None:
             if not _calls(own, wrapper):
                 wrapt.wrap_function_wrapper(klass, name, wrapper)
             break
+
+
+def _patch_server_class(mro: tuple[type, ...]) -> None:
+    """A rollout server (any backend's: found by its ``generate``'s protocol) gets the replica clock."""
+    for klass in mro:
+        own = klass.__dict__.get("generate")
+        if own is None:
+            continue
+        if server.is_server_generate(own) and not _calls(own, server.generate_wrapper):
+            wrapt.wrap_function_wrapper(klass, "generate", server.generate_wrapper)
+        return
 
 
 def _calls(method: Any, wrapper: Any) -> bool:

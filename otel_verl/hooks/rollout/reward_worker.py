@@ -19,15 +19,14 @@ context to the job (what opentelemetry-instrumentation-threading does; patched t
 
 The reward worker has no step boundary of its own: the first call of a new step exports the
 metrics recorded so far (so a user gauge set once per step exports every step's value), and so
-does the worker whenever its last running call ends (the last step has no next one): its spans
-at once, its metrics at most once a second.
+does the worker whenever its last running call ends (the last step has no next one;
+``otel_verl.process.idle_export``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import wrapt
 from opentelemetry import context as otel_context
@@ -36,10 +35,8 @@ from otel_verl import propagation, semconv, step_context
 from otel_verl._safe import safe
 from otel_verl.hooks.spans import SpanState, call_traced_async, close_span, open_span
 from otel_verl.process import worker_metrics
+from otel_verl.process.idle_export import IdleExport
 from otel_verl.process.state import PROCESS
-
-if TYPE_CHECKING:  # the SDK is imported where the pipeline is built, not with the hooks
-    from otel_verl.process.telemetry import Telemetry
 
 
 @safe("reward carrier")
@@ -62,15 +59,13 @@ def _with_carrier(sample: dict[str, Any]) -> dict[str, Any]:
 class _RewardWorker:
     """Per-process state of a reward-loop worker."""
 
-    identified = False
-    last_step: int | None = None  # the step of the last trajectory scored
-    in_flight = 0  # compute_score calls running (the event loop runs many at once)
-    export_pending = False  # an idle-time export is queued: later ones join it
-    last_idle_export = 0.0  # time.monotonic() of the last one
+    def __init__(self) -> None:
+        self.identified = False
+        self.last_step: int | None = None  # the step of the last trajectory scored
+        self.calls = IdleExport()  # compute_score calls running (the event loop runs many at once)
 
 
 _STATE = _RewardWorker()
-IDLE_EXPORT_GAP_S = 1.0
 
 
 @safe("reward worker span start")
@@ -92,7 +87,7 @@ def _start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpanState | None:
     if step is not None:
         attrs[semconv.ATTR_STEP] = step
     state = open_span(semconv.SPAN_REWARD_WORKER, context=parent, attributes=attrs)
-    _STATE.in_flight += 1
+    _STATE.calls.begin()
     return state
 
 
@@ -129,29 +124,7 @@ def _in_context(ctx: otel_context.Context, fn: Callable[..., Any]) -> Callable[.
 @safe("reward worker span end")
 def _end(state: SpanState, result: Any, error: BaseException | None) -> None:
     close_span(state, error=error)
-    _STATE.in_flight -= 1
-    if _STATE.in_flight > 0:
-        return
-    # Idle: export what was recorded. The last step has no next step to mark its end, and Ray
-    # may end this actor without ``atexit`` well under a second after the job's last step
-    # (seen: 0.5 s after the last score), so spans go now: one flush request, joined by every
-    # call that ends while it waits. Metrics follow at most once per IDLE_EXPORT_GAP_S.
-    telemetry = PROCESS.telemetry  # the pipeline of now, not of when the export runs
-    telemetry.request_flush()
-    if not _STATE.export_pending:
-        _STATE.export_pending = True
-        telemetry.submit(lambda: _export_idle(telemetry))
-
-
-def _export_idle(telemetry: Telemetry) -> None:
-    # At most one idle export per IDLE_EXPORT_GAP_S: with rollouts trickling in (v1, async), the
-    # worker is idle after almost every call. Calls ending meanwhile join this export.
-    wait = _STATE.last_idle_export + IDLE_EXPORT_GAP_S - time.monotonic()
-    if wait > 0:
-        time.sleep(wait)  # the background recorder thread, never verl's
-    _STATE.export_pending = False
-    _STATE.last_idle_export = time.monotonic()
-    telemetry.export_now()
+    _STATE.calls.end()  # idle: the last step has no next step to mark its end
 
 
 async def compute_score_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
