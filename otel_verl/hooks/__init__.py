@@ -8,6 +8,7 @@ Where things are made (the full list of names: README.md, "Reference"):
 * ``workers``: worker-group calls (driver) and the worker ranks' spans;
 * ``rollout/``: trajectory, LLM-call, reward and tool spans in the agent-loop workers;
 * ``waits``: ``verl.wait`` spans where the trainer waits (v1 replay buffer);
+* ``replicas``: ``verl.replicas.*`` spans where the trainer sleeps, wakes, syncs and resumes the replicas;
 * ``samples``: opt-in sampled generations as log records;
 * ``guard``: rules over each step's values, and the action (observe, checkpoint, stop);
 * ``ray_launch``: ``ray.init`` hands the ``OTEL_*`` settings to the job's Ray workers.
@@ -23,7 +24,7 @@ from otel_verl.hooks.hookset import Hook
 
 def all_hooks() -> list[Hook]:
     """Every hook otel-verl installs (the instrumentor's list, and what ``doctor`` checks)."""
-    from otel_verl.hooks import guard, ray_launch, rollout, samples, stages, tracking, trainer, waits, workers
+    from otel_verl.hooks import guard, ray_launch, replicas, rollout, samples, stages, tracking, trainer, waits, workers
 
     return [
         *stages.HOOKS,
@@ -31,6 +32,7 @@ def all_hooks() -> list[Hook]:
         *tracking.HOOKS,
         *workers.HOOKS,
         *waits.HOOKS,
+        *replicas.HOOKS,
         *ray_launch.HOOKS,
         *samples.HOOKS,
         *rollout.HOOKS,

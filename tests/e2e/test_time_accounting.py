@@ -17,6 +17,10 @@ from otel_verl.offline.run_facts import attributed_seconds, covered_seconds
 pytestmark = pytest.mark.e2e
 
 MIN_EXPLAINED = 0.75  # of each step; measured on an idle machine: v0 ~0.92, v1 ~0.96 (0.23 before)
+# colocate_async: 0.79 / 0.88 (load ~8) with the verl.replicas.* spans, 0.58-0.76 before them
+MIN_EXPLAINED_ASYNC = 0.7
+SYNC = semconv.SPAN_REPLICAS_PREFIX + "update_weights"
+ABORT = semconv.SPAN_REPLICAS_PREFIX + "abort"
 
 
 # The async paths verl 0.9.1 ships that run on the CPU harness: only v1 ``colocate_async``
@@ -42,11 +46,6 @@ def run(request, verl_runs):
     return _get(verl_runs, request.param)
 
 
-@pytest.fixture(scope="module", params=["v0", "v1"])
-def sync_run(request, verl_runs):
-    return _get(verl_runs, request.param)
-
-
 def _trainer_class(run) -> str:
     (init,) = [s for s in run.spans if s.name == semconv.SPAN_INIT]
     return init.attributes[semconv.ATTR_TRAINER_CLASS]
@@ -58,14 +57,30 @@ def _steps(run):
     return steps
 
 
-def test_most_of_each_step_is_explained_by_a_child_span(sync_run):
-    """(colocate_async is left out: its second step is ~0.6 explained; the rest is verl pausing and
-    sleeping the replicas after sampling and preparing the next batch, which no span covers yet.)"""
-    run = sync_run
+def test_most_of_each_step_is_explained_by_a_child_span(run):
+    """(colocate_async: verl aborting and sleeping the replicas after each sample, and syncing and
+    resuming them, are ``verl.replicas.*`` spans; preparing the next batch, between stages, is not.)"""
+    least = MIN_EXPLAINED_ASYNC if _trainer_class(run) == "PPOTrainerColocateAsync" else MIN_EXPLAINED
     for step in _steps(run):
         trace = [s for s in run.spans if s.trace_id == step.trace_id]
         share = attributed_seconds(step, trace) / step.seconds
-        assert share >= MIN_EXPLAINED, (step.attributes[semconv.ATTR_STEP], round(share, 3))
+        assert share >= least, (step.attributes[semconv.ATTR_STEP], round(share, 3))
+
+
+def test_the_weight_sync_and_replica_control_are_spans_under_their_stage(run):
+    """``verl.replicas.update_weights`` (verl's CheckpointEngineManager) under each step's
+    ``update_weights`` stage, carrying the step; colocate_async also aborts the replicas in ``gen``."""
+    by_id = {s.span_id: s for s in run.spans}
+    for step in _steps(run):
+        n = step.attributes[semconv.ATTR_STEP]
+        syncs = [s for s in run.spans if s.name == SYNC and s.attributes.get(semconv.ATTR_STEP) == n]
+        (sync,) = syncs
+        stage = by_id[sync.parent_id]
+        assert stage.attributes[semconv.ATTR_STAGE] == "update_weights" and stage.parent_id == step.span_id
+        assert sync.seconds <= stage.seconds
+        if _trainer_class(run) == "PPOTrainerColocateAsync":
+            aborts = [s for s in run.spans if s.name == ABORT and s.trace_id == step.trace_id]
+            assert aborts and {by_id[a.parent_id].attributes[semconv.ATTR_STAGE] for a in aborts} == {"gen"}
 
 
 def test_v1_gen_is_the_replay_buffer_waiting_for_rollouts(verl_runs):
