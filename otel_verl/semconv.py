@@ -27,7 +27,8 @@ ROLE_WORKER = "worker"  # a verl WorkerDict actor: actor/rollout/ref/critic of o
 ROLE_AGENT_LOOP = "agent_loop_worker"
 ROLE_REWARD_WORKER = "reward_worker"  # a verl RewardLoopWorker actor (per-trajectory scoring, user reward code)
 ROLE_LAUNCHER = "launcher"  # the job's driver process (python -m verl.trainer.main_ppo)
-ROLE_RAY_ACTOR = "ray_actor"  # a verl process no hook named (rollout server, load balancer): see ATTR_RAY_ACTOR_CLASS
+ROLE_ROLLOUT_SERVER = "rollout_server"  # an LLM server actor of a rollout replica (hooks/rollout/server.py)
+ROLE_RAY_ACTOR = "ray_actor"  # a verl process no hook named (load balancer, ...): see ATTR_RAY_ACTOR_CLASS
 ROLE_UNKNOWN = "unknown"
 
 # ---------------------------------------------------------------- spans

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 # verl jobs, and the stall was then reported during step 1.
 STALL_AFTER = 30
 KILL_AFTER_S = 180  # start-up ~40 s + step 1 + 30 s + a 5 s poll + flush, with room for a loaded machine
-ROLES = {"taskrunner", "worker", "agent_loop_worker", "ray_actor", "launcher"}
+ROLES = {"taskrunner", "worker", "agent_loop_worker", "rollout_server", "ray_actor", "launcher"}
 CLASSES = ("TaskRunner", "AgentLoopWorker", "HFCPUServer", "RewardLoopWorker")  # v1: TaskRunnerV1, ...TQ
 GRACE_S = 8.0  # after the last report: verl's console lines (Ray forwards them late), the stalled gauge
 
@@ -128,7 +128,7 @@ def test_summary_shows_where_the_rollout_server_is_stuck(hung):
 
     text = "\n".join(lines(build(hung.telemetry_dir)))
     assert "STALLED at step 2" in text
-    server = re.search(r"\n  HFCPUServer \(ray_actor\)[^\n]*\n((?:    [^\n]*\n)+)", text)
+    server = re.search(r"\n  HFCPUServer \(rollout_server\)[^\n]*\n((?:    [^\n]*\n)+)", text)
     assert server and "in _stuck_in_generate" in server.group(1), text
 
 

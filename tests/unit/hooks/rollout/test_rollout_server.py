@@ -48,7 +48,11 @@ def _loaded_actor_class(cls: type) -> type:
 
 @pytest.fixture
 def fresh_server(monkeypatch):
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.state import PROCESS
+
     monkeypatch.setattr(server, "_STATE", server._Server())
+    monkeypatch.setattr(PROCESS, "identity", Identity())  # a process no hook has named yet
 
 
 def _busy_points(captured) -> list:
@@ -68,6 +72,9 @@ def test_a_server_actor_class_gets_the_replica_clock_and_counts_overlap_once(cap
     assert asyncio.run(three_overlapping()) == [[0], [1], [2]]  # verl's results unchanged
     (point,) = _busy_points(captured)
     assert point.attributes == {semconv.ATTR_ROLLOUT_REPLICA: 3}
+    from otel_verl.process.state import PROCESS
+
+    assert PROCESS.identity.role == semconv.ROLE_ROLLOUT_SERVER  # named before its pipeline is built
     assert 0.05 <= point.value < 0.15 - 0.01  # one interval of ~0.05 s, not three summed
 
 
