@@ -13,14 +13,13 @@ Each span is a child of the current stage, with ``verl.replicas.count``. The met
 ``auto_await(async def ...)``, and ``auto_await`` decides from its caller's frame whether to
 hand back a coroutine: a wrapper in between would change that answer (and break verl's own
 ``await self.abort_replicas()``), so the hook replaces each with ``auto_await`` around a traced
-copy of the inner coroutine function (``Hook.replace``), like ``AgentLoopManager.generate_sequences``.
+copy of the inner coroutine function (``hookset.around_auto_await``), like
+``AgentLoopManager.generate_sequences``.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from opentelemetry.trace import Span
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.hooks import targets
-from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.hookset import Hook, around_auto_await
 from otel_verl.hooks.spans import end_span, start_span
 from otel_verl.process.state import PROCESS
 
@@ -78,12 +77,7 @@ def traced(method: str) -> Callable[[Any], Any]:
     once and stays off) when it is no longer ``auto_await(async def ...)``."""
     name = semconv.SPAN_REPLICAS_PREFIX + OPERATIONS[method]
 
-    def replace(original: Any) -> Any:
-        inner = getattr(original, "__wrapped__", None)
-        if inner is None or not inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(original):
-            return None
-        auto_await = importlib.import_module(targets.RAY_UTILS).auto_await
-
+    def build(inner: Any) -> Any:
         @functools.wraps(inner)
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             span = _start(name, self, args, kwargs)  # now: in the caller's thread, under its stage
@@ -105,7 +99,10 @@ def traced(method: str) -> Callable[[Any], Any]:
 
             return run()
 
-        return auto_await(call)
+        return call
+
+    def replace(original: Any) -> Any:
+        return around_auto_await(original, build)
 
     return replace
 

@@ -21,8 +21,6 @@
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
 from typing import Any
 
 from opentelemetry import trace
@@ -31,7 +29,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind
 from otel_verl import propagation, semconv
 from otel_verl._safe import safe
 from otel_verl._values import as_int
-from otel_verl.hooks import targets
+from otel_verl.hooks.hookset import around_auto_await
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.spans import SpanState, call_traced, call_traced_async, close_span, open_span
 from otel_verl.process.state import PROCESS
@@ -56,27 +54,26 @@ def _take(prompts: Any, result: Any = None, error: BaseException | None = None) 
 def traced_manager_generate(original: Any) -> Any:
     """The replacement of ``AgentLoopManager.generate_sequences`` (``auto_await(async def ...)``),
     or None when it no longer has that shape (the hook then says so once and stays off)."""
-    inner = getattr(original, "__wrapped__", None)
-    if inner is None or not inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(original):
-        return None
-    auto_await = importlib.import_module(targets.RAY_UTILS).auto_await
 
-    @functools.wraps(inner)
-    def generate_sequences(self: Any, *args: Any, **kwargs: Any) -> Any:
-        prompts = _inject(args, kwargs)  # now, in the caller's thread and context
-        coro = inner(self, *args, **kwargs)
-        if prompts is None:
-            return coro
+    def build(inner: Any) -> Any:
+        @functools.wraps(inner)
+        def generate_sequences(self: Any, *args: Any, **kwargs: Any) -> Any:
+            prompts = _inject(args, kwargs)  # now, in the caller's thread and context
+            coro = inner(self, *args, **kwargs)
+            if prompts is None:
+                return coro
 
-        async def run() -> Any:
-            try:
-                return await coro
-            finally:
-                _take(prompts)
+            async def run() -> Any:
+                try:
+                    return await coro
+                finally:
+                    _take(prompts)
 
-        return run()
+            return run()
 
-    return auto_await(generate_sequences)
+        return generate_sequences
+
+    return around_auto_await(original, build)
 
 
 # ------------------------------------------------------------------------------ TaskRunner: v1

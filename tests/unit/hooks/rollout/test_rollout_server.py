@@ -6,6 +6,7 @@ recognised by its ``generate`` protocol when Ray loads it worker-side, and
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -65,17 +66,27 @@ def test_a_server_actor_class_gets_the_replica_clock_and_counts_overlap_once(cap
     instance = loaded.__new__(loaded)
     instance.replica_rank = 3
 
+    spans: list[tuple[float, float]] = []  # each call as its caller saw it
+
+    async def one(i: int) -> list:
+        start = time.monotonic()
+        try:
+            return await instance.generate(prompt_ids=[i], sampling_params={}, request_id=str(i))
+        finally:
+            spans.append((start, time.monotonic()))
+
     async def three_overlapping() -> list:
-        calls = [instance.generate(prompt_ids=[i], sampling_params={}, request_id=str(i)) for i in range(3)]
-        return await asyncio.gather(*calls)
+        return await asyncio.gather(*(one(i) for i in range(3)))
 
     assert asyncio.run(three_overlapping()) == [[0], [1], [2]]  # verl's results unchanged
     (point,) = _busy_points(captured)
     assert point.attributes == {semconv.ATTR_ROLLOUT_REPLICA: 3}
+    union = max(e for _, e in spans) - min(s for s, _ in spans)  # they overlap: one interval
+    assert 0.05 <= point.value <= union + 1e-3  # each sleeps 50 ms inside generate
+    assert point.value < 0.75 * sum(e - s for s, e in spans)  # not the three summed
     from otel_verl.process.state import PROCESS
 
     assert PROCESS.identity.role == semconv.ROLE_ROLLOUT_SERVER  # named before its pipeline is built
-    assert 0.05 <= point.value < 0.15 - 0.01  # one interval of ~0.05 s, not three summed
 
 
 def test_other_actor_classes_are_left_alone(captured, fresh_server):
