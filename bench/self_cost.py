@@ -9,15 +9,28 @@ training steps (so start-up, the pipeline build on the first hook call, is left 
 share" is the same ratio over the process's whole life up to its last export.
 
 Usage: ``python bench/self_cost.py RUN_DIR [RUN_DIR ...]``
+
+``--run`` makes the runs itself and compares variants side by side: real 10-step v0 GRPO jobs of
+the harness (file exporters), in rounds with the variants alternating, each variant's figure the
+median over its rounds. Variants: this tree with the defaults and with the lean settings
+(``LEAN``: no forwarded keys, 2 trajectory spans per step, no ``process.*``), and with
+``--otel-verl-src DIR`` the same two with another copy of ``otel_verl`` first on the path (an
+older tree, e.g. ``git worktree add /tmp/old <commit>``).
+
+``python bench/self_cost.py --run [--rounds 2] [--steps 10] [--otel-verl-src DIR]``
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import statistics
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from _util import table
+from _util import machine, table
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import read_metric_points
@@ -75,7 +88,61 @@ def per_process(folder: Path) -> list[list[object]]:
     return rows
 
 
+# The documented settings that cut the data per step (README, "Configuration").
+LEAN = {
+    "OTEL_VERL_FORWARD_METRICS": "false",
+    "OTEL_VERL_ROLLOUT_SPANS_PER_STEP": "2",
+    "OTEL_VERL_PROCESS_METRICS": "false",
+}
+
+
+def run_variants(rounds: int, steps: int, src: str | None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import run_instrumented
+
+    variants: dict[str, dict[str, str]] = {"this tree, defaults": {}, "this tree, lean": dict(LEAN)}
+    if src:
+        old = {"PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])}
+        variants = {f"{src}, defaults": old, f"{src}, lean": {**old, **LEAN}, **variants}
+    root = Path(tempfile.mkdtemp(prefix="bench_self_cost_"))
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    for r in range(rounds):
+        order = list(variants)[r % len(variants) :] + list(variants)[: r % len(variants)]
+        for name in order:
+            workdir = root / f"variant{list(variants).index(name)}-round{r}"
+            workdir.mkdir(parents=True)
+            run_instrumented(workdir, "v0", "grpo", steps=steps, env=variants[name])
+            rep = build(workdir / "telemetry")
+            o = rep.overhead
+            if o is None or not o.per_step or not rep.steps:
+                print(f"{name}: round {r}: no overhead figure ({workdir})", file=sys.stderr)
+                continue
+            step_s = statistics.median(s.span.seconds for s in rep.steps)
+            got[name].append((o.median(), step_s))
+            print(f"{name}: round {r}: {o.median():.4f} CPU-s per step, step {step_s:.2f} s", file=sys.stderr)
+    rows = []
+    for name, values in got.items():
+        if not values:
+            continue
+        cost = statistics.median(c for c, _ in values)
+        step = statistics.median(s for _, s in values)
+        spread = f"{min(c for c, _ in values):.4f}..{max(c for c, _ in values):.4f}"
+        rows.append([name, len(values), f"{cost:.4f} ({spread})", f"{step:.2f}", f"{100 * cost / step:.2f}%"])
+    print(f"# bench/self_cost.py --run  ({machine()}; v0 GRPO, {steps} steps, {rounds} rounds, alternating)")
+    print(table(["variant", "runs", "otel-verl CPU-s per step (min..max)", "median step s", "of the step"], rows))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--run":
+        parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+        parser.add_argument("--run", action="store_true")
+        parser.add_argument("--rounds", type=int, default=2)
+        parser.add_argument("--steps", type=int, default=10)
+        parser.add_argument("--otel-verl-src", default=None)
+        ns = parser.parse_args(argv)
+        src = str(Path(ns.otel_verl_src).resolve()) if ns.otel_verl_src else None
+        return run_variants(ns.rounds, ns.steps, src)
     for arg in argv:
         folder = Path(arg)
         rep = build(folder)

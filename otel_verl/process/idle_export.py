@@ -1,10 +1,11 @@
 """``IdleExport``: exports of a process that has no step boundary of its own, when its work pauses.
 
 The reward-loop workers and the rollout servers serve many concurrent calls and never see a
-step end. They export when their last running call ends: spans at once (Ray may end the actor
-without ``atexit`` ~0.5 s after the job's last step, so waiting loses the last step's spans:
-seen in CI), metrics at most once per ``gap_s`` (with rollouts trickling in, v1 and async, the
-process is idle after almost every call). Calls that end while an export waits join it.
+step end. They export when their last running call ends: spans at once, or within
+``telemetry.SPAN_FLUSH_GAP_S`` (0.1 s) of the previous span export (Ray may end the actor
+without ``atexit`` ~0.5 s after the job's last step, so waiting for the metric gap lost the last
+step's spans: seen in CI), metrics at most once per ``gap_s`` (with rollouts trickling in, v1 and
+async, the process is idle after almost every call). Calls that end while an export waits join it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class IdleExport:
         if self.in_flight > 0:
             return
         telemetry = PROCESS.telemetry  # the pipeline of now, not of when the export runs
-        telemetry.request_flush()
+        telemetry.request_flush(coalesce=True)  # its last call ends well before the job's last step
         if not self._pending:
             self._pending = True
             telemetry.submit(lambda: self._export(telemetry))

@@ -44,6 +44,12 @@ from otel_verl.version import __version__
 _log = logging.getLogger(__name__)
 
 MAX_PENDING_STEPS = 64  # steps of metrics waiting to be recorded (normally 0 or 1)
+# Coalesced flush requests (``request_flush(coalesce=True)``) wait until this long after the last
+# span export: a reward worker or a rollout server that goes idle after every call would otherwise
+# export one span at a time, thousands a step in a real run (an OTLP/HTTP export costs ~1.5 ms of
+# CPU however few spans it holds). Short: Ray may end an actor soon after its last call, without
+# ``atexit`` (worker ranks within milliseconds of the job's last update: theirs never wait).
+SPAN_FLUSH_GAP_S = 0.1
 
 
 class Telemetry:
@@ -69,8 +75,12 @@ class Telemetry:
         self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
         # Step metrics are recorded off the training thread, in order (see submit).
         self._recorder: OrderedWorker[Callable[[], None]] = OrderedWorker("otel-verl-record", _call, MAX_PENDING_STEPS)
-        # Span flush requests coalesce: one waiting request is enough.
+        # Span flush requests coalesce: one waiting request is enough, and one that a flush
+        # begun after it already covered is skipped (``_force_flush_spans``).
         self._flusher: OrderedWorker[None] = OrderedWorker("otel-verl-flusher", self._force_flush_spans, 1)
+        self._flush_asked = 0.0  # time.monotonic() of the latest request_flush
+        self._flush_began = -SPAN_FLUSH_GAP_S  # of the latest span flush
+        self._flush_now = threading.Event()  # a request that does not wait: ends a coalescing wait
 
     @property
     def owned(self) -> bool:
@@ -111,16 +121,31 @@ class Telemetry:
         for reader in self._step_readers:
             reader.mark_step()
 
-    def request_flush(self) -> None:
+    def request_flush(self, coalesce: bool = False) -> None:
         """Ask for spans to be exported soon, without waiting.
 
         Ray may kill worker processes at the end of a job without running ``atexit``;
-        flushing after each unit of work keeps the last step's spans.
+        flushing after each unit of work keeps the last step's spans. A request that a flush
+        begun after it covers is skipped. ``coalesce``: the export may wait until
+        ``SPAN_FLUSH_GAP_S`` after the previous one, so that requests close together share it
+        (processes idle after every call); a request without it ends such a wait.
         """
         if self._owned and not self._shut_down:
+            self._flush_asked = time.monotonic()
+            if not coalesce:
+                self._flush_now.set()
             self._flusher.put(None)
 
     def _force_flush_spans(self, _: None) -> None:
+        # The flusher thread: its wait never holds up verl's threads.
+        if self._flush_asked < self._flush_began:
+            return  # every span ended before this request was in the flush that began since
+        if not self._flush_now.is_set():
+            wait = self._flush_began + SPAN_FLUSH_GAP_S - time.monotonic()
+            if wait > 0:
+                self._flush_now.wait(wait)  # coalesced requests meanwhile join this flush
+        self._flush_now.clear()
+        self._flush_began = time.monotonic()
         self.tracer_provider.force_flush()  # type: ignore[attr-defined]
 
     def _wait(self, fn: Any, timeout_s: float | None) -> None:

@@ -6,7 +6,9 @@
   ``outputs[-1]`` is the unpadded ``AgentLoopOutput``).
 * ``AgentLoopWorker._compute_score`` -> ``verl.rollout.reward``; ``ToolAgentLoop._call_tool`` ->
   ``execute_tool <name>`` (GenAI conventions; never the tool's arguments or result). Both are
-  children of a sampled trajectory's span and cost nothing for the others.
+  children of a sampled trajectory's span and cost nothing for the others: inside those the
+  current span is an unsampled one, so the reward worker's span and user spans are not recorded
+  either (``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` bounds every span a trajectory causes).
 * When a step's trajectories in this worker are all done, ``verl.rollout.tail_ratio`` (slowest /
   median) is set and the slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on
   the v0 batch span; v1: on a short ``verl.rollout.tail`` span).
@@ -14,13 +16,14 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanContext, SpanKind
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from otel_verl import propagation, semconv, step_context
 from otel_verl._safe import safe
@@ -74,10 +77,20 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any], link: SpanC
     st.start = time.perf_counter()
     # last: a failure above leaves no context behind
     # the step goes along for user code (``otel_verl.step_context``), with or without a span
-    current = trace.set_span_in_context(st.span) if st.span is not None else None
+    current = trace.set_span_in_context(st.span if st.span is not None else _unsampled_parent())
     ctx_token = otel_context.attach(step_context.with_step(st.step, context=current) or otel_context.get_current())
     st.tokens = (rs.TRAJECTORY.set(st), ctx_token)
     return st
+
+
+def _unsampled_parent() -> trace.Span:
+    """The parent of what runs inside a trajectory the budget leaves without spans: one that is
+    not sampled (W3C flag off), so the reward worker's span across the Ray call and the user's
+    own spans are not recorded either (parent-based sampling, the default) and cost nothing."""
+    parent = trace.get_current_span().get_span_context()
+    trace_id = parent.trace_id if parent.is_valid else random.getrandbits(128) or 1
+    unsampled = TraceFlags(TraceFlags.DEFAULT)
+    return trace.NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False, unsampled))
 
 
 def _leave(st: rs.Trajectory) -> None:

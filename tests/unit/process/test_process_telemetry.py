@@ -163,3 +163,67 @@ def test_step_metrics_are_recorded_off_the_training_thread_in_order_and_bounded(
     assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == MAX_PENDING_STEPS + 5
     assert len(seen) == MAX_PENDING_STEPS + 1
     assert threads == {"otel-verl-record"}
+
+
+def test_coalesced_span_flush_requests_share_one_export_and_none_is_left_out(monkeypatch):
+    """A process that asks for a flush after every call (reward workers, rollout servers:
+    ``coalesce=True``) makes at most one span export per ``SPAN_FLUSH_GAP_S``; every span ended
+    before a request is exported within about that gap of it, including those of the last one.
+    A request without ``coalesce`` (a worker rank's: Ray may end it right after its last call)
+    never waits."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from otel_verl.process import telemetry as telemetry_module
+    from otel_verl.process.telemetry import SPAN_FLUSH_GAP_S, Telemetry
+
+    exports: list[tuple[float, list[str]]] = []
+
+    class Counting(SpanExporter):
+        def export(self, spans):
+            exports.append((time.monotonic(), [s.name for s in spans]))
+            return SpanExportResult.SUCCESS
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while sum(len(n) for _, n in exports) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    tp = TracerProvider()
+    tp.add_span_processor(BatchSpanProcessor(Counting(), schedule_delay_millis=60_000))
+    tel = Telemetry(tp, MeterProvider(), owned=True)
+    tracer = tp.get_tracer("t")
+    try:
+        tracer.start_span("first").end()
+        tel.request_flush(coalesce=True)  # idle before: exported at once
+        wait_for(1)
+        assert [names for _, names in exports] == [["first"]]
+        burst_start = time.monotonic()
+        for i in range(20):  # 20 calls ending 2 ms apart, each asking for a flush
+            tracer.start_span(f"call-{i}").end()
+            tel.request_flush(coalesce=True)
+            time.sleep(0.002)
+        last_asked = time.monotonic()
+        wait_for(21)
+        burst = exports[1:]
+        assert sorted(n for _, names in burst for n in names) == sorted(f"call-{i}" for i in range(20))
+        # 20 requests over ~40+ ms: one or two exports, not twenty
+        assert 1 <= len(burst) <= 1 + int((last_asked - burst_start) / SPAN_FLUSH_GAP_S) + 1, burst
+        assert exports[1][0] - exports[0][0] >= SPAN_FLUSH_GAP_S * 0.95  # the gap holds
+        assert burst[-1][0] - last_asked <= SPAN_FLUSH_GAP_S + 1.0  # the last call's span follows soon
+
+        # a long gap makes the difference plain: coalesced requests wait for it, a plain one does not
+        monkeypatch.setattr(telemetry_module, "SPAN_FLUSH_GAP_S", 30.0)
+        tracer.start_span("coalesced").end()
+        tel.request_flush(coalesce=True)  # waits: the last export was just now
+        time.sleep(0.2)
+        assert sum(len(n) for _, n in exports) == 21
+        asked = time.monotonic()
+        tracer.start_span("worker-rank").end()
+        tel.request_flush()  # ends the wait
+        wait_for(23)
+        assert sorted(exports[-1][1]) == ["coalesced", "worker-rank"]
+        assert exports[-1][0] - asked < 5.0
+    finally:
+        tel.shutdown(timeout_s=5)

@@ -160,7 +160,7 @@ def test_the_server_exports_when_idle(captured, fresh_server, monkeypatch):
     from otel_verl.process.state import PROCESS
 
     asked: list[str] = []
-    monkeypatch.setattr(PROCESS.telemetry, "request_flush", lambda: asked.append("spans"))
+    monkeypatch.setattr(PROCESS.telemetry, "request_flush", lambda **kw: asked.append("spans"))
     monkeypatch.setattr(PROCESS.telemetry, "submit", lambda work: asked.append("metrics later"))
     loaded = _loaded_actor_class(_Server)
     instance = loaded.__new__(loaded)
