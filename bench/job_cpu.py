@@ -27,6 +27,10 @@ Usage: ``python bench/job_cpu.py [--rounds 3] [--short 2] [--long 12] [--variant
 In-job figure: a second table reads the CPU of the job's whole process tree (``/proc``, its session)
 at each of verl's training-step lines, and divides what it used from step 2 to the last step by
 the steps: per-step CPU without anything paid once, so far less noisy than whole-job differences.
+
+Start-up wall: a third table, the wall time from the job's launch to verl's first training-step
+line (Ray up, workers and model loaded, validation before training, step 1), paired with plain's
+of the same round: what a user waits longer before training runs.
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ class StepCPU:
 
     def __init__(self) -> None:
         self.at: dict[int, float] = {}
+        self.wall_at: dict[int, float] = {}  # time.monotonic() of each step line
         self._session: int | None = None
 
     def _find_session(self) -> int | None:
@@ -123,6 +128,7 @@ class StepCPU:
         for line in text.splitlines():
             m = _STEP_LINE.search(line)
             if m:
+                self.wall_at.setdefault(int(m.group(1)), time.monotonic())
                 self._session = self._session or self._find_session()
                 if self._session is not None:
                     self.at[int(m.group(1))] = tree_cpu_s(self._session)
@@ -156,11 +162,14 @@ def run_job(workdir: Path, variant: str, steps: int, driver: str, algo: str, otl
     if launcher:
         words.append(shutil.which(launcher) or str(Path(sys.executable).with_name(launcher)))
     clock = StepCPU()
+    launched = time.monotonic()
     result = run_verl(
         workdir, driver=driver, algo=algo, steps=steps, launcher=words, env=env, stream=clock, timeout=1200
     )
     out = {"rc": result.returncode, "wall_s": result.wall_s, "steps_logged": len(result.metrics)}
     out["in_job"] = clock.per_step()
+    if clock.wall_at:
+        out["first_step_wall"] = clock.wall_at[min(clock.wall_at)] - launched
     if result.returncode == 0:
         out["cpu_s"] = _task_clock_s(perf_out)
     return out
@@ -315,6 +324,7 @@ def report(jobs: dict, variants: list[str], ns: argparse.Namespace, loads: list[
         ),
     ]
     lines.append(_in_job_table(jobs, variants, ns))
+    lines.append(_start_wall_table(jobs, variants))
     if selfs:
         lines.append(
             f"otel-verl's own figure (otel_verl.overhead.cpu_time, file variant, {ns.long}-step jobs): "
@@ -346,6 +356,29 @@ def _in_job_table(jobs: dict, variants: list[str], ns: argparse.Namespace) -> st
         )
     head = ["in-job, steps 2.." + str(ns.long), "CPU-s per step", "added per step", "added, mean 95% CI"]
     return table([*head, "added / plain step", "rounds"], rows)
+
+
+def _start_wall_table(jobs: dict, variants: list[str]) -> str:
+    """Wall seconds from launch to the first training-step line, every job of a round (paired)."""
+    per: dict[str, dict[tuple[int, str], float]] = {v: {} for v in variants}
+    for (variant, r), pair in jobs.items():
+        for length, job in pair.items():
+            if job.get("first_step_wall") is not None:
+                per[variant][(r, length)] = job["first_step_wall"]
+    rows = []
+    for v in variants:
+        added = [per[v][k] - per["plain"][k] for k in per[v] if k in per["plain"]]
+        rows.append(
+            [
+                LABELS[v],
+                _spread(list(per[v].values()), "{:.1f}"),
+                "" if v == "plain" else _spread(added, "{:+.2f}"),
+                "" if v == "plain" else interval(added),
+                len(per[v]),
+            ]
+        )
+    head = ["launch to step 1 (wall)", "seconds", "added", "added, mean 95% CI", "jobs"]
+    return table(head, rows)
 
 
 if __name__ == "__main__":

@@ -119,8 +119,7 @@ SPAN_ROLLOUT_BATCH = "verl.rollout.generate"  # v0: one AgentLoopWorker.generate
 SPAN_ROLLOUT_TRAJECTORY = "verl.rollout.trajectory"  # one trajectory (prompt x rollout.n)
 SPAN_ROLLOUT_LLM_CALL = "verl.rollout.llm_call"  # one LLMServerClient.generate (engine call)
 SPAN_ROLLOUT_TAIL = "verl.rollout.tail"  # v1 only: where the slowest-trajectory event goes
-SPAN_ROLLOUT_REWARD = "verl.rollout.reward"  # AgentLoopWorker._compute_score of one trajectory
-SPAN_REWARD_WORKER = "verl.reward_worker.compute_score"  # RewardLoopWorker.compute_score, child of verl.rollout.reward
+SPAN_REWARD_WORKER = "verl.reward_worker.compute_score"  # RewardLoopWorker.compute_score, child of the trajectory
 SPAN_ROLLOUT_TOOL_PREFIX = "execute_tool "  # + tool name (GenAI convention span name)
 EVENT_SLOWEST_TRAJECTORY = "verl.rollout.slowest_trajectory"
 

@@ -10,7 +10,9 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
   ``verl.epoch``, ``verl.driver``);
 * ``verl.<stage>``: a child span per stage, attribute ``verl.stage``. Stages verl runs
   after the ``step`` timer (``testing``, v0 ``stop_profile``) join the same step's trace;
-  one it runs before (v0 ``start_profile``) is a span of its own with the step number;
+  one it runs before (v0 ``start_profile``) is a span of its own with the step number. The
+  profiler's two stages get spans only where verl's profiler may run (``global_profiler.steps``
+  set): otherwise they time nothing, twice a step (their time stays in ``verl.stage.duration``);
 * the ``verl.stage.duration`` histogram is not recorded here but from the ``timing_s/<stage>``
   values verl logs once per step (``otel_verl.instruments.training``): equal to verl's figures by construction,
   and a metric record (~15-25 us in the SDK) per stage call stays off the training thread's path;
@@ -45,6 +47,7 @@ from otel_verl.process.state import PROCESS
 from otel_verl.stall.watchdog import STEP_CLOCK
 
 STEP = "step"
+PROFILER_STAGES = frozenset({"start_profile", "stop_profile"})  # v0: no-ops unless the profiler is on
 
 
 def _args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -57,6 +60,8 @@ def _args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
 def _start(name: Any, timing_raw: Any) -> SpanState | None:
     trainer = PROCESS.trainer
     if trainer is None or not isinstance(name, str):
+        return None
+    if name in PROFILER_STAGES and not _profiler_on(trainer):
         return None
     attrs = step_attributes(trainer)
     parent_id = trace.get_current_span().get_span_context().span_id
@@ -79,6 +84,14 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
     else:
         ACCOUNT.stage_started(span_id, parent_id)
     return state
+
+
+def _profiler_on(trainer: Any) -> bool:
+    """Whether verl's profiler may run in this job (``global_profiler.steps``); unknown: yes."""
+    try:
+        return bool(trainer.config.global_profiler.steps)
+    except Exception:  # noqa: BLE001 - another verl's config: keep the spans
+        return True
 
 
 @safe("stage span end")

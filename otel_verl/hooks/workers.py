@@ -10,6 +10,8 @@
   methods take the context out and record ``verl.worker.<method>`` spans with the rank, so
   one step's trace holds the work of every rank. Coroutine methods stay coroutines and
   verl's registration metadata (dispatch mode, blocking) is preserved by the wrapper.
+  A rank has no step boundary of its own: when the driver's call ends its spans are exported at
+  once, its gauges (``process.*``, ``hw.gpu.*``) at most once a second (``IdleExport``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import SpanState, call_traced, call_traced_async, close_span, open_span
 from otel_verl.process import worker_metrics
+from otel_verl.process.idle_export import IdleExport
 from otel_verl.process.state import PROCESS
 
 ENGINE = targets.ENGINE_WORKERS
@@ -82,6 +85,10 @@ def _func_generator_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any)
 
 
 # ------------------------------------------------------------------------------ worker side
+# The driver's calls running in this rank; Ray may end it within milliseconds of the last one.
+_DRIVER_CALLS = IdleExport(coalesce_spans=False)
+
+
 def _rank(instance: Any) -> int | None:
     rank = getattr(instance, "rank", None)
     if isinstance(rank, int):
@@ -107,19 +114,25 @@ def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> SpanSta
     }
     if rank is not None:
         attrs[semconv.RES_RANK] = rank
-    return open_span(semconv.SPAN_WORKER_PREFIX + method, context=parent, kind=SpanKind.SERVER, attributes=attrs)
+    state = open_span(semconv.SPAN_WORKER_PREFIX + method, context=parent, kind=SpanKind.SERVER, attributes=attrs)
+    if _driver_call(state[0]):
+        _DRIVER_CALLS.begin()
+    return state
+
+
+def _driver_call(span: Any) -> bool:
+    """The driver's call (its context came through the carrier), not one nested in this process."""
+    parent = getattr(span, "parent", None)
+    return parent is None or parent.is_remote
 
 
 @safe("worker span end")
 def _worker_end(state: SpanState, result: Any, error: BaseException | None) -> None:
-    close_span(state, error=error)
-    span = state[0]
-    telemetry = PROCESS.telemetry
-    parent = getattr(span, "parent", None)
-    if parent is None or parent.is_remote:  # the driver's call, not a nested in-process one
-        telemetry.export_soon()  # this rank's process.* / hw.gpu.* gauges, collected in the background
-    else:
-        telemetry.request_flush()
+    try:
+        close_span(state, error=error)
+    finally:  # a nested call's span goes with its driver call's export
+        if _driver_call(state[0]):
+            _DRIVER_CALLS.end()
 
 
 def _make_worker_wrapper(method: str, is_async: bool) -> Any:

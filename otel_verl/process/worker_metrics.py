@@ -3,7 +3,8 @@ process, ``hw.gpu.*`` in worker ranks.
 
 Registered once per process (per meter), by the first hook that knows the process's role:
 the trainer's ``__init__`` (TaskRunner), the first worker span (a rank), the first rollout
-hook (agent-loop worker). Collected at step boundaries and every ``OTEL_METRIC_EXPORT_INTERVAL``.
+hook (agent-loop worker). Collected at step boundaries (a worker rank's: when its driver calls
+pause, at most once a second, ``idle_export``) and every ``OTEL_METRIC_EXPORT_INTERVAL``.
 """
 
 from __future__ import annotations

@@ -59,14 +59,12 @@ def test_user_reward_spans_are_children_of_the_reward_worker_span_in_the_traject
     for span in user:
         worker = by_id[span.parent_id]
         assert worker.name == semconv.SPAN_REWARD_WORKER
-        reward = by_id[worker.parent_id]  # in the agent-loop worker, across the Ray call
-        assert reward.name == semconv.SPAN_ROLLOUT_REWARD
-        trajectory = by_id[reward.parent_id]
+        trajectory = by_id[worker.parent_id]  # in the agent-loop worker, across the Ray call
         assert trajectory.name == semconv.SPAN_ROLLOUT_TRAJECTORY
         assert span.trace_id == trajectory.trace_id
         assert span.resource[semconv.RES_RUN_ID] == run_id
         assert span.resource[semconv.RES_ROLE] == semconv.ROLE_REWARD_WORKER
-        assert worker.resource["process.pid"] != reward.resource["process.pid"]
+        assert worker.resource["process.pid"] != trajectory.resource["process.pid"]
         # the helper: the trajectory's step, known in the reward process
         step = trajectory.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]
         if step > 0:
@@ -97,7 +95,7 @@ def test_training_rewards_reach_the_step_trace(run):
         if run.driver == "v0":
             assert steps.get(span.trace_id) == span.attributes[semconv.ATTR_STEP]
             continue
-        trajectory = by_id[by_id[by_id[span.parent_id].parent_id].parent_id]
+        trajectory = by_id[by_id[span.parent_id].parent_id]  # user span -> reward worker -> trajectory
         (gen,) = [gen_spans[link.span_id] for link in trajectory.links if link.span_id in gen_spans]
         assert steps[gen.trace_id] == span.attributes[semconv.ATTR_STEP]
 

@@ -73,24 +73,24 @@ def _llm_start(instance: Any, kwargs: dict[str, Any]) -> rs.LLMCall:
     return call
 
 
-def _response_attributes(span: Any, output: Any) -> None:
+def _response_attributes(attrs: dict[str, Any], output: Any) -> None:
     token_ids = getattr(output, "token_ids", None)
     if token_ids is not None:
-        span.set_attribute(semconv.GEN_AI_USAGE_OUTPUT_TOKENS, len(token_ids))
+        attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = len(token_ids)
     stop = getattr(output, "stop_reason", None)
     if stop is not None:
-        span.set_attribute(semconv.GEN_AI_RESPONSE_FINISH_REASONS, [str(stop)])
+        attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [str(stop)]
     preempted = as_int(getattr(output, "num_preempted", None))
     if preempted is not None and preempted >= 0:
-        span.set_attribute(semconv.ATTR_ROLLOUT_PREEMPTIONS, preempted)
+        attrs[semconv.ATTR_ROLLOUT_PREEMPTIONS] = preempted
     extra = getattr(output, "extra_fields", None)
     if isinstance(extra, dict):
         cached = as_int(extra.get("num_cached_tokens"))
         if cached is not None:
-            span.set_attribute(semconv.ATTR_ROLLOUT_CACHED_TOKENS, cached)
+            attrs[semconv.ATTR_ROLLOUT_CACHED_TOKENS] = cached
         version = as_int(extra.get("global_steps"))
         if version is not None:
-            span.set_attribute(semconv.ATTR_ROLLOUT_WEIGHT_VERSION, version)
+            attrs[semconv.ATTR_ROLLOUT_WEIGHT_VERSION] = version
 
 
 @safe("rollout llm call end")
@@ -104,8 +104,10 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
     span = call.span
     if span is None:
         return
+    attrs: dict[str, Any] = {semconv.ATTR_ROLLOUT_STATUS: status}
     if output is not None:
-        _response_attributes(span, output)
+        _response_attributes(attrs, output)
+    span.set_attributes(attrs)  # one call: the SDK takes the span's lock once
     span.end()
 
 
@@ -117,8 +119,9 @@ async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) 
 def _note_server(result: Any, waited_s: float) -> None:
     call = rs.LLM_CALL.get()
     if call is not None and call.span is not None and isinstance(result, tuple) and result:
-        call.span.set_attribute(semconv.ATTR_ROLLOUT_SERVER_ID, str(result[0]))
-        call.span.set_attribute(semconv.ATTR_ROLLOUT_SERVER_WAIT, waited_s)
+        call.span.set_attributes(
+            {semconv.ATTR_ROLLOUT_SERVER_ID: str(result[0]), semconv.ATTR_ROLLOUT_SERVER_WAIT: waited_s}
+        )
 
 
 async def acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

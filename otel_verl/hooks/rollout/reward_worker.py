@@ -6,8 +6,8 @@ calls ``RewardLoopWorker.compute_score`` over Ray, which runs the reward manager
 ``reward.custom_reward_function``. No otel-verl span is current there unless one is carried in:
 
 * caller side (``carry``, in ``trajectory.compute_score_wrapper``): the context of the
-  ``verl.rollout.reward`` span (trace + the step as baggage) goes into the per-sample kwargs,
-  which verl copies into the ``DataProto``'s ``non_tensor_batch``;
+  trajectory (its ``verl.rollout.trajectory`` span + the step as baggage) goes into the
+  per-sample kwargs, which verl copies into the ``DataProto``'s ``non_tensor_batch``;
 * worker side (``compute_score_wrapper``): the carrier is taken out before verl's code sees the
   data, and ``verl.reward_worker.compute_score`` is opened as its child, so a span the user's
   reward function starts with the plain API is in the step's trace.
@@ -81,7 +81,8 @@ def _start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpanState | None:
     step = step_context.current_step(parent) if parent is not None else None
     if step is not None and step != _STATE.last_step:
         if _STATE.last_step is not None:
-            PROCESS.telemetry.export_now()  # the previous step's values, before this step records any
+            # the previous step's values, before this step records any (its spans went when it was idle)
+            PROCESS.telemetry.mark_step()
         _STATE.last_step = step
     attrs: dict[str, Any] = {}
     if step is not None:

@@ -141,11 +141,10 @@ def links(link: SpanContext | None, step: int) -> list[Link] | None:
 
 
 def status_of(span: Any, error: BaseException | None) -> str:
-    """``ok`` / ``error`` / ``cancelled`` on ``span`` (a cancelled trajectory is not an exception event)."""
+    """``ok`` / ``error`` / ``cancelled``; an error is recorded on ``span`` (a cancelled trajectory
+    is not an exception event). The caller sets the status attribute with the span's others."""
     status = semconv.STATUS_OK
     if error is not None:
         status = semconv.STATUS_CANCELLED if isinstance(error, asyncio.CancelledError) else semconv.STATUS_ERROR
         record_error(span, error, exception_event=status == semconv.STATUS_ERROR)
-    if span is not None:
-        span.set_attribute(semconv.ATTR_ROLLOUT_STATUS, status)
     return status

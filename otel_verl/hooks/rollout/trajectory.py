@@ -4,11 +4,16 @@
   submit step, sample and rollout index, agent (``gen_ai.agent.name``), validate flag, status;
   token counts, turns and reward come from ``AgentLoopWorker._compute_score`` (its
   ``outputs[-1]`` is the unpadded ``AgentLoopOutput``).
-* ``AgentLoopWorker._compute_score`` -> ``verl.rollout.reward``; ``ToolAgentLoop._call_tool`` ->
-  ``execute_tool <name>`` (GenAI conventions; never the tool's arguments or result). Both are
-  children of a sampled trajectory's span and cost nothing for the others: inside those the
-  current span is an unsampled one, so the reward worker's span and user spans are not recorded
-  either (``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` bounds every span a trajectory causes).
+* ``ToolAgentLoop._call_tool`` -> ``execute_tool <name>`` (GenAI conventions; never the tool's
+  arguments or result), a child of a sampled trajectory's span.
+* ``AgentLoopWorker._compute_score`` makes no span of its own: the trajectory's context goes with
+  the call to the reward-loop worker, whose ``verl.reward_worker.compute_score`` span (where the
+  scoring and the user's reward code run) is the trajectory's child (``reward_worker``). A span
+  here would only repeat it, 8-64 spans a step and worker for the Ray hop's few milliseconds,
+  which the trace shows anyway as the gap before the reward worker's span.
+* Inside a trajectory the budget leaves out the current span is an unsampled one, so the reward
+  worker's span and user spans are not recorded either (``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``
+  bounds every span a trajectory causes).
 * When a step's trajectories in this worker are all done, ``verl.rollout.tail_ratio`` (slowest /
   median) is set and the slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on
   the v0 batch span; v1: on a short ``verl.rollout.tail`` span).
@@ -121,6 +126,7 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
         inst.response_tokens.record(st.response_tokens, attrs)
     span = st.span
     if span is not None:
+        end_attrs: dict[str, Any] = {semconv.ATTR_ROLLOUT_STATUS: status}
         for key, value in (
             (semconv.ATTR_ROLLOUT_PROMPT_TOKENS, st.prompt_tokens),
             (semconv.ATTR_ROLLOUT_RESPONSE_TOKENS, st.response_tokens),
@@ -129,7 +135,8 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
             (semconv.ATTR_ROLLOUT_REWARD, st.reward),
         ):
             if value is not None:
-                span.set_attribute(key, value)
+                end_attrs[key] = value
+        span.set_attributes(end_attrs)  # one call: the SDK takes the span's lock once
         span.end()
     group = rs.STATE.groups.get(st.key)
     if group is None:
@@ -225,31 +232,16 @@ def _child_start(name: str, attrs: dict[str, Any], kind: SpanKind = SpanKind.INT
     return open_span(name, context=trace.set_span_in_context(traj.span), kind=kind, attributes=attrs)
 
 
-@safe("rollout reward span start")
-def _reward_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState | None, Any, Any] | None:
-    if rs.TRAJECTORY.get() is None:
-        return None  # not inside a trajectory: nothing to note
-    return _child_start(semconv.SPAN_ROLLOUT_REWARD, {}), args, kwargs
-
-
-@safe("rollout reward span end")
-def _reward_end(state: tuple[SpanState | None, Any, Any], result: Any, error: BaseException | None) -> None:
-    opened, args, kwargs = state
-    if error is None:
-        _note_outputs(args, kwargs)  # reward and token counts onto the trajectory (sampled or not)
-    if opened is None:
-        return
-    traj = rs.TRAJECTORY.get()
-    if traj is not None and traj.reward is not None:
-        opened[0].set_attribute(semconv.ATTR_ROLLOUT_REWARD, traj.reward)
-    close_span(opened, error=error)
-
-
 async def compute_score_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    state = _reward_start(args, kwargs)
-    if state is not None:  # the reward span's context goes to the reward worker (``reward_worker``)
+    """``AgentLoopWorker._compute_score(outputs, kwargs)``: the trajectory's context goes to the
+    reward worker (``reward_worker.carry``); its reward and token counts onto the trajectory."""
+    inside = rs.TRAJECTORY.get() is not None
+    if inside:
         args, kwargs = reward_worker.carry(args, kwargs) or (args, kwargs)
-    return await call_traced_async(state, _reward_end, wrapped, *args, **kwargs)
+    result = await wrapped(*args, **kwargs)
+    if inside:
+        _note_outputs(args, kwargs)
+    return result
 
 
 # ------------------------------------------------------------------------------ tool calls

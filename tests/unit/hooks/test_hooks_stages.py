@@ -100,3 +100,33 @@ def test_uninstrument_leaves_no_spans(captured, v0_trainer):
     with marked_timer("step", {}):
         pass
     assert captured.finished() == []
+
+
+@pytest.mark.parametrize("steps", [None, [], [2, 3]])
+def test_profiler_stages_get_spans_only_where_the_profiler_may_run(captured, v0_trainer, steps):
+    """v0 times ``start_profile``/``stop_profile`` every step; with ``global_profiler.steps`` unset
+    (verl's default) they do nothing, and make no span (nor, for ``start_profile``, a trace of its own)."""
+    from omegaconf import OmegaConf
+    from verl.utils.profiler import marked_timer
+
+    v0_trainer.config = OmegaConf.create({"global_profiler": {"steps": steps}})
+    timing: dict[str, float] = {}
+    with marked_timer("start_profile", timing):
+        pass
+    with marked_timer("step", timing):
+        with marked_timer("gen", timing):
+            pass
+    with marked_timer("stop_profile", timing):
+        pass
+    assert set(timing) == {"start_profile", "step", "gen", "stop_profile"}  # verl's own timing as ever
+    names = sorted(s.name for s in captured.finished())
+    profiled = ["verl.start_profile", "verl.stop_profile"] if steps else []
+    assert names == sorted(["verl.step", "verl.gen", *profiled])
+
+
+def test_profiler_stages_keep_their_spans_when_the_config_is_unknown(captured, v0_trainer):
+    from verl.utils.profiler import marked_timer
+
+    with marked_timer("stop_profile", {}):  # no ``config`` on this trainer
+        pass
+    assert [s.name for s in captured.finished()] == ["verl.stop_profile"]

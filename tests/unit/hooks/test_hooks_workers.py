@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import time
 
 import pytest
 import torch
@@ -98,3 +99,48 @@ def test_worker_call_outside_a_trace_makes_no_orphan_span(captured):
 
     assert asyncio.run(_LazyWorkerWrapper("update_weights")(update_weights, object(), (), {"global_steps": 3})) == 3
     assert captured.finished() == []
+
+
+def test_a_rank_exports_spans_when_each_driver_call_ends_and_metrics_at_most_once_a_second(captured, monkeypatch):
+    """Ray may end a rank right after the driver's last call: its spans go at once. Its gauges
+    (``process.*``, ``hw.gpu.*``) are collected at most once per ``gap_s`` however many calls a step
+    holds, in the background; a nested call's span goes with its driver call's flush."""
+    from verl.utils import tensordict_utils as tu
+
+    from otel_verl.hooks import workers
+    from otel_verl.hooks.workers import _LazyWorkerWrapper
+    from otel_verl.process.idle_export import IdleExport
+    from otel_verl.process.state import PROCESS
+
+    asked: list[str] = []
+    telemetry = PROCESS.telemetry
+    monkeypatch.setattr(telemetry, "request_flush", lambda coalesce=False: asked.append(f"spans coalesce={coalesce}"))
+    monkeypatch.setattr(telemetry, "mark_step", lambda: asked.append("metrics"))
+    calls = IdleExport(gap_s=0.3, coalesce_spans=False)
+    monkeypatch.setattr(workers, "_DRIVER_CALLS", calls)
+
+    def train_mini_batch(data):
+        return "inner"
+
+    def update_actor(data):  # a driver call with a nested engine call, as verl's
+        return _LazyWorkerWrapper("train_mini_batch")(train_mini_batch, object(), (data,), {})
+
+    def driver_call() -> None:
+        td = tu.get_tensordict({"input_ids": torch.zeros(2, 3)}, {})
+        with PROCESS.telemetry.tracer.start_as_current_span("verl.update_actor"):
+            propagation.inject(td)
+        assert _LazyWorkerWrapper("update_actor")(update_actor, object(), (td,), {}) == "inner"
+
+    driver_call()
+    telemetry.drain(5)  # the first metric export runs at once
+    assert asked == ["spans coalesce=False", "metrics"]
+    started = time.monotonic()
+    for _ in range(3):  # three more calls within the gap: spans each time, one metric export after it
+        driver_call()
+    assert asked[2:] == ["spans coalesce=False"] * 3
+    telemetry.drain(5)
+    assert asked[2:] == ["spans coalesce=False"] * 3 + ["metrics"]
+    assert time.monotonic() - started >= 0.3 * 0.9
+    assert calls.in_flight == 0
+    names = sorted(s.name for s in captured.finished() if s.name.startswith(semconv.SPAN_WORKER_PREFIX))
+    assert names == ["verl.worker.train_mini_batch"] * 4 + ["verl.worker.update_actor"] * 4

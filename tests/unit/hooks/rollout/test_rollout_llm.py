@@ -55,13 +55,9 @@ def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
         assert a[semconv.ATTR_ROLLOUT_SERVER_ID] == "replica-0"
         assert 0.02 <= a[semconv.ATTR_ROLLOUT_SERVER_WAIT] < (c.end_time - c.start_time) / 1e9
 
-    rewards = by_name(captured, semconv.SPAN_ROLLOUT_REWARD)  # reward scoring: a child per trajectory
-    assert sorted(parents[r.parent.span_id].context.span_id for r in rewards) == sorted(parents)
-    for r in rewards:
-        assert (
-            r.attributes[semconv.ATTR_ROLLOUT_REWARD]
-            == parents[r.parent.span_id].attributes[semconv.ATTR_ROLLOUT_REWARD]
-        )
+    # reward scoring makes no span here: the reward worker's span is the trajectory's child
+    names = {s.name for s in captured.finished()}
+    assert names == {semconv.SPAN_ROLLOUT_TRAJECTORY, semconv.SPAN_ROLLOUT_LLM_CALL, semconv.SPAN_ROLLOUT_TAIL}, names
 
     (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
     assert duration.count == 4
@@ -71,3 +67,34 @@ def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
     (llm,) = hist(captured, semconv.M_ROLLOUT_LLM_CALL_DURATION)
     assert llm.count == 4
     assert list(llm.explicit_bounds)[:3] == [0.005, 0.01, 0.025]
+
+
+def test_the_reward_worker_call_carries_its_trajectorys_context(captured):
+    """``_compute_score`` (wrapped) hands the reward-loop worker the trajectory's own context, the
+    parent of ``verl.reward_worker.compute_score``, with the step; verl's per-sample kwargs stay as
+    they were, and the score verl sets lands on the trajectory."""
+    from types import SimpleNamespace
+
+    from otel_verl import current_step, propagation
+    from otel_verl.hooks.rollout import trajectory
+
+    sample = {"data_source": "tiny_add"}
+    received: list[dict] = []
+
+    async def verl_compute_score(outputs, kwargs):
+        received.append(kwargs)
+        outputs[-1].reward_score = 0.75
+
+    output = SimpleNamespace(prompt_ids=[1, 2], response_ids=[3], response_mask=[1], num_turns=2, reward_score=None)
+    st = trajectory._trajectory_start((None, {"step": 5, "sample_index": 0}), {"agent_name": "a"}, None)
+    asyncio.run(trajectory.compute_score_wrapper(verl_compute_score, None, ([output], sample), {}))
+    trajectory._trajectory_end(st, None, None)
+
+    (kwargs,) = received
+    assert sample == {"data_source": "tiny_add"} and kwargs is not sample
+    ctx = propagation.extract(kwargs[propagation.CARRIER_KEY])
+    (traj,) = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    assert trace.get_current_span(ctx).get_span_context().span_id == traj.context.span_id
+    assert current_step(ctx) == 5
+    assert traj.attributes[semconv.ATTR_ROLLOUT_REWARD] == 0.75
+    assert traj.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS] == 1
