@@ -25,24 +25,26 @@ Usage: ``python bench/job_cpu.py [--rounds 3] [--short 2] [--long 12] [--variant
 (``--short 0``: long jobs only, for the in-job figure).
 
 In-job figure: a second table reads the CPU of the job's whole process tree (``/proc``, its session)
-at each of verl's training-step lines, and divides what it used from step 2 to the last step by
-the steps: per-step CPU without anything paid once, so far less noisy than whole-job differences.
+the moment verl logs each training step (``StepClock``: verl's own ``file`` logger), and divides
+what it used from step 2 to the last step by the steps: per-step CPU without anything paid once,
+so far less noisy than whole-job differences.
 
-Start-up wall: a third table, the wall time from the job's launch to verl's first training-step
-line (Ray up, workers and model loaded, validation before training, step 1), paired with plain's
-of the same round: what a user waits longer before training runs.
+Start-up wall: a third table, the wall time from the job's launch to verl logging its first
+training step (Ray up, workers and model loaded, validation before training, step 1), paired with
+plain's of the same round: what a user waits longer before training runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
-import re
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -77,7 +79,6 @@ def _env(variant: str, folder: Path, otlp_port: int | None) -> tuple[dict[str, s
     return env, "opentelemetry-instrument"
 
 
-_STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+) - .*timing_s/step:")  # verl's console line of a training step
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -96,46 +97,77 @@ def tree_cpu_s(session: int) -> float:
     return total / _TICK
 
 
-class StepCPU:
-    """A ``stream`` for ``run_verl``: at each of verl's training-step lines, the CPU seconds the
-    job's whole process tree (its session: driver, Ray daemons, every actor) has used so far.
-    Per-step CPU from two such readings inside one job leaves out everything paid once (start-up,
-    model load, validation, shutdown), which is what makes whole-job differences so noisy."""
-
-    def __init__(self) -> None:
-        self.at: dict[int, float] = {}
-        self.wall_at: dict[int, float] = {}  # time.monotonic() of each step line
-        self._session: int | None = None
-
-    def _find_session(self) -> int | None:
-        me = os.getpid()
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
+def _find_session(pid: int) -> int | None:
+    """The session of our child ``pid``'s job (``run_verl`` starts it as a session leader)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            # our child that leads its own session and runs the trainer (not the stack's binaries)
+            if int(fields[1]) == pid and int(fields[3]) == int(entry.name):
                 try:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                except (OSError, IndexError):
+                    if b"verl.trainer.main_ppo" in (entry / "cmdline").read_bytes():
+                        return int(entry.name)
+                except OSError:
                     continue
-                # our child that leads its own session and runs the trainer (not the stack's binaries)
-                if int(fields[1]) == me and int(fields[3]) == int(entry.name):
-                    try:
-                        if b"verl.trainer.main_ppo" in (entry / "cmdline").read_bytes():
-                            return int(entry.name)
-                    except OSError:
-                        continue
-        return None
+    return None
 
-    def write(self, text: str) -> int:
-        for line in text.splitlines():
-            m = _STEP_LINE.search(line)
-            if m:
-                self.wall_at.setdefault(int(m.group(1)), time.monotonic())
-                self._session = self._session or self._find_session()
-                if self._session is not None:
-                    self.at[int(m.group(1))] = tree_cpu_s(self._session)
-        return len(text)
 
-    def flush(self) -> None:
-        pass
+class StepClock(threading.Thread):
+    """The job tree's CPU (every process of its session: driver, Ray daemons, every actor) at the
+    moment verl logs each training step.
+
+    verl's ``file`` logger (``trainer.logger`` with ``file``, path ``VERL_FILE_LOGGER_PATH``) writes
+    one JSON line per ``Tracking.log`` unbuffered, in the TaskRunner, at the step's end; this
+    thread watches the file every 5 ms and reads ``/proc`` when a line appears. (verl's console
+    lines reach the launcher through Ray's log monitor, late and in bursts: per-step figures taken
+    at their arrival came out 0.18 and 0.72 CPU-s for the same plain job.) Per-step CPU from two
+    readings inside one job leaves out everything paid once (start-up, model load, validation,
+    shutdown), which is what makes whole-job differences so noisy."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(name="step-clock", daemon=True)
+        self.path = path
+        self.at: dict[int, float] = {}  # step -> tree CPU seconds when verl logged it
+        self.wall_at: dict[int, float] = {}  # step -> time.monotonic() then
+        self.done = threading.Event()
+        self._session: int | None = None
+        self._pos = 0
+        self._tail = b""
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self.done.is_set():
+            self._poll(me)
+            time.sleep(0.005)
+        self._poll(me)
+
+    def _poll(self, me: int) -> None:
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return
+        if size <= self._pos:
+            return
+        now = time.monotonic()
+        self._session = self._session or _find_session(me)
+        cpu = tree_cpu_s(self._session) if self._session is not None else None
+        with open(self.path, "rb") as f:
+            f.seek(self._pos)
+            chunk = self._tail + f.read(size - self._pos)
+        self._pos = size
+        *lines, self._tail = chunk.split(b"\n")
+        for line in lines:
+            try:
+                step = json.loads(line)["data"].get("training/global_step")
+            except (ValueError, KeyError, AttributeError):
+                continue
+            if isinstance(step, int) and step not in self.wall_at:
+                self.wall_at[step] = now
+                if cpu is not None:
+                    self.at[step] = cpu
 
     def per_step(self, first: int = 2) -> float | None:
         """CPU seconds per step from the end of step ``first`` to the last step (step 1 warms up)."""
@@ -161,11 +193,26 @@ def run_job(workdir: Path, variant: str, steps: int, driver: str, algo: str, otl
     words = ["perf", "stat", "-e", "task-clock", "-x", ",", "-o", str(perf_out), "--"]
     if launcher:
         words.append(shutil.which(launcher) or str(Path(sys.executable).with_name(launcher)))
-    clock = StepCPU()
-    launched = time.monotonic()
-    result = run_verl(
-        workdir, driver=driver, algo=algo, steps=steps, launcher=words, env=env, stream=clock, timeout=1200
-    )
+    workdir.mkdir(parents=True, exist_ok=True)
+    clock = StepClock(workdir / "steps.jsonl")
+    env["VERL_FILE_LOGGER_PATH"] = str(clock.path)
+    clock.start()
+    try:
+        result = run_verl(
+            workdir,
+            driver=driver,
+            algo=algo,
+            steps=steps,
+            launcher=words,
+            env=env,
+            stream=None,
+            timeout=1200,
+            extra=["trainer.logger=[console,file]"],  # the harness's [console], plus verl's file logger
+        )
+    finally:
+        clock.done.set()
+        clock.join()
+    launched = time.monotonic() - result.wall_s  # the trainer's start (run_verl makes its assets first)
     out = {"rc": result.returncode, "wall_s": result.wall_s, "steps_logged": len(result.metrics)}
     out["in_job"] = clock.per_step()
     if clock.wall_at:
@@ -176,14 +223,14 @@ def run_job(workdir: Path, variant: str, steps: int, driver: str, algo: str, otl
 
 
 def self_metric(folder: Path) -> float | None:
-    """otel-verl's own figure: median CPU-s per step over all processes (``otel-verl summary``)."""
+    """otel-verl's own figure: mean CPU-s per step over all processes (``otel-verl summary``)."""
     from otel_verl.offline.report.model import build
 
     try:
         rep = build(folder)
     except Exception:  # noqa: BLE001 - a bench: report and go on
         return None
-    return rep.overhead.median() if rep.overhead else None
+    return rep.overhead.mean() if rep.overhead else None
 
 
 def interval(values: list[float]) -> str:
@@ -241,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"round {r} {variant:9s} {steps:2d} steps: rc {job['rc']}, "
                         f"CPU {job.get('cpu_s', float('nan')):7.2f} s, wall {job['wall_s']:6.1f} s, "
-                        f"in-job {job.get('in_job') or float('nan'):.3f} CPU-s/step",
+                        f"in-job {job.get('in_job') or float('nan'):.3f} CPU-s/step, "
+                        f"step 1 at {job.get('first_step_wall') or float('nan'):.1f} s",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -303,26 +351,15 @@ def report(jobs: dict, variants: list[str], ns: argparse.Namespace, loads: list[
                 len(marginal[v]),
             ]
         )
+    lengths = f"{ns.short} and {ns.long}" if ns.short > 0 else str(ns.long)
     head = (
-        f"# bench/job_cpu.py  ({machine()}; {ns.driver} {ns.algo}; jobs of {ns.short} and {ns.long} steps, "
+        f"# bench/job_cpu.py  ({machine()}; {ns.driver} {ns.algo}; jobs of {lengths} steps, "
         f"{ns.rounds} rounds, rotated order; load average {min(loads, default=0):.1f}-{max(loads, default=0):.1f})"
     )
-    lines = [
-        head,
-        table(
-            [
-                "variant",
-                "CPU-s per step",
-                "added per step",
-                "added, mean 95% CI",
-                "added / plain step",
-                "start-up CPU-s",
-                "added at start",
-                "rounds",
-            ],
-            rows,
-        ),
-    ]
+    lines = [head]
+    if ns.short > 0:  # whole-job figures need two lengths
+        header = ["variant", "CPU-s per step", "added per step", "added, mean 95% CI", "added / plain step"]
+        lines.append(table([*header, "start-up CPU-s", "added at start", "rounds"], rows))
     lines.append(_in_job_table(jobs, variants, ns))
     lines.append(_start_wall_table(jobs, variants))
     if selfs:

@@ -117,9 +117,9 @@ def run_variants(rounds: int, steps: int, src: str | None) -> int:
             if o is None or not o.per_step or not rep.steps:
                 print(f"{name}: round {r}: no overhead figure ({workdir})", file=sys.stderr)
                 continue
-            step_s = statistics.median(s.span.seconds for s in rep.steps)
-            got[name].append((o.median(), step_s))
-            print(f"{name}: round {r}: {o.median():.4f} CPU-s per step, step {step_s:.2f} s", file=sys.stderr)
+            step_s = statistics.fmean(s.span.seconds for s in rep.steps)
+            got[name].append((o.mean(), step_s))
+            print(f"{name}: round {r}: {o.mean():.4f} CPU-s per step, step {step_s:.2f} s", file=sys.stderr)
     rows = []
     for name, values in got.items():
         if not values:
@@ -129,7 +129,7 @@ def run_variants(rounds: int, steps: int, src: str | None) -> int:
         spread = f"{min(c for c, _ in values):.4f}..{max(c for c, _ in values):.4f}"
         rows.append([name, len(values), f"{cost:.4f} ({spread})", f"{step:.2f}", f"{100 * cost / step:.2f}%"])
     print(f"# bench/self_cost.py --run  ({machine()}; v0 GRPO, {steps} steps, {rounds} rounds, alternating)")
-    print(table(["variant", "runs", "otel-verl CPU-s per step (min..max)", "median step s", "of the step"], rows))
+    print(table(["variant", "runs", "otel-verl CPU-s per step (min..max)", "step s", "of the step"], rows))
     return 0
 
 

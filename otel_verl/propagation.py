@@ -66,9 +66,8 @@ def inject(data: Any, context: Context | None = None) -> bool:
         return False
     kind = _kind(data)
     if kind == "td":
-        from verl.utils import tensordict_utils as tu
-
-        tu.assign_non_tensor_data(data, CARRIER_KEY, value)
+        # what verl's ``tu.assign_non_tensor_data`` stores (a ``NonTensorData``), at a third of its cost
+        data.set_non_tensor(CARRIER_KEY, value)
     elif kind == "kv":
         data.extra_info[CARRIER_KEY] = value
     elif kind == "dp":
@@ -84,9 +83,8 @@ def take(data: Any) -> Context | None:
     value: Any = None
     if kind == "td":
         if CARRIER_KEY in data.keys():
-            from verl.utils import tensordict_utils as tu
-
-            value = tu.pop(data, CARRIER_KEY)
+            value = data.get_non_tensor(CARRIER_KEY)  # each rank's chunk of it holds the same string
+            data.del_(CARRIER_KEY)
     elif kind == "kv":
         value = data.extra_info.pop(CARRIER_KEY, None)
     elif kind == "dp":

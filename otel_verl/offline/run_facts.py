@@ -166,6 +166,13 @@ class Overhead:
     startup: float = 0.0  # CPU seconds of otel-verl in all processes up to each one's first export
     cpu_share: float | None = None  # otel-verl's CPU / all CPU, over the steps, of the processes exporting both
 
+    def mean(self) -> float:
+        """CPU seconds per step: all the steps' cost over their number. The headline figure:
+        processes without a step boundary of their own (worker ranks, reward workers, rollout
+        servers) export when idle, at most once a second, so on short steps a process's cost lands
+        in some steps and not in others, which moves the median but not the mean."""
+        return sum(self.per_step.values()) / len(self.per_step) if self.per_step else 0.0
+
     def median(self) -> float:
         return statistics.median(self.per_step.values()) if self.per_step else 0.0
 

@@ -143,12 +143,12 @@ class Report:
         o = self.overhead
         if o is None or not o.per_step or not self.steps:
             return None
-        step_s = statistics.median(r.span.seconds for r in self.steps)
-        cost = o.median()
-        line = f"telemetry cost per step: {cost:.4f} CPU-s (median of {len(o.per_step)} steps"
+        step_s = statistics.fmean(r.span.seconds for r in self.steps)
+        cost = o.mean()
+        line = f"telemetry cost per step: {cost:.4f} CPU-s (mean of {len(o.per_step)} steps; median {o.median():.4f}"
         line += f", {min(o.per_step.values()):.4f} to {max(o.per_step.values()):.4f})"
         if step_s > 0:
-            line += f", {100 * cost / step_s:.2f}% of the median step time {step_s:.2f} s"
+            line += f", {100 * cost / step_s:.2f}% of the mean step time {step_s:.2f} s"
         line += f", from the {o.processes} processes reporting {semconv.M_OVERHEAD_CPU_TIME}"
         if o.cpu_share is not None:
             line += f" ({100 * o.cpu_share:.1f}% of their CPU in the steps)"

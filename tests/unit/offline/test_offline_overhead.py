@@ -72,6 +72,20 @@ def test_each_steps_cost_is_what_every_processs_counter_grew_in_it(run):
     assert overhead([p for p in points if p.name != semconv.M_OVERHEAD_CPU_TIME], steps) is None
 
 
+def test_the_headline_is_the_mean_because_idle_exporters_skip_steps(run):
+    """A worker that exports when idle, at most once a second, may skip a short step: its cost then
+    lands in the next one. The mean over the steps stays the total over their number; the median
+    moves (here: the worker exports after steps 1 and 3 only)."""
+    skipped = T0 + int(12.5e9)  # the worker's export in step 2
+    points = [p for p in read_metric_points(run) if not (p.resource.get("process.pid") == 11 and p.time_ns == skipped)]
+    steps = [(n, T0 + int(s * 1e9), T0 + int((s + 1) * 1e9)) for n, s in ((1, 10.0), (2, 12.0), (3, 14.0))]
+    o = overhead(points, steps)
+    assert o is not None
+    assert o.per_step == pytest.approx({1: 0.02, 2: 0.02, 3: 0.05})  # the worker's 0.03 all in step 3
+    assert o.mean() == pytest.approx(0.09 / 3)  # what every export at each step gave (0.02 + 0.03 + 0.04)
+    assert o.median() == pytest.approx(0.02)
+
+
 def test_delta_points_are_added_up_inside_the_step():
     folder_points = []
     from otel_verl.offline.otlp_files import MetricPoint
@@ -98,8 +112,8 @@ def test_summary_and_report_show_the_cost_next_to_the_step_time(run, tmp_path):
     out = io.StringIO()
     assert summary(run, out=out, err=io.StringIO()) == 0
     line = next(x for x in out.getvalue().splitlines() if "telemetry cost per step" in x)
-    assert line.startswith("  telemetry cost per step: 0.0300 CPU-s (median of 3 steps, 0.0200 to 0.0400)")
-    assert "3.00% of the median step time 1.00 s" in line
+    assert line.startswith("  telemetry cost per step: 0.0300 CPU-s (mean of 3 steps; median 0.0300, 0.0200 to 0.0400)")
+    assert "3.00% of the mean step time 1.00 s" in line
     # the TaskRunner alone exports process.cpu.time: 0.06 of its 3.0 CPU-s in the steps
     assert "from the 2 processes reporting otel_verl.overhead.cpu_time (2.0% of their CPU in the steps)" in line
     assert line.endswith(
