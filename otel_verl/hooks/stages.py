@@ -30,6 +30,7 @@ An exception inside a stage is recorded on the span and re-raised unchanged.
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -86,12 +87,24 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
     return state
 
 
+_profiler: tuple[Any, bool] = (None, True)  # (weakref to the trainer, its answer): fixed for the run
+
+
 def _profiler_on(trainer: Any) -> bool:
     """Whether verl's profiler may run in this job (``global_profiler.steps``); unknown: yes."""
+    global _profiler
+    ref, on = _profiler
+    if ref is not None and ref() is trainer:
+        return on
     try:
-        return bool(trainer.config.global_profiler.steps)
+        on = bool(trainer.config.global_profiler.steps)
     except Exception:  # noqa: BLE001 - another verl's config: keep the spans
-        return True
+        on = True
+    try:
+        _profiler = (weakref.ref(trainer), on)
+    except TypeError:  # not weak-referenceable: asked again next time
+        pass
+    return on
 
 
 @safe("stage span end")
