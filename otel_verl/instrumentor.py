@@ -109,8 +109,9 @@ class VerlInstrumentor(BaseInstrumentor):
             self._hooks.uninstall()
             reporter.REPORTER.stop()
         if "otel_verl.process.state" in sys.modules:  # set up by the hooks or by given providers
-            from otel_verl.process import logs
+            from otel_verl.process import logs, sdk_log_throttle
             from otel_verl.process.state import PROCESS
 
             logs.detach()
+            sdk_log_throttle.detach()
             PROCESS.forget_run()

@@ -21,8 +21,9 @@ and reward workers, and Ray's own daemons). In each:
 4. **Pipeline, once and atomically.** The first telemetry use builds it (``telemetry.build_own``):
    the resource (``resource``), exporters from the ``OTEL_*`` environment (``exporters``), tracer,
    meter and logger providers, the step-boundary metric reader (``step_reader``), then the logging
-   handler (``logs``). If any part fails, what started is shut down, the process keeps a no-op
-   pipeline and says so once: no rebuild (and no new thread) per hook call.
+   handler (``logs``) and the throttle on the exporters' own warnings (``sdk_log_throttle``). If
+   any part fails, what started is shut down, the process keeps a no-op pipeline and says so
+   once: no rebuild (and no new thread) per hook call.
 5. **Instruments.** Created once per process on its meter (``otel_verl.instruments``); worker
    processes add their ``process.*`` and ``hw.gpu.*`` gauges (``worker_metrics``); every pipeline
    carries otel-verl's own CPU, ``otel_verl.overhead.cpu_time`` (``overhead``).

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
-from otel_verl.process import exporters, logs
+from otel_verl.process import exporters, logs, sdk_log_throttle
 from otel_verl.process.background import OrderedWorker
 from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.resource import Identity, build_resource
@@ -224,7 +224,8 @@ def build_own(identity: Identity) -> Telemetry:
 
     Every exporter is looked up before anything starts; if a later part fails, what already
     started (span processor and metric reader threads) is shut down again and the error
-    raised, so a caller never keeps half a pipeline. Last, Python logging is attached to it.
+    raised, so a caller never keeps half a pipeline. Last, Python logging is attached to it and
+    the OTLP exporters' own warnings are throttled (``sdk_log_throttle``).
     """
     if sdk_disabled():
         return noop_telemetry()
@@ -269,5 +270,6 @@ def build_own(identity: Identity) -> Telemetry:
     telemetry = Telemetry(tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider)
     atexit.register(telemetry.shutdown)
     logs.attach(logger_provider)  # Python logging -> this pipeline's logs
+    sdk_log_throttle.attach()  # an unreachable endpoint: a line of a kind each 5 min, not one per retry
     register_overhead_metric(telemetry.meter)  # otel-verl's own CPU, in every process with a pipeline
     return telemetry
