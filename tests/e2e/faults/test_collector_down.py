@@ -122,9 +122,12 @@ def test_collector_refusing_connections_for_the_whole_run(verl_runs, reference):
     # error ..." and "Failed to export ...", which the SDK's DuplicateFilter lets through, one line
     # a second per process over the whole outage (otel_verl.process.sdk_log_throttle).
     lines = [line for line in run.output.splitlines() if _EXPORT_FAILURE.search(line)]
-    said = Counter(_EXPORT_FAILURE.search(line).groups() for line in lines)  # type: ignore[union-attr]
-    assert said and {role for role, _, _ in said} >= {"TaskRunner"}, run.output[-4000:]
-    assert max(said.values()) == 1, lines  # before the throttle: up to 4 in a 2-step run, 7 in 30 steps
+    assert lines, run.output[-4000:]
+    # Lines with "[otel-verl: N more like this ...]" come 5 minutes after a process's first, if ever.
+    # Ray may fold one process's line into another's "[repeated Nx across cluster]": never more.
+    matches = [_EXPORT_FAILURE.search(line) for line in lines if "more like this" not in line]
+    first = Counter(m.groups() for m in matches if m is not None)  # (role, pid, kind)
+    assert max(first.values()) == 1, lines  # before the throttle: up to 4 in a 2-step run, 7 in 30 steps
 
 
 def test_collector_hung_for_the_whole_run(verl_runs, reference):
