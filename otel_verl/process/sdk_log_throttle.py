@@ -45,7 +45,8 @@ class Throttle(logging.Filter):
         self._kinds: dict[tuple[str, object], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        kind = (record.name, record.msg)
+        # the template; a message that is not a string (never, from these loggers) is one kind
+        kind = (record.name, record.msg if isinstance(record.msg, str) else type(record.msg))
         now = self._clock()
         with self._lock:
             last, held = self._kinds.get(kind, (None, 0))
@@ -53,10 +54,9 @@ class Throttle(logging.Filter):
                 self._kinds[kind] = (last, held + 1)
                 return False
             self._kinds[kind] = (now, 0)
-        if held and isinstance(record.msg, str):
-            since = now - last if last is not None else 0.0
+        if held and last is not None and isinstance(record.msg, str):
             # Appended to the template, not formatted: the record's own args still apply.
-            record.msg += f" [otel-verl: {held} more like this in the last {since:.0f} s not shown]"
+            record.msg += f" [otel-verl: {held} more like this in the last {now - last:.0f} s not shown]"
         return True
 
 

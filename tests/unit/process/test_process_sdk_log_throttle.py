@@ -66,6 +66,8 @@ def test_first_of_a_kind_passes_then_one_a_minute_saying_how_many_were_held_back
         "Transient error UNAVAILABLE encountered while exporting logs to host:4317, retrying in 1.00s."
         " [otel-verl: 100 more like this in the last 301 s not shown]"
     )
+    # a message that is not a string (unhashable, even) is a kind of its own, never an error
+    assert throttle.filter(_record({"not": "a template"})) and not throttle.filter(_record({"other": 1}))
     # the count starts again after a record passed
     now[0] += 301.0
     record = _record(template, "UNAVAILABLE", "logs", "host:4317", 1.0)
