@@ -1,4 +1,4 @@
-"""The SDK's and exporters' own warnings: one of a kind each 5 minutes per process, on the SDK's real paths."""
+"""The OTLP exporters' own warnings: one of a kind each 5 minutes per process, on the SDK's real paths."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _record(
     return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, args, None)
 
 
-def test_first_of_a_kind_passes_then_one_a_minute_saying_how_many_were_held_back():
+def test_first_of_a_kind_passes_then_one_per_interval_saying_how_many_were_held_back():
     now = [100.0]
     throttle = Throttle(clock=lambda: now[0])
     template = "Transient error %s encountered while exporting %s to %s, retrying in %.2fs."
