@@ -83,7 +83,12 @@ def _parser() -> argparse.ArgumentParser:
         "--endpoint", help="OTLP/HTTP base URL, e.g. http://collector:4318 (default: OTEL_EXPORTER_OTLP_*ENDPOINT)"
     )
     p_play.add_argument("--headers", help="k=v,k2=v2 (default: OTEL_EXPORTER_OTLP_*HEADERS)")
-    p_play.add_argument("--timeout", type=_seconds, default=10.0, help="seconds per request (default 10)")
+    p_play.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=10.0,
+        help="deadline of each request in seconds, its retries included (default 10)",
+    )
     p_play.add_argument(
         "--max-request-bytes",
         type=_bytes,

@@ -11,33 +11,46 @@ Endpoint and headers default to the SDK's variables: the OTLP/HTTP URL of each s
 speaks OTLP/HTTP only); ``OTEL_EXPORTER_OTLP_HEADERS`` / ``OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS``
 (``k=v,k2=v2``, values percent-decoded). ``--endpoint`` (a base URL) and ``--headers`` replace them.
 
-Throttling answers (429, 502, 503, 504) are retried twice; any other HTTP error fails that request;
-a connection error (refused, timed out) fails the rest of that signal, so a dead endpoint costs at
-most one timeout per signal. The OTLP ``partialSuccess`` counts of rejected items are reported.
-A stored line above ``--max-request-bytes`` (default: what a Collector accepts by default) is split
-into several requests, each with its items' resource and scope. Lines the reader cannot use are
-skipped and named on stderr. Exit code 0 only when every request was accepted and nothing was
-rejected; 2 when an endpoint or header setting is malformed (``otel_verl.offline.errors``).
+Every request goes through ``otel_verl.offline.http_post``, which treats the endpoint's answers as
+hostile: ``--timeout`` is a wall-clock deadline for each request, retries and their waits included
+(an answer that trickles in is cut there); at most 64 KiB of an answer is read; a redirect (any
+3xx) fails the request and says where it pointed, and is never followed, so the headers and their
+credentials go to the configured URL only; proxies as ``urllib.request`` finds them
+(``http_proxy``, ``https_proxy``, ``no_proxy``). Text from an answer is printed escaped, on one line.
+
+Throttling answers (429, 502, 503, 504) are retried twice, after the ``Retry-After`` they ask for
+(else a backoff) when that wait fits in the deadline; a longer one fails the request at once, saying
+so. Any other HTTP error fails that request; no answer at all (refused, not resolved, timed out,
+cut off) fails the rest of that signal, so a dead endpoint costs at most one timeout per signal.
+The OTLP ``partialSuccess`` counts of rejected items are reported, read by protobuf's JSON mapping;
+an accepted request whose answer cannot say (a malformed or negative count, an answer above the
+read limit) is counted as delivered and its answer as unreadable. A stored line above
+``--max-request-bytes`` (default: what a Collector accepts by default) is split into several
+requests, each with its items' resource and scope. Lines the reader cannot use are skipped and
+named on stderr. Exit code 0 only when every request was accepted, nothing was rejected and every
+answer was readable; 2 when an endpoint or header setting is malformed (``otel_verl.offline.errors``).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import sys
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from google.protobuf import json_format
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
 from otel_verl.offline import endpoints
 from otel_verl.offline.errors import USAGE, CommandError, warn
+from otel_verl.offline.http_post import Answer, NoAnswer, Poster, printable
 from otel_verl.offline.otlp_files import (
     REQUEST_KEYS,
     SIGNALS,
@@ -54,6 +67,12 @@ RETRY_STATUS = (429, 502, 503, 504)
 RETRIES = 2
 ITEMS = {"traces": "spans", "metrics": "data points", "logs": "log records"}
 REJECTED = {"traces": "rejectedSpans", "metrics": "rejectedDataPoints", "logs": "rejectedLogRecords"}
+REJECTED_FIELDS = {"traces": "rejected_spans", "metrics": "rejected_data_points", "logs": "rejected_log_records"}
+RESPONSES = {
+    "traces": ExportTraceServiceResponse,
+    "metrics": ExportMetricsServiceResponse,
+    "logs": ExportLogsServiceResponse,
+}
 # The OpenTelemetry Collector's OTLP/HTTP receiver refuses bodies above its confighttp
 # ``max_request_body_size``, whose default is 20 MiB (``defaultMaxRequestBodySize`` in
 # collector/config/confighttp/confighttp.go); larger stored lines are split to stay under it.
@@ -167,8 +186,9 @@ class SignalResult:
     files: int = 0
     requests: int = 0  # accepted
     items: int = 0  # in accepted requests
-    failed: int = 0  # requests refused or not sent after a connection error
+    failed: int = 0  # requests refused, redirected, unanswered, or not sent after an unanswered one
     rejected: int = 0  # partialSuccess rejected items
+    unread: int = 0  # accepted requests whose answer cannot say what was rejected
     split_lines: int = 0  # stored lines above the request limit
     split_requests: int = 0  # the requests they became
     oversized: int = 0  # requests still above the limit (one item alone is larger)
@@ -176,39 +196,51 @@ class SignalResult:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.rejected
+        return not self.failed and not self.rejected and not self.unread
 
 
-def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method="POST")
-    for k, v in headers.items():
-        request.add_header(k, v)
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's endpoint
-        return response.status, response.read()
+def partial_success(signal: str, answer: Answer) -> tuple[int, str]:
+    """(items rejected, the endpoint's message) from a 2xx answer's OTLP ``partialSuccess``, read by
+    protobuf's JSON mapping; ValueError (one printable line) when that answer cannot say.
 
-
-def _rejected(signal: str, body: bytes) -> tuple[int, str]:
+    A body that is empty or not a JSON object (a proxy's text, a protobuf answer) rejects nothing.
+    """
+    if not answer.complete:
+        raise ValueError(f"its answer is longer than {size(len(answer.body))} (partialSuccess not read)")
     try:
-        partial = json.loads(body or b"{}").get("partialSuccess") or {}
-    except (ValueError, AttributeError):
+        obj = json.loads(answer.body or b"{}")
+    except ValueError:  # also UnicodeDecodeError
         return 0, ""
-    return int(partial.get(REJECTED[signal], 0) or 0), str(partial.get("errorMessage", "") or "")
+    if not isinstance(obj, dict):
+        return 0, ""
+    partial = obj.get("partialSuccess")
+    if partial is not None and not isinstance(partial, dict):
+        raise ValueError("its partialSuccess is not a JSON object")
+    try:
+        message = json_format.ParseDict(obj, RESPONSES[signal](), ignore_unknown_fields=True).partial_success
+    except json_format.ParseError as exc:
+        raise ValueError(f"its partialSuccess is not OTLP: {printable(str(exc), 200)}") from None
+    count = getattr(message, REJECTED_FIELDS[signal])
+    if count < 0:
+        raise ValueError(f"its partialSuccess {REJECTED[signal]} is {count}, not a count")
+    return count, printable(message.error_message)
 
 
 def replay_signal(
+    poster: Poster,
     folder: Path,
     signal: str,
     url: str,
     headers: dict[str, str],
     timeout: float,
-    retry_wait: float = 0.5,
     skipped: Skipped | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> SignalResult:
     result = SignalResult(signal, url)
     result.files = len(signal_files(folder, signal))
     skipped = Skipped() if skipped is None else skipped
+    # ours replaces the user's, whatever its case (HTTP header names are case-insensitive)
+    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"} | {"Content-Type": "application/json"}
     dead = False
     for path, number, line, batch in requests(folder, signal, skipped):
         try:
@@ -231,11 +263,12 @@ def replay_signal(
             if dead:
                 result.failed += 1
                 continue
-            dead = _send(result, path, url, body, n, headers, timeout, retry_wait)
+            dead = _send(poster, result, path, url, body, n, headers, timeout)
     return result
 
 
 def _send(
+    poster: Poster,
     result: SignalResult,
     path: Path,
     url: str,
@@ -243,34 +276,68 @@ def _send(
     items: int,
     headers: dict[str, str],
     timeout: float,
-    retry_wait: float,
 ) -> bool:
-    """POST one request, retrying throttling answers; True when the endpoint is unreachable."""
-    signal = result.signal
-    for attempt in range(RETRIES + 1):
-        try:
-            _, answer = _post(url, body, headers, timeout)
-        except urllib.error.HTTPError as exc:
-            if exc.code in RETRY_STATUS and attempt < RETRIES:
-                time.sleep(retry_wait * (attempt + 1))
-                continue
-            detail = exc.read()[:300].decode("utf-8", "replace").strip()
-            result.failed += 1
-            result.errors.append(f"{path.name}: HTTP {exc.code} {exc.reason}{': ' + detail if detail else ''}")
-        except (OSError, http.client.HTTPException) as exc:  # URLError, refused, timed out, a broken answer
-            reason = getattr(exc, "reason", exc)
-            result.failed += 1
-            result.errors.append(f"{endpoints.shown(url)}: {reason}")
-            return True
+    """POST one request (``otel_verl.offline.http_post``: deadline, bounded answer, throttling
+    retried, no redirect followed); True when the endpoint gave no answer."""
+    try:
+        answer = poster.post(url, body, headers, timeout)
+    except NoAnswer as exc:
+        result.failed += 1
+        result.errors.append(f"{endpoints.shown(url)}: {exc}")
+        return True
+    status = f"{path.name}: HTTP {answer.status} {printable(answer.reason, 80)}".rstrip()
+    if not answer.ok:
+        result.failed += 1
+        if answer.location is not None:
+            where = endpoints.shown(printable(answer.location, 200))
+            result.errors.append(
+                f"{status}: redirected to {where} (not followed: replay sends only to the configured URL)"
+            )
+        elif 300 <= answer.status < 400:
+            result.errors.append(f"{status}: a redirect without a Location (not followed)")
+        elif answer.retry_after is not None:
+            result.errors.append(
+                f"{status}: the endpoint asked to retry after {answer.retry_after:g} s, past the {timeout:g} s deadline"
+            )
         else:
-            result.requests += 1
-            result.items += items
-            rejected, message = _rejected(signal, answer)
-            if rejected:
-                result.rejected += rejected
-                result.errors.append(f"{path.name}: {rejected} {ITEMS[signal]} rejected {message}".strip())
+            detail = answer.excerpt()
+            result.errors.append(f"{status}{': ' + detail if detail else ''}")
         return False
+    result.requests += 1
+    result.items += items
+    try:
+        rejected, message = partial_success(result.signal, answer)
+    except ValueError as exc:
+        result.unread += 1
+        result.errors.append(f"{status}: accepted, but {exc}")
+        return False
+    if rejected:
+        result.rejected += rejected
+        result.errors.append(f"{path.name}: {rejected} {ITEMS[result.signal]} rejected {message}".strip())
     return False
+
+
+def _print_result(r: SignalResult, mib: str, out: TextIO) -> None:
+    sig = r.signal
+    line = (
+        f"{sig:8s} -> {endpoints.shown(r.url)}: {r.items} {ITEMS[sig]} sent in {r.requests} requests "
+        f"from {r.files} files"
+    )
+    if r.split_lines:
+        line += f"; {r.split_lines} stored lines above {mib} split into {r.split_requests} requests"
+    if r.failed:
+        line += f"; {r.failed} requests failed"
+    if r.rejected:
+        line += f"; {r.rejected} {ITEMS[sig]} rejected by the endpoint"
+    if r.unread:
+        line += f"; {r.unread} answers unreadable (rejections unknown)"
+    print(line, file=out)
+    for error in r.errors[:5]:
+        print(f"         {error}", file=out)
+    if len(r.errors) > 5:
+        print(f"         ... {len(r.errors) - 5} more errors", file=out)
+    if r.failed and urllib.parse.urlsplit(r.url).port == endpoints.GRPC_PORT:
+        print("         (4317 is the OTLP/gRPC port; replay speaks OTLP/HTTP, usually on 4318)", file=out)
 
 
 def replay(
@@ -291,29 +358,14 @@ def replay(
     skipped = Skipped()
     results = []
     mib = size(max_request_bytes)
-    for sig, url, hdrs in plan:
-        if not signal_files(folder, sig):
-            print(f"{sig:8s} no {sig}-*.jsonl files", file=out)
-            continue
-        r = replay_signal(folder, sig, url, hdrs, timeout, skipped=skipped, max_request_bytes=max_request_bytes)
-        results.append(r)
-        line = (
-            f"{sig:8s} -> {endpoints.shown(url)}: {r.items} {ITEMS[sig]} sent in {r.requests} requests "
-            f"from {r.files} files"
-        )
-        if r.split_lines:
-            line += f"; {r.split_lines} stored lines above {mib} split into {r.split_requests} requests"
-        if r.failed:
-            line += f"; {r.failed} requests failed"
-        if r.rejected:
-            line += f"; {r.rejected} {ITEMS[sig]} rejected by the endpoint"
-        print(line, file=out)
-        for error in r.errors[:5]:
-            print(f"         {error}", file=out)
-        if len(r.errors) > 5:
-            print(f"         ... {len(r.errors) - 5} more errors", file=out)
-        if r.failed and urllib.parse.urlsplit(url).port == endpoints.GRPC_PORT:
-            print("         (4317 is the OTLP/gRPC port; replay speaks OTLP/HTTP, usually on 4318)", file=out)
+    with Poster(RETRIES, RETRY_STATUS) as poster:
+        for sig, url, hdrs in plan:
+            if not signal_files(folder, sig):
+                print(f"{sig:8s} no {sig}-*.jsonl files", file=out)
+                continue
+            r = replay_signal(poster, folder, sig, url, hdrs, timeout, skipped, max_request_bytes)
+            results.append(r)
+            _print_result(r, mib, out)
     out.flush()
     oversized = sum(r.oversized for r in results)
     if oversized:
@@ -323,9 +375,11 @@ def replay(
     total = sum(r.items for r in results)
     failed = sum(r.failed for r in results)
     rejected = sum(r.rejected for r in results)
-    if failed or rejected:
+    unread = sum(r.unread for r in results)
+    if failed or rejected or unread:
         what = [f"{failed} requests failed"] if failed else []
         what += [f"{rejected} items rejected"] if rejected else []
+        what += [f"{unread} answers unreadable"] if unread else []
         raise CommandError(f"{' and '.join(what)} ({total} items replayed from {folder}; details above)")
     print(f"ok: {total} items replayed from {folder}", file=out)
     return 0

@@ -6,10 +6,12 @@ import io
 import json
 import logging
 import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from hostile_http import ScriptedEndpoint, answer, endless, trickle
 from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
 from opentelemetry.exporter.otlp.json.file.metric_exporter import FileMetricExporter
 from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
@@ -24,7 +26,8 @@ from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import cli
 from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
-from otel_verl.offline.otlp_files import read_metric_points, read_spans
+from otel_verl.offline.http_post import MAX_ANSWER_BYTES
+from otel_verl.offline.otlp_files import SIGNALS, read_metric_points, read_spans
 from otel_verl.offline.replay import MAX_REQUEST_BYTES, parse_headers, replay, signal_url, split_request
 
 
@@ -258,3 +261,133 @@ def test_cli_replay(run_dir, capsys):
     assert len(rx.span_ids()) == 12
     captured = capsys.readouterr()
     assert "12 spans sent" in captured.out and captured.err == ""
+
+
+# -- endpoints whose answers are hostile (tests/hostile_http.py: raw sockets, scripted answers)
+
+
+def _socket_buffers() -> int:
+    """The most a TCP connection's two kernel buffers hold on this machine (sender's and receiver's)."""
+    try:
+        return sum(int(Path(f"/proc/sys/net/ipv4/tcp_{b}").read_text().split()[2]) for b in ("rmem", "wmem"))
+    except OSError:
+        return 64 * 2**20
+
+
+def _replay_in_thread(folder: Path, bound: float, **kwargs) -> tuple[float, tuple[int, str, str]]:
+    """(seconds, ``_replay``'s result) of a replay that must end within ``bound`` seconds."""
+    done: list[tuple[int, str, str]] = []
+    start = time.monotonic()
+    worker = threading.Thread(target=lambda: done.append(_replay(folder, **kwargs)), daemon=True)
+    worker.start()
+    worker.join(bound)
+    elapsed = time.monotonic() - start
+    assert not worker.is_alive(), f"replay still running after {bound:g} s"
+    return elapsed, done[0]
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_redirect_fails_the_request_and_nothing_goes_where_it_points(run_dir, code):
+    with ScriptedEndpoint(lambda n, r: answer("200 OK", b"{}")) as elsewhere:
+        there = f"{elsewhere.url}/v1/traces"
+        target = f"{there}?token=s3cret"
+        with ScriptedEndpoint(lambda n, r: answer(f"{code} Moved", Location=target)) as ep:
+            rc, text, err = _replay(run_dir, endpoint=ep.url, headers="authorization=Bearer%20t0ken")
+    assert elsewhere.requests == []  # neither the data nor the credentials went to the other origin
+    assert len(ep.requests) == 20 and all(r.headers["authorization"] == "Bearer t0ken" for r in ep.requests)
+    assert rc == PROBLEM and "0 spans sent in 0 requests from 2 files; 12 requests failed" in text
+    assert (
+        f"HTTP {code} Moved: redirected to {there}?[REDACTED] (not followed: replay sends only to the configured URL)"
+        in text
+    )
+    assert "s3cret" not in text + err
+    assert err.startswith("otel-verl replay: 20 requests failed (0 items replayed")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"HTTP/1.1 200 OK\r\nX-Slow: ", b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"],
+    ids=["headers", "body"],
+)
+def test_a_trickling_answer_ends_at_the_deadline(run_dir, head):
+    timeout = 1.0
+    with ScriptedEndpoint(lambda n, r: trickle(head, 0.2, ep.closed)) as ep:  # a byte each 0.2 s, for ever
+        # one deadline per signal (a request's retries are inside it), then that signal gives up
+        bound = len(SIGNALS) * timeout + 10
+        elapsed, (rc, text, _) = _replay_in_thread(run_dir, bound, endpoint=ep.url, timeout=timeout)
+    assert rc == PROBLEM and text.count(f"timed out: no complete answer within {timeout:g} s") == 3
+    assert len(ep.requests) == 3 and elapsed >= 3 * timeout
+
+
+@pytest.mark.parametrize("status", ["200 OK", "400 Bad Request"])
+def test_an_endless_answer_is_read_only_up_to_the_limit(run_dir, status):
+    most = 256 * 2**20
+    head = f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n".encode()
+    with ScriptedEndpoint(lambda n, r: endless(head, most) if n == 1 else answer("200 OK", b"{}")) as ep:
+        rc, text, err = _replay(run_dir, endpoint=ep.url)
+        assert ep.sent[0].done.wait(30)  # the client left: the endpoint's next write failed
+    # what the endpoint got out before that: the bounded read and what the sockets' buffers held
+    assert ep.sent[0].size < MAX_ANSWER_BYTES + _socket_buffers() < most, ep.sent[0].size
+    assert rc == PROBLEM and len(ep.requests) == 20
+    if status == "200 OK":  # delivered; whether anything was rejected is unknown
+        assert "12 spans sent in 12 requests from 2 files; 1 answers unreadable (rejections unknown)" in text
+        assert "HTTP 200 OK: accepted, but its answer is longer than 65536 bytes (partialSuccess not read)" in text
+        assert err.startswith("otel-verl replay: 1 answers unreadable (24 items replayed")
+    else:
+        assert "11 spans sent in 11 requests from 2 files; 1 requests failed" in text
+        assert f"HTTP 400 Bad Request: {'x' * 300}..." in text
+
+
+def test_retry_after_is_waited_within_the_deadline(run_dir):
+    with ScriptedEndpoint(lambda n, r: answer("429 Slow Down", Retry_After="1") if n == 1 else answer("200 OK")) as ep:
+        rc, text, err = _replay(run_dir, endpoint=ep.url, timeout=10)
+    assert rc == 0, text + err
+    assert len(ep.requests) == 21  # the first one twice
+    assert ep.requests[0].body == ep.requests[1].body
+    assert 1 <= ep.requests[1].at - ep.requests[0].at < 10  # as asked, and inside the request's deadline
+
+
+def test_a_retry_after_past_the_deadline_fails_that_request_at_once(run_dir):
+    timeout = 5
+    with ScriptedEndpoint(lambda n, r: answer("503 Later", Retry_After="3600") if n == 1 else answer("200 OK")) as ep:
+        rc, text, err = _replay(run_dir, endpoint=ep.url, timeout=timeout)
+    assert rc == PROBLEM and len(ep.requests) == 20  # not sent again
+    assert ep.requests[1].at - ep.requests[0].at < timeout  # the next request did not wait
+    assert f"HTTP 503 Later: the endpoint asked to retry after 3600 s, past the {timeout} s deadline" in text
+    assert "11 spans sent in 11 requests from 2 files; 1 requests failed" in text
+    assert err.startswith("otel-verl replay: 1 requests failed (23 items replayed")
+
+
+@pytest.mark.parametrize(
+    ("count", "why"),
+    [("abc", "its partialSuccess is not OTLP: "), (-5, "its partialSuccess rejectedSpans is -5, not a count")],
+)
+def test_a_malformed_partial_success_is_named_and_the_tally_kept(run_dir, capsys, count, why):
+    with OtlpReceiver(answer={"partialSuccess": {"rejectedSpans": count}}) as rx:
+        rc = cli.main(["replay", str(run_dir), "--endpoint", rx.url])
+    out, err = capsys.readouterr()
+    assert rc == PROBLEM and len(rx.span_ids()) == 12
+    assert "12 spans sent in 12 requests from 2 files; 12 answers unreadable (rejections unknown)" in out
+    assert f"HTTP 200 OK: accepted, but {why}" in out
+    assert "8 data points sent in 4 requests from 2 files\n" in out  # rejectedSpans is no field of theirs
+    assert err == f"otel-verl replay: 12 answers unreadable (24 items replayed from {run_dir}; details above)\n"
+
+
+def test_what_the_endpoint_says_is_shown_escaped_on_one_line(run_dir):
+    body = b"bad\x1b]0;owned\x07\r\nok: 24 items replayed"
+    with ScriptedEndpoint(lambda n, r: answer("400 Bad\x1b[2J Request", body)) as ep:
+        rc, text, _ = _replay(run_dir, endpoint=ep.url)
+    assert rc == PROBLEM and len(ep.requests) == 20
+    assert "HTTP 400 Bad\\x1b[2J Request: bad\\x1b]0;owned\\x07 ok: 24 items replayed\n" in text
+    assert not any(c in text for c in "\x1b\x07\r")
+
+
+def test_replay_goes_through_the_proxy_variables_as_urllib_does(run_dir, monkeypatch):
+    with ScriptedEndpoint(lambda n, r: answer("200 OK", b"{}")) as proxy:
+        for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("http_proxy", proxy.url.replace("://", "://u:p%40ss@"))
+        rc, text, err = _replay(run_dir, endpoint="http://collector.invalid:4318", headers="x-tenant=verl")
+    assert rc == 0, text + err
+    assert {r.target for r in proxy.requests} == {f"http://collector.invalid:4318/v1/{s}" for s in SIGNALS}
+    assert all(r.headers["proxy-authorization"] == "Basic dTpwQHNz" for r in proxy.requests)  # u:p@ss
