@@ -1,16 +1,20 @@
 """``OTEL_VERL_*`` settings, parsed once per process and never fatal, and the kill-switch rule.
 
-A bad value logs one warning naming the variable and the default used instead; nothing here can
-stop training. Standard ``OTEL_*`` variables (exporters, endpoint, headers, sampler,
-``OTEL_METRIC_EXPORT_INTERVAL``, ...) are read by the OpenTelemetry SDK itself and keep their
-documented meaning. Every variable, its default and meaning: README.md, "Configuration"
-(``tests/unit/test_config.py`` fails when a variable here has no row there).
+A bad value (not parsable, out of its range, longer than ``MAX_VALUE_CHARS`` or with control
+characters) logs one warning naming the variable, the default used instead and what is allowed;
+nothing here can stop training: ``Variable.value`` catches whatever a parser raises. Standard
+``OTEL_*`` variables (exporters, endpoint, headers, sampler, ``OTEL_METRIC_EXPORT_INTERVAL``, ...)
+are read by the OpenTelemetry SDK itself and keep their documented meaning. Every variable, its
+default, range and meaning: README.md, "Configuration" (``tests/unit/test_config.py`` fails when a
+variable here has no row there).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,6 +48,7 @@ STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
+SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
 
 # The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
 DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
@@ -53,99 +58,126 @@ INSTRUMENTATION_NAME = "verl"  # our entry point name in ``opentelemetry_instrum
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
+MAX_VALUE_CHARS = 4096  # a longer value is no valid setting (a path's limit on Linux)
+_SHOWN_CHARS = 80  # of a bad value, in its warning
+# ASCII digits only: int()/float() also take "²"-like digits of other scripts, "1_000", "infinity"
+_INT = re.compile(r"[+-]?[0-9]{1,18}")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})(?:[eE][+-]?[0-9]{1,3})?")
 
-def _warn(name: str, raw: str, default: object) -> None:
-    _log.warning("otel-verl: ignoring %s=%r (not valid); using the default %r", name, raw, default)
+
+def _warn(name: str, raw: str | None, default: object, allowed: str = "") -> None:
+    shown = raw if raw is None or len(raw) <= _SHOWN_CHARS else raw[:_SHOWN_CHARS]
+    more = "..." if raw is not None and len(raw) > _SHOWN_CHARS else ""
+    why = f" (allowed: {allowed})" if allowed else ""
+    _log.warning("otel-verl: ignoring %s=%r%s (not valid); using the default %r%s", name, shown, more, default, why)
+
+
+def _usable(raw: str) -> bool:
+    """At most ``MAX_VALUE_CHARS`` printable characters (no control characters, no bytes that are not UTF-8)."""
+    return len(raw) <= MAX_VALUE_CHARS and raw.isprintable()
+
+
+def _get(name: str) -> str | None:
+    """The variable's value, or None when unset or blank."""
+    raw = os.environ.get(name)
+    return None if raw is None or raw.strip() == "" else raw
 
 
 def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+    raw = _get(name)
+    if raw is None:
         return default
     value = raw.strip().lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    _warn(name, raw, default)
+    _warn(name, raw, default, "true or false")
     return default
 
 
-def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+def _number(raw: str, pattern: re.Pattern[str]) -> float | None:
+    text = raw.strip()
+    if pattern.fullmatch(text) is None:
+        return None
+    value = float(text) + 0.0  # -0 is 0
+    return value if math.isfinite(value) else None
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0, maximum: float = 1e9) -> float:
+    """A number from ``minimum`` to ``maximum`` (decimal notation, ASCII digits)."""
+    raw = _get(name)
+    if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        _warn(name, raw, default)
-        return default
-    if not value >= minimum or value == float("inf"):  # also rejects NaN
-        _warn(name, raw, default)
+    value = _number(raw, _FLOAT)
+    if value is None or not minimum <= value <= maximum:
+        _warn(name, raw, default, f"a number from {minimum:g} to {maximum:g}")
         return default
     return value
 
 
-def env_int(name: str, default: int, *, minimum: int = 0) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int = 10**9) -> int:
+    """A whole number from ``minimum`` to ``maximum`` (ASCII digits)."""
+    raw = _get(name)
+    if raw is None:
         return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        _warn(name, raw, default)
-        return default
-    if value < minimum:
-        _warn(name, raw, default)
+    text = raw.strip()
+    value = int(text) if _INT.fullmatch(text) else None
+    if value is None or not minimum <= value <= maximum:
+        _warn(name, raw, default, f"a whole number from {minimum} to {maximum}")
         return default
     return value
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+    raw = _get(name)
+    if raw is None:
         return default
     value = raw.strip().lower()
     if value in choices:
         return value
-    _warn(name, raw, default)
+    _warn(name, raw, default, ", ".join(choices))
     return default
 
 
+STALL_AFTER_MIN_S = 10.0  # a shorter limit would report every process's stacks every few seconds
+STALL_AFTER_MAX_S = 30 * 86400.0
+
+
 def env_stall_after(name: str) -> float | None:
-    """``auto`` (None: derived from recent step times), ``0``/``off`` (0.0) or seconds."""
-    raw = os.environ.get(name)
-    if raw is None or raw.strip().lower() in ("", "auto"):
+    """``auto`` (None: derived from recent step times), ``0``/``off`` (0.0) or seconds
+    from ``STALL_AFTER_MIN_S`` to ``STALL_AFTER_MAX_S``."""
+    raw = _get(name)
+    if raw is None or raw.strip().lower() == "auto":
         return None
-    if raw.strip().lower() in ("off", "false", "0"):
+    if raw.strip().lower() in ("off", "false"):
         return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        _warn(name, raw, "auto")
+    value = _number(raw, _FLOAT)
+    if value == 0.0:
+        return 0.0
+    if value is None or not STALL_AFTER_MIN_S <= value <= STALL_AFTER_MAX_S:
+        _warn(name, raw, "auto", f"auto, off, or seconds from {STALL_AFTER_MIN_S:g} to {STALL_AFTER_MAX_S:g}")
         return None
     return value
 
 
 def env_log_level(name: str, default: int) -> int:
-    """A ``logging`` level given by name (``INFO``) or number (``20``)."""
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+    """A ``logging`` level given by name (``INFO``) or number (``20``, from 0 to 50)."""
+    raw = _get(name)
+    if raw is None:
         return default
     value = raw.strip().upper()
-    if value.isdigit():
+    if _INT.fullmatch(value) and 0 <= int(value) <= logging.CRITICAL:
         return int(value)
     level = logging.getLevelName(value)
     if isinstance(level, int):
         return level
-    _warn(name, raw, logging.getLevelName(default))
+    _warn(name, raw, logging.getLevelName(default), "a level name such as INFO, or a number from 0 to 50")
     return default
 
 
 def env_str(name: str, default: str | None) -> str | None:
-    """A free-form value: any non-empty string."""
+    """A free-form value: any non-empty string (``Variable.value`` checks its length and characters)."""
     return os.environ.get(name) or default
 
 
@@ -184,7 +216,17 @@ class Variable:
     read: Callable[[str, Any], Any]
 
     def value(self) -> Any:
-        return self.read(self.name, self.default)
+        """The setting's value, or its default after one warning: whatever the environment holds,
+        this never raises (a parser's own error included)."""
+        raw = os.environ.get(self.name)
+        try:
+            if raw is not None and not _usable(raw):
+                _warn(self.name, raw, self.default, f"at most {MAX_VALUE_CHARS} printable characters")
+                return self.default
+            return self.read(self.name, self.default)
+        except Exception:  # noqa: BLE001 - no setting may stop otel-verl, let alone training
+            _warn(self.name, raw, self.default)
+            return self.default
 
 
 # Every setting, in README order: the one list settings() and ``otel-verl doctor`` read.
@@ -193,20 +235,20 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(PROJECT, "project", None, env_str),
     Variable(EXPERIMENT, "experiment", None, env_str),
     Variable(FILE_DIR, "file_dir", DEFAULT_FILE_DIR, env_str),
-    Variable(SHUTDOWN_TIMEOUT, "shutdown_timeout_s", 5.0, env_float),
+    Variable(SHUTDOWN_TIMEOUT, "shutdown_timeout_s", 5.0, partial(env_float, maximum=SHUTDOWN_TIMEOUT_MAX_S)),
     Variable(FORWARD_METRICS, "forward_metrics", True, env_bool),
     Variable(STEP_EXPORT, "step_export", True, env_bool),
     Variable(RAY_RUNTIME_ENV, "ray_runtime_env", True, env_bool),
     Variable(RAY_RUNTIME_ENV_SECRETS, "ray_runtime_env_secrets", False, env_bool),
     Variable(RAY_SYSTEM_METRICS, "ray_system_metrics", False, env_bool),
-    Variable(ROLLOUT_SPANS_PER_STEP, "rollout_spans_per_step", 64, partial(env_int, minimum=-1)),
+    Variable(ROLLOUT_SPANS_PER_STEP, "rollout_spans_per_step", 64, partial(env_int, minimum=-1, maximum=100_000)),
     Variable(GPU_METRICS, "gpu_metrics", True, env_bool),
     Variable(PROCESS_METRICS, "process_metrics", True, env_bool),
     Variable(LOG_LEVEL, "log_level", logging.WARNING, env_log_level),
     Variable(SAMPLES, "samples", False, env_bool),
-    Variable(SAMPLES_EVERY_N_STEPS, "samples_every_n_steps", 10, partial(env_int, minimum=1)),
-    Variable(SAMPLES_PER_STEP, "samples_per_step", 4, partial(env_int, minimum=1)),
-    Variable(SAMPLES_MAX_CHARS, "samples_max_chars", 2000, partial(env_int, minimum=1)),
+    Variable(SAMPLES_EVERY_N_STEPS, "samples_every_n_steps", 10, partial(env_int, minimum=1, maximum=1_000_000)),
+    Variable(SAMPLES_PER_STEP, "samples_per_step", 4, partial(env_int, minimum=1, maximum=10_000)),
+    Variable(SAMPLES_MAX_CHARS, "samples_max_chars", 2000, partial(env_int, minimum=1, maximum=1_000_000)),
     Variable(GUARD_ACTION, "guard_action", "observe", partial(env_choice, choices=GUARD_ACTIONS)),
     Variable(GUARD_RULES, "guard_rules", None, env_str),
     Variable(STALL_AFTER, "stall_after_s", None, lambda name, default: env_stall_after(name)),

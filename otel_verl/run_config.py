@@ -1,9 +1,11 @@
 """The run's verl config as it travels on ``verl.init`` (attribute ``verl.config``).
 
-verl's resolved config as compact nested JSON, string values under secret-looking keys replaced
-(``otel_verl.redact``), at most ``semconv.CONFIG_MAX_BYTES`` (32 KiB; verl 0.9.1's full PPO config
-is about 25 KB): when too big, empty values are left out, then the longest values until it fits,
-and ``_otel_verl_dropped`` counts what was left out.
+verl's resolved config as compact nested JSON, redacted (``otel_verl.redact``: the values under
+secret-looking keys, and the credentials inside every other string), at most
+``semconv.CONFIG_MAX_BYTES`` (32 KiB; verl 0.9.1's full PPO config is about 25 KB): when too big,
+empty values are left out, then the longest values until it fits, and ``_otel_verl_dropped``
+counts what was left out. Redaction comes first and the cap leaves whole values out, never cuts
+one: what is kept of a value is all of its redacted text.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def _dumps(data: Any) -> str:
 
 def config_json(cfg: Any, limit: int = semconv.CONFIG_MAX_BYTES) -> str | None:
     """verl's config as compact nested JSON with secrets redacted, at most ``limit`` bytes.
+
+    Redacted before anything is measured or left out: a secret is replaced whole, whatever the cap.
 
     Too big: empty values are left out, then the longest values until it fits;
     ``_otel_verl_dropped`` (top level) counts the entries left out.

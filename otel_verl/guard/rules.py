@@ -1,21 +1,25 @@
 """Guard rules: conditions over verl's per-step values, and their evaluation step after step.
 
 The rules and their file format: ``rules.yaml`` beside this module (the built-in defaults, and the
-format of a user's ``OTEL_VERL_GUARD_RULES`` file). ``Evaluator.step`` is fed the dict verl logs at
-each training step end and returns the rules that fire at that step: a rule fires once when its
-condition becomes true for a key, and again only after the condition was false in between.
+format of a user's ``OTEL_VERL_GUARD_RULES`` file: a regular file of at most ``MAX_FILE_BYTES``,
+read by ``read_rules_file``, off the training thread by ``RulesLoad``). ``Evaluator.step`` is fed
+the dict verl logs at each training step end and returns the rules that fire at that step: a rule
+fires once when its condition becomes true for a key, and again only after the condition was
+false in between.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
+import os
+import stat
 import statistics
+import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from otel_verl._values import as_float
@@ -147,20 +151,88 @@ def default_rules_text() -> str:
     return resources.files("otel_verl.guard").joinpath("rules.yaml").read_text()
 
 
+MAX_FILE_BYTES = 1 << 20  # a rules file of a few rules is a few KB
+MAX_RULES = 1000
+
+
+def read_rules_file(path: str) -> str:
+    """The text of a user's rules file; RuleError unless it is a regular, UTF-8 file of at most
+    ``MAX_FILE_BYTES``.
+
+    Opened without waiting (``O_NONBLOCK``: a FIFO never blocks for a writer, ``O_NOCTTY``) and
+    judged by ``fstat`` before anything is read, so a FIFO, a device such as ``/dev/zero`` or a
+    folder is refused at once; at most ``MAX_FILE_BYTES`` + 1 bytes are ever read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise RuleError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RuleError(f"{path} is not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise RuleError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:  # the file may grow after fstat
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_FILE_BYTES:
+            raise RuleError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
+    except OSError as exc:
+        raise RuleError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise RuleError(f"{path} is not UTF-8 text") from None
+
+
 def load_rules(path: str | None = None) -> tuple[Rule, ...]:
-    """The rules in ``path`` (YAML or JSON), else the built-in ``rules.yaml``."""
-    if path:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise RuleError(f"cannot read {path}: {exc.strerror or exc}") from None
-    else:
-        text = default_rules_text()
+    """The rules in ``path`` (YAML or JSON, read by ``read_rules_file``), else the built-in ``rules.yaml``."""
+    text = read_rules_file(path) if path else default_rules_text()
     try:
         data = _load_text(text)
     except Exception as exc:  # noqa: BLE001 - yaml/json syntax errors of any kind
         raise RuleError(f"{path or 'rules.yaml'} is not valid YAML/JSON: {exc}") from None
+    if isinstance(data, Mapping) and isinstance(data.get("rules"), list) and len(data["rules"]) > MAX_RULES:
+        raise RuleError(f"{path or 'rules.yaml'} has more than {MAX_RULES} rules")
     return parse_rules(data)
+
+
+class RulesLoad:
+    """A user's rules file, loaded on a daemon thread of its own: a slow or hung file system holds
+    that thread, never the caller's (the training thread). ``result`` waits for it at most as long as
+    it is told."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._done = threading.Event()
+        self._rules: tuple[Rule, ...] | None = None
+        self._problem: str | None = None
+        threading.Thread(target=self._load, name="otel-verl-guard-rules", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            self._rules = load_rules(self.path)
+        except RuleError as exc:
+            self._problem = str(exc)
+        except Exception as exc:  # noqa: BLE001 - a rules file must never break the guard
+            self._problem = f"{exc.__class__.__name__}: {exc}"
+        finally:
+            self._done.set()
+
+    def result(self, timeout_s: float) -> tuple[tuple[Rule, ...] | None, str | None]:
+        """``(rules, None)``, or ``(None, why not)``: unusable, or not read within ``timeout_s``."""
+        if not self._done.wait(timeout_s):
+            return None, f"not read within {timeout_s:g} s"
+        return self._rules, self._problem
 
 
 @dataclass

@@ -29,7 +29,7 @@ from opentelemetry import trace
 from otel_verl import semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
-from otel_verl.guard.rules import Evaluator, Firing, RuleError, load_rules
+from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
@@ -45,6 +45,7 @@ class GuardStop(Exception):
 class _Guard:
     def __init__(self) -> None:
         self.evaluator: Evaluator | None = None
+        self.rules_load: RulesLoad | None = None  # the user's rules file, read off the training thread
         self.stop_reason: str | None = None
         self.stopped_after: int | None = None
 
@@ -58,15 +59,29 @@ def reset() -> None:
     _GUARD = _Guard()
 
 
+# How long the first training step may wait, once, for the rules file (its read starts with fit).
+RULES_WAIT_S = 5.0
+
+
+@safe("guard rules file")
+def _start_reading_rules() -> None:
+    path = settings().guard_rules
+    if path and _GUARD.rules_load is None:
+        _GUARD.rules_load = RulesLoad(path)
+
+
 def _evaluator() -> Evaluator:
     if _GUARD.evaluator is None:
-        path = settings().guard_rules
-        try:
-            rules = load_rules(path)
-        except RuleError as exc:
-            warn_once("guard rules", "ignoring OTEL_VERL_GUARD_RULES=%s (%s); using the built-in rules", path, exc)
-            rules = load_rules(None)
-        _GUARD.evaluator = Evaluator(rules)
+        _start_reading_rules()
+        rules = None
+        if _GUARD.rules_load is not None:
+            rules, problem = _GUARD.rules_load.result(RULES_WAIT_S)
+            if rules is None:
+                path = _GUARD.rules_load.path
+                warn_once(
+                    "guard rules", "ignoring OTEL_VERL_GUARD_RULES=%s (%s); using the built-in rules", path, problem
+                )
+        _GUARD.evaluator = Evaluator(rules if rules is not None else load_rules(None))
     return _GUARD.evaluator
 
 
@@ -171,6 +186,8 @@ def _stop_before_step(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
 
 
 def _fit_until_guard_stop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    if settings().guard_action != "off":
+        _start_reading_rules()  # read while verl starts up, not at the first step
     try:
         return wrapped(*args, **kwargs)
     except GuardStop as stop:

@@ -6,9 +6,20 @@ running cluster (``ray start``, KubeRay, ``ray job submit``) they do not. Adding
 ``runtime_env.env_vars`` makes both cases equal. verl's ``verl.plugins`` entry point then
 turns the instrumentation on in each worker (see ``otel_verl._verl_plugin``). Variables the
 user already put in ``runtime_env`` win. Turn off with ``OTEL_VERL_RAY_RUNTIME_ENV=false``.
-Header variables (``OTEL_EXPORTER_OTLP_*HEADERS``: auth tokens), client keys and any other
-variable whose name looks secret (``otel_verl.redact``) are left out unless
-``OTEL_VERL_RAY_RUNTIME_ENV_SECRETS=true``: Ray stores and displays a job's runtime_env.
+
+Ray stores a job's runtime_env and shows it in its dashboard, so ``otel_env`` (the one place that
+decides what goes there) leaves out, unless ``OTEL_VERL_RAY_RUNTIME_ENV_SECRETS=true``:
+
+* every variable whose name looks secret (``otel_verl.redact.is_secret_key``): the header
+  variables ``OTEL_EXPORTER_OTLP_*HEADERS`` (and a misspelt ``*_HEADER``), client keys, ``*_TOKEN``...;
+* every variable whose value holds a credential (``otel_verl.redact.has_secret``): an endpoint
+  URL with ``user:pass@`` or ``?api_key=``/``?token=``, a ``Bearer`` string...;
+* of ``OTEL_RESOURCE_ATTRIBUTES``, the entries whose key looks secret or whose value holds a
+  credential (the other entries go).
+
+A variable left out for its value is named (never its value) in one warning. Workers of a fresh
+local cluster inherit it from the launcher anyway; on a running cluster set it in the nodes'
+environment (an endpoint's credentials in ``OTEL_EXPORTER_OTLP_HEADERS`` there, not in its URL).
 
 ``opentelemetry-instrument`` also starts every other installed instrumentation in each of the
 job's ~25 Ray processes (GCS, raylet, dashboard modules, idle workers, ...). One of them, the
@@ -31,31 +42,74 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from otel_verl import config, redact
-from otel_verl._safe import safe
+from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 
-
-def _secret(name: str) -> bool:
-    # OTLP headers carry auth tokens; Ray keeps a job's runtime_env in its GCS and shows it in
-    # the dashboard, so they travel only on request (fresh local clusters inherit them anyway).
-    # otel-verl's own settings are flags and numbers (OTEL_VERL_RAY_RUNTIME_ENV_SECRETS is one).
-    own = name in _OWN_SETTINGS
-    return name.endswith("_HEADERS") or "CLIENT_KEY" in name or (not own and redact.is_secret_key(name))
-
-
 _OWN_SETTINGS = frozenset(
     v for k, v in vars(config).items() if k.isupper() and isinstance(v, str) and v.startswith("OTEL_VERL_")
 )
+# Variables whose value is a list of ``key=value`` entries (percent-encoded, comma-separated).
+ENTRY_LISTS = frozenset({"OTEL_RESOURCE_ATTRIBUTES"})
 
 
-def otel_env() -> dict[str, str]:
+def _secret_name(name: str) -> bool:
+    # otel-verl's own settings are flags, numbers, names and paths (OTEL_VERL_RAY_RUNTIME_ENV_SECRETS is one)
+    return name not in _OWN_SETTINGS and redact.is_secret_key(name)
+
+
+def _entries_without_secrets(value: str) -> tuple[str, list[str]]:
+    """The entries of a ``key=value,...`` list that carry no secret, and the keys of the others."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for entry in value.split(","):
+        key, _, item = entry.partition("=")
+        key, item = unquote(key.strip()), unquote(item.strip())
+        if redact.is_secret_key(key) or redact.has_secret(item) or redact.has_secret(key):
+            dropped.append(redact.redact_text(key))
+        else:
+            kept.append(entry)
+    return ",".join(kept), dropped
+
+
+def otel_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``OTEL_*`` variables for the job's Ray ``runtime_env`` (what is left out: the module's docstring)."""
+    env = os.environ if environ is None else environ
     with_secrets = settings().ray_runtime_env_secrets
-    return {k: v for k, v in os.environ.items() if k.startswith("OTEL_") and (with_secrets or not _secret(k))}
+    out: dict[str, str] = {}
+    held: list[str] = []  # left out for their values: named in a warning
+    for name, value in env.items():
+        if not name.startswith("OTEL_"):
+            continue
+        if not with_secrets:
+            if _secret_name(name):
+                continue  # documented: headers and keys never travel by default
+            if name in ENTRY_LISTS:
+                value, dropped = _entries_without_secrets(value)
+                held += [f"{name} entry {key!r}" for key in dropped]
+                if dropped and not value:
+                    continue
+            elif redact.has_secret(value):
+                held.append(name)
+                continue
+        out[name] = value
+    if held:
+        warn_once(
+            "ray runtime_env credentials",
+            "left out of the job's Ray runtime_env (Ray stores it and shows it in its dashboard), as their "
+            "values hold credentials: %s. Workers of a fresh local cluster inherit them from this process; on "
+            "a running cluster set them in the nodes' environment (an endpoint's credentials in "
+            "OTEL_EXPORTER_OTLP_HEADERS there, not in its URL), or set %s=true to hand them over as they are",
+            ", ".join(held),
+            config.RAY_RUNTIME_ENV_SECRETS,
+        )
+    return out
 
 
 SYSTEM_METRICS = "system_metrics"  # its entry point name

@@ -11,11 +11,14 @@ Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a not
 * ``OTEL_VERL_*`` values (a bad one is a problem: it would fall back to its default), and every
   setting of ``otel_verl.config.VARIABLES`` that differs from its default; an ``OTEL_VERL_*``
   variable that is no setting is noted (a typo?);
+* the guard's rules file (``OTEL_VERL_GUARD_RULES``), read as the guard reads it
+  (``otel_verl.guard.rules.read_rules_file``: a regular file of at most 1 MiB, valid rules);
 * the exporters of each signal from ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` /
   ``OTEL_LOGS_EXPORTER``, each resolved to its entry point, and for OTLP the signal's protocol and
   endpoint (``otel_verl.offline.endpoints``): a malformed one is a problem, a URL is probed with
   a TCP connect (1 s timeout, once per URL) and judged for each signal that uses it; for
-  ``otlp_json_file`` the folder, checked writable;
+  ``otlp_json_file`` the folder, checked writable; for ``prometheus`` the ports
+  (``OTEL_EXPORTER_PROMETHEUS_PORT``: a whole number from 1 to 65535);
 * every hook of ``otel_verl.hooks.all_hooks()``: whether its target exists in the installed verl
   (imports verl's modules; the warnings verl gives while importing are collected and listed after
   the hooks).
@@ -213,6 +216,9 @@ def check_exporters(r: Checks) -> None:
             if lookup in ("otlp_proto_grpc", "otlp_proto_http"):
                 _check_endpoint(r, signal, lookup, protocol, probed)
                 continue
+            if name == "prometheus":
+                _check_prometheus(r, signal)
+                continue
             r.ok(f"{signal}: exporter {name}")
 
 
@@ -234,6 +240,33 @@ def _check_endpoint(r: Checks, signal: str, exporter: str, protocol: str, probed
         r.ok(f"{signal}: {exporter} -> {endpoints.shown(url)} (reachable: TCP connect to {where}){how}")
     else:
         r.bad(f"{signal}: {exporter} -> {endpoints.shown(url)} NOT reachable: {where}{how}")
+
+
+def _check_prometheus(r: Checks, signal: str) -> None:
+    """The pull endpoint's ports, by the rule the exporter applies (``exporters.prometheus_port``)."""
+    from otel_verl.process import exporters
+
+    first, problem = exporters.prometheus_port()
+    if problem:
+        r.bad(f"{signal}: prometheus: {problem}")
+    ports = exporters.prometheus_ports(first)
+    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or exporters.PROMETHEUS_DEFAULT_HOST
+    where = f"{host}:{ports[0]}-{ports[-1]}" if len(ports) > 1 else f"{host}:{ports[0]}"
+    r.ok(f"{signal}: prometheus pull endpoint on {where} (the first free port of each process)")
+
+
+def check_guard_rules(r: Checks, s: config.Settings) -> None:
+    """The user's rules file (``OTEL_VERL_GUARD_RULES``), read by the rule the guard applies."""
+    from otel_verl.guard.rules import RuleError, load_rules
+
+    if not s.guard_rules or s.guard_action == "off":
+        return
+    try:
+        rules = load_rules(s.guard_rules)
+    except RuleError as exc:
+        r.bad(f"{config.GUARD_RULES}: {exc}; the guard would use its built-in rules")
+        return
+    r.ok(f"guard rules: {len(rules)} from {s.guard_rules}")
 
 
 def _check_writable(r: Checks, folder: str) -> None:
@@ -304,7 +337,9 @@ def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None) -> in
     check_entry_points(r)
     check_switches(r)
     print("settings:", file=out)
-    check_extras(r, check_settings(r))
+    s = check_settings(r)
+    check_extras(r, s)
+    check_guard_rules(r, s)
     print("exporters:", file=out)
     check_exporters(r)
     print("hooks:", file=out)

@@ -6,13 +6,17 @@ looked up through the SDK's exporter entry points. ``otlp_json_file`` writes one
 per signal and process into ``OTEL_VERL_FILE_DIR``. ``prometheus`` is a pull reader on
 ``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` (default ``127.0.0.1:9464``, loopback only) whose series
 carry the run's resource attributes as labels; each process of a host takes the next free port
-(at most ``PROMETHEUS_PORTS``), so scrape that range.
+(at most ``PROMETHEUS_PORTS``), so scrape that range. A port setting that is not a whole number
+from 1 to 65535 is one warning and the default port (``prometheus_port``): the other signals of
+the process are not affected.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from otel_verl import semconv
@@ -27,6 +31,8 @@ JSON_FILE_EXPORTER = "otlp_json_file"
 PROMETHEUS_EXPORTER = "prometheus"
 PROMETHEUS_PORTS = 32  # consecutive ports the pull readers of one host may take
 PROMETHEUS_DEFAULT_HOST = "127.0.0.1"  # OTEL_EXPORTER_PROMETHEUS_HOST unset: loopback only
+PROMETHEUS_PORT = "OTEL_EXPORTER_PROMETHEUS_PORT"
+PROMETHEUS_DEFAULT_PORT = 9464  # the SDK's and opentelemetry-exporter-prometheus's default
 # Resource attributes the pull reader copies onto every series (collector: promote_resource_attributes).
 PROMOTED_RESOURCE_ATTRIBUTES = (
     semconv.RES_RUN_ID,
@@ -65,16 +71,42 @@ def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
     return cls()
 
 
+def prometheus_port(environ: Mapping[str, str] | None = None) -> tuple[int, str | None]:
+    """The first port of the pull readers, and None; or the default port and why
+    ``OTEL_EXPORTER_PROMETHEUS_PORT`` was not used (not a whole number from 1 to 65535)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(PROMETHEUS_PORT, "").strip()
+    if not raw:
+        return PROMETHEUS_DEFAULT_PORT, None
+    if re.fullmatch(r"[0-9]{1,5}", raw) and 1 <= int(raw) <= 65535:
+        return int(raw), None
+    shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    return PROMETHEUS_DEFAULT_PORT, (
+        f"{PROMETHEUS_PORT}={shown!r} is not a port from 1 to 65535; using {PROMETHEUS_DEFAULT_PORT}"
+    )
+
+
+def prometheus_ports(first: int) -> range:
+    """The ports the pull readers of one host take, from ``first``."""
+    return range(first, min(first + PROMETHEUS_PORTS, 65536))
+
+
 def prometheus_reader() -> Any:
-    """The Prometheus pull reader on the first free port from ``OTEL_EXPORTER_PROMETHEUS_PORT``, or None."""
+    """The Prometheus pull reader on the first free port from ``OTEL_EXPORTER_PROMETHEUS_PORT``, or None.
+
+    A bad port setting is one warning and the default port; nothing here raises into the pipeline.
+    """
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
-    first = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
+    first, problem = prometheus_port()
+    if problem:
+        warn_once("prometheus-port-setting", "Prometheus exporter: %s", problem)
     # Loopback unless asked: nothing otel-verl opens listens beyond this host by default.
     host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or PROMETHEUS_DEFAULT_HOST
     registry = CollectorRegistry(auto_describe=True)  # one per process: the pull reader owns it
-    for port in range(first, first + PROMETHEUS_PORTS):
+    ports = prometheus_ports(first)
+    for port in ports:
         try:
             start_http_server(port=port, addr=host, registry=registry)
         except OSError:  # another verl process on this host has this port: take the next one
@@ -86,8 +118,8 @@ def prometheus_reader() -> Any:
     warn_once(
         "prometheus-port",
         "Prometheus exporter: ports %s-%s on %s are all taken; no pull metrics from this process",
-        first,
-        first + PROMETHEUS_PORTS - 1,
+        ports[0],
+        ports[-1],
         host,
     )
     return None

@@ -155,3 +155,124 @@ def test_invalid_value_warns_naming_the_variable_and_uses_the_default(monkeypatc
     for other in clean.__dataclass_fields__:
         if other != field:
             assert getattr(bad, other) == getattr(clean, other), other
+
+
+# ------------------------------------------------------------------ hostile values
+# What each setting may be, whatever the environment says (README: "Configuration").
+RANGES = {
+    config.SHUTDOWN_TIMEOUT: (0.0, 300.0),
+    config.ROLLOUT_SPANS_PER_STEP: (-1, 100_000),
+    config.LOG_LEVEL: (0, 50),
+    config.SAMPLES_EVERY_N_STEPS: (1, 1_000_000),
+    config.SAMPLES_PER_STEP: (1, 10_000),
+    config.SAMPLES_MAX_CHARS: (1, 1_000_000),
+}
+HOSTILE = [
+    "²",  # str.isdigit() says yes, int() says no
+    "٣",  # an Arabic-Indic digit: int() takes it
+    "１２",  # full-width digits
+    "1_000",
+    "0x10",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1e308",
+    "1e309",
+    "-1e308",
+    "1e12",
+    "1e-300",
+    "-0",
+    "-0.0",
+    "-1",
+    "99999999999999999999999999",
+    "9" * 5000,
+    "a" * 100_000,
+    "TRUE ",
+    "\tINFO",
+    "DEBUG\u200b",
+    "Level 5",
+    "60",
+    "off",
+    "auto",
+    "stop",
+    "\udcff\udcfe",  # bytes that are not UTF-8, as os.environ shows them
+    "\x1b[31mred",
+    "a\nb",
+]
+
+
+def _check(s: config.Settings) -> None:
+    for v in config.VARIABLES:
+        value = getattr(s, v.field)
+        if v.name in RANGES:
+            low, high = RANGES[v.name]
+            assert isinstance(value, type(v.default)) and low <= value <= high, (v.name, value)
+        elif v.name == config.STALL_AFTER:
+            assert value is None or value == 0.0 or config.STALL_AFTER_MIN_S <= value <= config.STALL_AFTER_MAX_S
+        elif isinstance(v.default, bool):
+            assert isinstance(value, bool), (v.name, value)
+        elif v.name == config.GUARD_ACTION:
+            assert value in config.GUARD_ACTIONS
+        else:  # free-form text: bounded, printable (it goes into file names and every span's resource)
+            assert value == v.default or (len(value) <= config.MAX_VALUE_CHARS and value.isprintable()), v.name
+            assert value is None or value.encode("utf-8")
+
+
+@pytest.mark.parametrize("var", [v.name for v in config.VARIABLES])
+def test_settings_never_raise_and_stay_in_range_whatever_the_value(monkeypatch, caplog, var):
+    for raw in HOSTILE:
+        monkeypatch.setenv(var, raw)
+        config.settings.cache_clear()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+            s = config.settings()
+        _check(s)
+        ours = [r for r in caplog.records if r.name == "otel_verl.config"]
+        assert len(ours) <= 1, (raw, [r.getMessage() for r in ours])
+        if ours:
+            assert var in ours[0].getMessage() and len(ours[0].getMessage()) < 400  # a bad value is shown cut
+    # NUL cannot be in a real environment; an environ mapping can hand it over all the same
+    monkeypatch.setattr(os, "environ", {**os.environ, var: "5\x00"})
+    config.settings.cache_clear()
+    _check(config.settings())
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "field", "default"),
+    [
+        (config.SHUTDOWN_TIMEOUT, "1e12", "shutdown_timeout_s", 5.0),  # would overflow threading's timeouts
+        (config.SHUTDOWN_TIMEOUT, "301", "shutdown_timeout_s", 5.0),
+        (config.STALL_AFTER, "1e-300", "stall_after_s", None),  # a stall every poll
+        (config.STALL_AFTER, "9.5", "stall_after_s", None),
+        (config.LOG_LEVEL, "²", "log_level", logging.WARNING),
+        (config.SAMPLES_MAX_CHARS, "10000000000", "samples_max_chars", 2000),
+    ],
+)
+def test_values_out_of_range_warn_with_the_range(monkeypatch, caplog, var, raw, field, default):
+    monkeypatch.setenv(var, raw)
+    with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+        assert getattr(config.settings(), field) == default
+    assert var in caplog.text and "allowed:" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("var", "raw", "field", "value"),
+    [
+        (config.SHUTDOWN_TIMEOUT, "300", "shutdown_timeout_s", 300.0),
+        (config.SHUTDOWN_TIMEOUT, "0", "shutdown_timeout_s", 0.0),
+        (config.SHUTDOWN_TIMEOUT, " 2.5 ", "shutdown_timeout_s", 2.5),
+        (config.STALL_AFTER, "10", "stall_after_s", 10.0),
+        (config.STALL_AFTER, "0", "stall_after_s", 0.0),
+        (config.STALL_AFTER, "off", "stall_after_s", 0.0),
+        (config.LOG_LEVEL, "20", "log_level", 20),
+        (config.LOG_LEVEL, "debug", "log_level", logging.DEBUG),
+        (config.ROLLOUT_SPANS_PER_STEP, "-1", "rollout_spans_per_step", -1),
+    ],
+)
+def test_values_at_the_edges_of_their_range_are_taken(monkeypatch, caplog, var, raw, field, value):
+    monkeypatch.setenv(var, raw)
+    with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+        assert getattr(config.settings(), field) == value
+    assert [r for r in caplog.records if r.name == "otel_verl.config"] == []

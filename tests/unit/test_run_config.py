@@ -46,3 +46,33 @@ def test_config_attribute_of_verl_full_config_is_redacted_and_capped():
     assert cut[semconv.CONFIG_TRUNCATED_KEY] > 0
     assert cut["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] == 7
     assert cut["trainer"]["wandb_api_key"] == redact.REDACTED
+
+
+def test_credentials_in_ordinary_values_are_redacted_whole_or_cut(monkeypatch):
+    """Credentials inside values (URL userinfo, query tokens, connection strings) under ordinary
+    keys: gone from the attribute, whether it fits or is cut to the cap, and no part of one is left."""
+    secrets = {
+        "trainer.wandb_base_url": ("https://user:wandbpw9@wandb.internal/", "wandbpw9"),
+        "data.train_files": ("https://hub.example/train.parquet?token=tok3n8", "tok3n8"),
+        "trainer.store": ("DefaultEndpointsProtocol=https;AccountName=a;AccountKey=AcctK3y7==;x=y", "AcctK3y7"),
+        "trainer.db": ("postgres://verl:dbpa55w0rd@db:5432/runs", "dbpa55w0rd"),
+        "trainer.auth_header": ("Authorization: Bearer b34rer6", "b34rer6"),
+    }
+    long_secret = "L0ngS3cretT4il"
+    overrides = [f"++{key}='{value}'" for key, (value, _) in secrets.items()]
+    # a value longer than the cap, with a credential near its end: left out whole, never cut
+    overrides.append(f"+trainer.notes='{'n' * 40_000} https://u:{long_secret}@host/'")
+    cfg = _verl_config(overrides)
+    full = config_json(cfg, limit=10**7)
+    capped = config_json(cfg)
+    small = config_json(cfg, limit=len(full.encode()) // 2)
+    for text in (full, capped, small):
+        assert text is not None
+        for _, secret in secrets.values():
+            assert secret not in text
+        assert long_secret not in text and long_secret[:6] not in text and long_secret[-6:] not in text
+    data = json.loads(full)
+    assert data["trainer"]["db"] == f"postgres://{redact.REDACTED}@db:5432/runs"
+    assert data["data"]["train_files"] == f"https://hub.example/train.parquet?token={redact.REDACTED}"
+    assert json.loads(capped)[semconv.CONFIG_TRUNCATED_KEY] > 0  # the long value was left out, whole
+    assert "trainer" in json.loads(capped) and "notes" not in json.loads(capped)["trainer"]

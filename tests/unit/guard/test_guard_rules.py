@@ -4,13 +4,24 @@ and the built-in thresholds are the ones the Prometheus alerts use."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from otel_verl.guard.rules import Evaluator, RuleError, load_rules, parse_rules
+from otel_verl.guard.rules import (
+    MAX_FILE_BYTES,
+    MAX_RULES,
+    Evaluator,
+    RuleError,
+    RulesLoad,
+    load_rules,
+    parse_rules,
+    read_rules_file,
+)
 
 ALERTS = Path(__file__).resolve().parents[3] / "collector" / "prometheus" / "rules" / "verl-alerts.yaml"
 NAN = float("nan")
@@ -87,6 +98,67 @@ def test_a_rules_file_in_yaml_or_json(tmp_path):
     (tmp_path / "bad.yaml").write_text("rules: [")
     with pytest.raises(RuleError, match="not valid YAML"):
         load_rules(str(tmp_path / "bad.yaml"))
+
+
+def _in_a_thread(fn, *args):
+    """``fn(*args)`` on a thread of its own: (finished, its result or exception). A read that
+    waits for a FIFO's writer is still running after the (generous) join."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["value"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    return not thread.is_alive(), out.get("value")
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "rules.fifo"
+    os.mkfifo(fifo)
+    finished, result = _in_a_thread(load_rules, str(fifo))
+    if not finished:  # the reader still waits (the defect): give it its end of file, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert finished, "reading the rules file waited for a FIFO writer"
+    assert isinstance(result, RuleError) and "not a regular file" in str(result)
+
+
+def test_devices_folders_and_big_files_are_refused(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("rules: []\n" + "#" * MAX_FILE_BYTES)
+    cases = [(str(big), "larger than"), (str(tmp_path), "not a regular file")]
+    if os.path.exists("/dev/zero"):
+        cases.append(("/dev/zero", "not a regular file"))
+    for path, message in cases:
+        with pytest.raises(RuleError, match=message):
+            read_rules_file(path)
+    with pytest.raises(RuleError, match="not UTF-8"):
+        (tmp_path / "latin1.yaml").write_bytes(b"rules: []  # caf\xe9\n")
+        read_rules_file(str(tmp_path / "latin1.yaml"))
+    with pytest.raises(RuleError, match="more than"):
+        doc = {"rules": [{"name": f"r{i}", "kind": "nonfinite", "keys": ["*"]} for i in range(MAX_RULES + 1)]}
+        (tmp_path / "many.json").write_text(json.dumps(doc))
+        load_rules(str(tmp_path / "many.json"))
+
+
+def test_the_rules_file_is_read_on_a_thread_of_its_own(tmp_path, monkeypatch):
+    from otel_verl.guard import rules as rules_module
+
+    (tmp_path / "r.yaml").write_text("rules: [{name: kl, kind: above, keys: [actor/ppo_kl], threshold: 0.1}]\n")
+    readers = []
+    read = rules_module.read_rules_file
+    monkeypatch.setattr(
+        rules_module, "read_rules_file", lambda path: readers.append(threading.current_thread()) or read(path)
+    )
+    loaded, problem = RulesLoad(str(tmp_path / "r.yaml")).result(60)
+    assert problem is None and [r.name for r in loaded] == ["kl"]
+    assert readers and readers[0] is not threading.current_thread() and readers[0].daemon
+    loaded, problem = RulesLoad(str(tmp_path / "missing.yaml")).result(60)
+    assert loaded is None and "cannot read" in problem
 
 
 def _alert_exprs(name: str) -> list[str]:

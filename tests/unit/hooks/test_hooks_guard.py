@@ -135,3 +135,56 @@ def test_off_does_nothing(captured, tracking, trainer, monkeypatch):
     _log(tracking, trainer, 2, **{"actor/pg_loss": NAN})
     assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD] == []
     assert PROCESS.trainer is trainer
+
+
+def test_the_rules_file_is_read_off_the_training_thread_and_a_fifo_never_blocks(
+    captured, tracking, trainer, monkeypatch, caplog, tmp_path
+):
+    import os
+    import threading
+
+    from otel_verl import _safe
+    from otel_verl.guard import rules as rules_module
+
+    _action(monkeypatch, "observe")
+    monkeypatch.setattr(_safe, "_seen", set())
+    fifo = tmp_path / "rules.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv(config.GUARD_RULES, str(fifo))
+    config.settings.cache_clear()
+    done = threading.Event()
+
+    def training_step():  # the training thread's Tracking.log
+        _log(tracking, trainer, 3, **{"actor/pg_loss": NAN})
+        done.set()
+
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        step = threading.Thread(target=training_step, daemon=True)
+        step.start()
+        step.join(60)
+        if step.is_alive():  # blocked on the FIFO (the defect): give it an end of file, then fail
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert done.is_set(), "the training step waited for the rules file"
+    assert "not a regular file" in caplog.text and "built-in rules" in caplog.text
+    assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]  # the built-in rules ran
+
+    # a good file: read at fit's start, on a thread that is not the caller's
+    guard.reset()
+    (tmp_path / "r.yaml").write_text("rules: [{name: kl, kind: above, keys: [actor/ppo_kl], threshold: 0.1}]\n")
+    monkeypatch.setenv(config.GUARD_RULES, str(tmp_path / "r.yaml"))
+    config.settings.cache_clear()
+    readers = []
+    read = rules_module.read_rules_file
+    monkeypatch.setattr(
+        rules_module, "read_rules_file", lambda path: readers.append(threading.current_thread()) or read(path)
+    )
+    guard._fit_until_guard_stop(lambda: None, trainer, (), {})
+    _log(tracking, trainer, 4, **{"actor/ppo_kl": 0.5})
+    assert readers and threading.current_thread() not in readers
+    fired = [
+        (e.attributes[semconv.ATTR_GUARD_RULE], e.attributes[semconv.ATTR_STEP])
+        for s in captured.finished()
+        if s.name == semconv.SPAN_GUARD
+        for e in s.events
+    ]
+    assert ("kl", 4) in fired  # the user's rule, from the file

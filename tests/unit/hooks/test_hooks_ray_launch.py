@@ -167,3 +167,64 @@ def test_starts_local_cluster_reads_rays_own_rule(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert ray_launch._starts_local_cluster({"address": "local"}) is True
     assert ray_launch._starts_local_cluster({"address": "10.0.0.1:6379"}) is False
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    from otel_verl import _safe
+
+    monkeypatch.setattr(_safe, "_seen", set())  # warn_once says it again in this test
+    for name in list(os.environ):
+        if name.startswith("OTEL_EXPORTER_OTLP_") or name == "OTEL_RESOURCE_ATTRIBUTES":
+            monkeypatch.delenv(name)
+    monkeypatch.delenv(config.RAY_RUNTIME_ENV_SECRETS, raising=False)
+    config.settings.cache_clear()
+    yield monkeypatch
+    config.settings.cache_clear()
+
+
+def test_credentials_in_values_stay_out_of_the_runtime_env(fresh_warnings, caplog):
+    env = fresh_warnings
+    env.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://tenant:endpo1ntpw@collector:4318/v1/traces")
+    env.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "https://collector:4318/v1/metrics?api_key=qu3ryk3y")
+    env.setenv("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "https://collector:4318/v1/logs?token=qu3rytok")
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    attributes = "deployment.environment=prod,api_key=attrk3y,team=rl,db.url=postgres%3A%2F%2Fu%3Adbpw%40h%2Fdb"
+    env.setenv("OTEL_RESOURCE_ATTRIBUTES", attributes)
+    env.setenv("OTEL_EXPORTER_OTLP_HEADER", "authorization=Bearer singularh3ader")  # misspelt: a header all the same
+    env.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADER", "x-api-key=singularh3ader")
+    with caplog.at_level("WARNING", logger="otel_verl"):
+        env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+    text = repr(env_vars)
+    for secret in ("endpo1ntpw", "qu3ryk3y", "qu3rytok", "attrk3y", "dbpw", "singularh3ader"):
+        assert secret not in text
+        assert secret not in caplog.text  # the warning names what was left out, never its value
+    for name in ("TRACES", "METRICS", "LOGS"):
+        assert f"OTEL_EXPORTER_OTLP_{name}_ENDPOINT" not in env_vars  # left out: a local cluster's workers inherit it
+        assert f"OTEL_EXPORTER_OTLP_{name}_ENDPOINT" in caplog.text
+    assert "OTEL_EXPORTER_OTLP_HEADER" not in env_vars and "OTEL_EXPORTER_OTLP_TRACES_HEADER" not in env_vars
+    assert env_vars["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4317"
+    assert env_vars["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod,team=rl"
+    assert "'api_key'" in caplog.text and "'db.url'" in caplog.text
+    assert len([r for r in caplog.records if "runtime_env" in r.getMessage()]) == 1
+    assert config.RAY_RUNTIME_ENV_SECRETS in caplog.text  # and what to do about it
+
+    env.setenv(config.RAY_RUNTIME_ENV_SECRETS, "true")  # asked for: everything as it is
+    config.settings.cache_clear()
+    env_vars = ray_launch._with_otel_env({})["runtime_env"]["env_vars"]
+    assert env_vars["OTEL_RESOURCE_ATTRIBUTES"] == attributes
+    assert env_vars["OTEL_EXPORTER_OTLP_HEADER"] == "authorization=Bearer singularh3ader"
+    assert "endpo1ntpw" in env_vars["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+
+
+def test_plain_settings_travel_with_no_warning(fresh_warnings, caplog):
+    env = fresh_warnings
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector.example.com:4318")
+    env.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,service.namespace=rl")
+    env.setenv("OTEL_SERVICE_NAME", "verl")
+    with caplog.at_level("WARNING", logger="otel_verl"):
+        env_vars = ray_launch.otel_env()
+    assert env_vars["OTEL_EXPORTER_OTLP_ENDPOINT"] == "https://collector.example.com:4318"
+    assert env_vars["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod,service.namespace=rl"
+    assert env_vars["OTEL_SERVICE_NAME"] == "verl"
+    assert [r for r in caplog.records if r.name.startswith("otel_verl")] == []

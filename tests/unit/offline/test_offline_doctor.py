@@ -177,6 +177,10 @@ def _non_default(variable: config.Variable) -> str:
         return "stop"
     if variable.name == config.STALL_AFTER:
         return "120"
+    if variable.name == config.GUARD_RULES:  # a path doctor reads: the built-in rules file is a valid one
+        from importlib import resources
+
+        return str(resources.files("otel_verl.guard").joinpath("rules.yaml"))
     if isinstance(variable.default, int):
         return str(variable.default + 3)
     return "custom"
@@ -300,3 +304,36 @@ def test_missing_extras_are_named_for_the_settings_that_need_them(env, monkeypat
     assert "ok  otel-verl[system]: opentelemetry-instrumentation-system-metrics " in text
     env.setenv("OTEL_VERL_GPU_METRICS", "false")  # turned off: nothing to say about its extra
     assert "otel-verl[gpu]" not in _run()[1]
+
+
+def test_the_guard_rules_file_is_checked_as_the_guard_reads_it(env, tmp_path):
+    import os
+
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    good = tmp_path / "rules.yaml"
+    good.write_text("rules: [{name: kl, kind: above, keys: [actor/ppo_kl], threshold: 0.1}]\n")
+    env.setenv(config.GUARD_RULES, str(good))
+    rc, text = _run()
+    assert rc == 0 and f"ok  guard rules: 1 from {good}" in text, text
+    fifo = tmp_path / "rules.fifo"
+    os.mkfifo(fifo)
+    for path, why in ((fifo, "is not a regular file"), (tmp_path / "missing.yaml", "cannot read")):
+        env.setenv(config.GUARD_RULES, str(path))
+        rc, text = _run()
+        assert rc == 1
+        assert f"!!  {config.GUARD_RULES}: " in text and why in text and "built-in rules" in text
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "70000"])
+def test_a_bad_prometheus_port_is_a_problem(env, raw):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    env.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", raw)
+    rc, text = _run()
+    assert rc == 1
+    assert f"!!  metrics: prometheus: OTEL_EXPORTER_PROMETHEUS_PORT={raw!r} is not a port from 1 to 65535" in text
+    assert "ok  metrics: prometheus pull endpoint on 127.0.0.1:9464-9495" in text
+    env.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "9600")
+    rc, text = _run()
+    assert rc == 0 and "ok  metrics: prometheus pull endpoint on 127.0.0.1:9600-9631" in text, text

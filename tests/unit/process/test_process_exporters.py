@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import urllib.request
+
+import pytest
 
 from otel_verl import config, semconv
 from otel_verl.process.resource import Identity
@@ -59,3 +62,43 @@ def test_each_process_takes_the_next_free_port_and_labels_series_with_the_run(mo
     steps = next(line for line in pages[1].splitlines() if line.startswith("verl_training_steps_total{"))
     assert 'verl_process_role="worker"' in steps and 'verl_rank="0"' in steps
     assert "verl_training_kl" not in pages[1]  # each process serves only its own metrics
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "0", "65536", "1e4", "٣", " "])
+def test_a_bad_port_setting_is_one_warning_and_the_default_port_and_other_signals_go_on(
+    monkeypatch, tmp_path, caplog, raw
+):
+    import prometheus_client
+
+    from otel_verl import _safe
+    from otel_verl.process import exporters
+
+    tried = []
+    monkeypatch.setattr(prometheus_client, "start_http_server", lambda port, addr, registry: tried.append(port))
+    monkeypatch.setattr(_safe, "_seen", set())
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-port")
+    monkeypatch.setenv("OTEL_VERL_FILE_DIR", str(tmp_path))
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_json_file")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", raw)
+    config.settings.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_verl"):
+            telemetry = build_own(Identity(role=semconv.ROLE_TASKRUNNER))  # must not raise
+        with telemetry.tracer.start_as_current_span("a step"):
+            pass
+        telemetry.tracer_provider.force_flush()
+    finally:
+        config.settings.cache_clear()
+    assert tried == [exporters.PROMETHEUS_DEFAULT_PORT]  # the first port tried: the default, not -1 or 0
+    assert list(tmp_path.glob("traces-*.jsonl"))  # the traces of that process are exported all the same
+    warned = [r.getMessage() for r in caplog.records if "OTEL_EXPORTER_PROMETHEUS_PORT" in r.getMessage()]
+    assert len(warned) == (1 if raw.strip() else 0)
+
+
+def test_the_port_range_ends_at_65535():
+    from otel_verl.process import exporters
+
+    assert exporters.prometheus_port({"OTEL_EXPORTER_PROMETHEUS_PORT": "65530"}) == (65530, None)
+    assert list(exporters.prometheus_ports(65530)) == [65530, 65531, 65532, 65533, 65534, 65535]
