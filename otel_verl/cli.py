@@ -9,7 +9,8 @@ Argument parsing and dispatch only; each command is a module of ``otel_verl.offl
 ``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker).
 
 Whatever goes wrong ends as one ``otel-verl <command>: ...`` line on stderr and an exit code
-(``otel_verl.offline.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback.
+(``otel_verl.offline.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback; text
+from a run folder in it is escaped (``otel_verl.offline.text``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from otel_verl.offline.errors import OK, PROBLEM, USAGE, CommandError
+from otel_verl.offline.errors import OK, PROBLEM, USAGE, CommandError, say
 
 EPILOG = "exit codes: 0 ok, 1 problem found (named on stderr), 2 usage error"
 
@@ -160,20 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     where = f"otel-verl {ns.command}"
     try:
         return _run(ns)
-    except CommandError as exc:
-        print(f"{where}: {exc}", file=sys.stderr)
+    except CommandError as exc:  # its message may name what a run folder holds: say() escapes it
+        say(f"{where}: {exc}", sys.stderr)
         return exc.code
     except KeyboardInterrupt:
-        print(f"{where}: interrupted", file=sys.stderr)
+        say(f"{where}: interrupted", sys.stderr)
         return 130
     except BrokenPipeError:  # `otel-verl summary DIR | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
     except Exception as exc:  # noqa: BLE001 - the last guard of "never a traceback"
-        print(
-            f"{where}: unexpected error {type(exc).__name__}: {exc} (a bug in otel-verl: please report it)",
-            file=sys.stderr,
-        )
+        say(f"{where}: unexpected error {type(exc).__name__}: {exc} (a bug in otel-verl: please report it)", sys.stderr)
         return PROBLEM
 
 

@@ -9,5 +9,7 @@ Nothing here runs inside a training process; the ``otel-verl`` commands (``otel_
 * ``otlp_files``: reads the OTLP JSON-lines files the ``otlp_json_file`` exporters write;
 * ``endpoints``: the OTLP endpoint rule (``OTEL_EXPORTER_OTLP_*``) replay and doctor share;
 * ``run_facts``: what summary and report both state (the slowest trajectory, values per step);
-* ``errors``: how a command ends (exit codes, the one stderr line).
+* ``errors``: how a command ends (exit codes, the one stderr line) and how it prints (``say``);
+* ``text``: text from a run folder made safe to show (bounded, control characters escaped);
+* ``atomic``: an output file written whole or not at all, never through a planted link.
 """

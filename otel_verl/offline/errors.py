@@ -2,13 +2,16 @@
 
 Every command follows one rule (README, "Offline clusters"): its normal output goes to stdout;
 what is wrong goes to stderr as one line ``otel-verl <command>: ...``, never a traceback; and
-the exit code says which case it was.
+the exit code says which case it was. Whatever a command prints goes through ``say``: text from a
+run folder (names, file names) reaches the terminal escaped (``text.printable``).
 """
 
 from __future__ import annotations
 
 import sys
 from typing import TextIO
+
+from otel_verl.offline.text import MAX_LINE_CHARS, printable
 
 OK = 0  # done (anything left out was named on stderr)
 PROBLEM = 1  # the command ran and found a problem: nothing readable, a refused request, a doctor check
@@ -23,6 +26,12 @@ class CommandError(Exception):
         self.code = code
 
 
+def say(line: str, file: TextIO | None = None, flush: bool = False) -> None:
+    """Print one line (default stdout) as ``text.printable`` shows it: nothing in it reaches the
+    terminal as a control sequence, and it is at most ``MAX_LINE_CHARS`` long."""
+    print(printable(line, MAX_LINE_CHARS), file=sys.stdout if file is None else file, flush=flush)
+
+
 def warn(command: str, message: str, err: TextIO | None = None) -> None:
     """One ``otel-verl <command>: warning: ...`` line on stderr (the command goes on)."""
-    print(f"otel-verl {command}: warning: {message}", file=sys.stderr if err is None else err, flush=True)
+    say(f"otel-verl {command}: warning: {message}", sys.stderr if err is None else err, flush=True)

@@ -1,20 +1,36 @@
 """Read the OTLP JSON-lines files the ``otlp_json_file`` exporters write (one per process).
 
 Used by ``otel-verl summary``/``report``/``replay`` and by the tests that check a real run's telemetry.
+The files are written by other jobs on a shared file system, so nothing in them is trusted: a line
+is used only when it is an OTLP export request of its signal, as protobuf's ``json_format`` reads
+it into the opentelemetry-proto message (every field of the right type, text that is UTF-8), whose
+ids are hex of their length, whose numbers are finite and whose spans end at or after their start.
+
 Whatever cannot be used is left out and noted in a ``Skipped`` (pass one to the readers): a line
 that is not JSON (the last line of a process killed while writing is cut short), not UTF-8 text,
-longer than ``MAX_LINE_BYTES``, or JSON that is not an OTLP export request; a file that cannot be
-opened. Nothing here writes to the folder.
+longer than ``MAX_LINE_BYTES``, or not such a request; a file that cannot be opened or is not a
+regular file (a FIFO or a device would never end). A file is read up to the size it had when
+it was opened. Nothing here writes to the folder.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
-from collections.abc import Iterator
+import re
+import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
 
@@ -25,11 +41,24 @@ REQUEST_KEYS = {
     "metrics": ("resourceMetrics", "scopeMetrics", "metrics"),
     "logs": ("resourceLogs", "scopeLogs", "logRecords"),
 }
+# The message each signal's lines are, as OTLP/HTTP takes them (the shape a line is checked against).
+REQUEST_MESSAGES: dict[str, type[Message]] = {
+    "traces": ExportTraceServiceRequest,
+    "metrics": ExportMetricsServiceRequest,
+    "logs": ExportLogsServiceRequest,
+}
 # A stored line is one export batch: a few MB at most (the BatchSpanProcessor sends up to 512
 # spans; each attribute is bounded). Longer lines are not read, so a stray file cannot exhaust memory.
 MAX_LINE_BYTES = 256 * 1024 * 1024
 # Errors a malformed request raises while it is decoded (missing key, wrong JSON type, bad number).
-_MALFORMED = (LookupError, TypeError, ValueError, AttributeError)
+_MALFORMED = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError, RecursionError)
+# OTLP JSON writes ids as hex (case-insensitive); the readers keep them lowercase.
+_TRACE_ID = re.compile("[0-9a-f]{32}")
+_SPAN_ID = re.compile("[0-9a-f]{16}")
+
+
+class BadRequest(ValueError):
+    """A stored request the readers do not use; the message says why (``Skipped``'s reason)."""
 
 
 @dataclass
@@ -73,19 +102,41 @@ def size(n: int) -> str:
     return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n} bytes"
 
 
-def _value(v: dict[str, Any]) -> Any:
+def _float(value: Any) -> float:
+    """A double of a request: protojson may write ``"NaN"`` or ``"Infinity"``, which no chart or
+    sum can use, so the request is not used."""
+    out = float(value)
+    if not math.isfinite(out):
+        raise BadRequest("a number that is not finite")
+    return out
+
+
+def _id(value: Any, pattern: re.Pattern[str], optional: bool = True) -> str:
+    """A trace or span id (``pattern``: 32 or 16 hex digits), lowercase; ``""`` when ``optional`` and absent."""
+    text = _str(value).lower()
+    if (optional and not text) or pattern.fullmatch(text):
+        return text
+    raise BadRequest("an id that is not hex of its length (32 digits for a trace, 16 for a span)")
+
+
+def _value(v: dict[str, Any], frozen: bool = True) -> Any:
+    """An OTLP ``AnyValue``. ``frozen`` (attribute values): an array as a tuple and a map as its JSON
+    text, so that any value can be a key (a stage, a process, a server); else a list and a dict."""
     if "intValue" in v:
         return int(v["intValue"])  # OTLP JSON writes int64 as a string
     if "doubleValue" in v:
-        return float(v["doubleValue"])
+        return _float(v["doubleValue"])
     if "arrayValue" in v:
-        return [_value(x) for x in v["arrayValue"].get("values", [])]
+        values = [_value(x, frozen) for x in v["arrayValue"].get("values", [])]
+        return tuple(values) if frozen else values
     if "kvlistValue" in v:  # a map, e.g. a sampled generation's {prompt, response} body
-        return _attrs(v["kvlistValue"].get("values"))
+        items = {_str(a["key"]): _value(a.get("value", {}), False) for a in v["kvlistValue"].get("values") or []}
+        return _body_text(items) if frozen else items
     return next(iter(v.values()), None)
 
 
 def _attrs(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Attributes: each value a str, int, float, bool, bytes' base64 text, tuple of those, or a map's JSON text."""
     return {_str(a["key"]): _value(a.get("value", {})) for a in items or []}
 
 
@@ -201,37 +252,80 @@ def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
     return folder
 
 
-def _discard_rest_of_line(f) -> None:
-    while True:
-        chunk = f.readline(1024 * 1024)
-        if not chunk or chunk.endswith(b"\n"):
+# What a run folder's entry is when it is not a regular file (st_mode tests, in the order tried).
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _open_regular(path: Path) -> tuple[Any, int]:
+    """``path`` open for reading, and its size then; OSError (``strerror`` says why) when it cannot
+    be opened or is not a regular file. A FIFO opens without waiting for a writer (O_NONBLOCK)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)  # of what was opened: a name swapped after the listing is checked too
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(st.st_mode):
+            what = next((name for test, name in _SPECIAL if test(st.st_mode)), "of another kind")
+            raise OSError(errno.EINVAL, f"not a regular file ({what})")
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _lines(f: Any, size: int) -> Iterator[bytes | None]:
+    """The lines of the first ``size`` bytes of ``f``, each read up to ``MAX_LINE_BYTES`` (None for
+    a longer one, whose rest is read past in pieces and never held)."""
+    left = size
+    while left > 0:
+        raw = f.readline(min(MAX_LINE_BYTES + 1, left))
+        if not raw:
             return
+        left -= len(raw)
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while left > 0:
+                rest = f.readline(min(2**20, left))
+                left -= len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield None
+            continue
+        yield raw
 
 
 def iter_lines(path: Path, skipped: Skipped | None = None) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """(line number, raw line, decoded JSON object) for each usable non-empty line of one file."""
+    """(line number, raw line, decoded JSON object) for each usable non-empty line of one file.
+
+    Only a regular file is read, and only as far as it was long when opened: a file another job
+    keeps writing, a FIFO or a link to ``/dev/zero`` cannot make a reader run forever.
+    """
     skipped = Skipped() if skipped is None else skipped
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; opening may fail on its own
+        f, length = _open_regular(path)
     except OSError as exc:
         skipped.file(path, f"cannot read: {exc.strerror or exc}")
         return
     with f:
         number = 0
+        lines = _lines(f, length)
         while True:
             try:
-                raw = f.readline(MAX_LINE_BYTES + 1)
+                raw = next(lines, b"")
             except OSError as exc:
                 skipped.file(path, f"cannot read: {exc.strerror or exc}")
                 return
-            if not raw:
+            if raw == b"":
                 return
             number += 1
-            complete = raw.endswith(b"\n")
-            if len(raw) > MAX_LINE_BYTES and not complete:
-                _discard_rest_of_line(f)
+            if raw is None:
                 skipped.line(path, number, f"longer than {size(MAX_LINE_BYTES)}")
                 continue
+            complete = raw.endswith(b"\n")
             try:
                 text = raw.decode("utf-8").strip()
             except UnicodeDecodeError:
@@ -274,21 +368,26 @@ def _spans(batch: dict[str, Any]) -> list[SpanRecord]:
         resource = _attrs(rs.get("resource", {}).get("attributes"))
         for ss in rs.get("scopeSpans", []):
             for s in ss.get("spans", []):
+                start, end = int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])
+                if end < start:
+                    raise BadRequest("a span that ends before it starts")
                 out.append(
                     SpanRecord(
                         name=_str(s["name"]),
-                        trace_id=_str(s["traceId"]),
-                        span_id=_str(s["spanId"]),
-                        parent_id=_str(s.get("parentSpanId", "")),
-                        start_ns=int(s["startTimeUnixNano"]),
-                        end_ns=int(s["endTimeUnixNano"]),
+                        trace_id=_id(s["traceId"], _TRACE_ID, optional=False),
+                        span_id=_id(s["spanId"], _SPAN_ID, optional=False),
+                        parent_id=_id(s.get("parentSpanId", ""), _SPAN_ID),
+                        start_ns=start,
+                        end_ns=end,
                         attributes=_attrs(s.get("attributes")),
                         resource=resource,
                         status=_status(s.get("status")),
                         events=list(s.get("events", [])),
                         links=[
                             SpanLink(
-                                _str(lk.get("traceId", "")), _str(lk.get("spanId", "")), _attrs(lk.get("attributes"))
+                                _id(lk.get("traceId", ""), _TRACE_ID, optional=False),
+                                _id(lk.get("spanId", ""), _SPAN_ID, optional=False),
+                                _attrs(lk.get("attributes")),
                             )
                             for lk in s.get("links", [])
                         ],
@@ -310,10 +409,10 @@ def _points(batch: dict[str, Any]) -> list[MetricPoint]:
                     for p in m[kind].get("dataPoints", []):
                         if kind == "histogram":
                             value, count = p.get("sum"), int(p.get("count", 0))
-                            value = float(value) if value is not None else None
+                            value = _float(value) if value is not None else None
                         else:
                             value = p.get("asDouble", p.get("asInt"))
-                            value, count = (float(value) if value is not None else None), None
+                            value, count = (_float(value) if value is not None else None), None
                         out.append(
                             MetricPoint(
                                 _str(m["name"]),
@@ -323,26 +422,13 @@ def _points(batch: dict[str, Any]) -> list[MetricPoint]:
                                 _attrs(p.get("attributes")),
                                 resource,
                                 int(p.get("timeUnixNano", 0)),
-                                [float(b) for b in p.get("explicitBounds", [])] if kind == "histogram" else None,
+                                [_float(b) for b in p.get("explicitBounds", [])] if kind == "histogram" else None,
                                 [int(c) for c in p.get("bucketCounts", [])] if kind == "histogram" else None,
                                 int(p.get("startTimeUnixNano", 0)),
                                 temporality,
                             )
                         )
     return out
-
-
-def check_request(signal: str, batch: dict[str, Any]) -> int:
-    """The items of one stored request, decoded as the readers decode them (so that replay sends
-    exactly what summary and report read); ValueError when it is not an OTLP request of ``signal``."""
-    try:
-        if signal == "traces":
-            _spans(batch)
-        elif signal == "metrics":
-            _points(batch)
-    except _MALFORMED as exc:
-        raise ValueError(f"not an OTLP {signal} request") from exc
-    return count_items(signal, batch)
 
 
 def _logs(batch: dict[str, Any]) -> list[LogEntry]:
@@ -355,11 +441,11 @@ def _logs(batch: dict[str, Any]) -> list[LogEntry]:
                 out.append(
                     LogEntry(
                         event_name=_str(r.get("eventName", "")),
-                        body=_body_text(_value(body)) if body else "",
+                        body=_body_text(_value(body, frozen=False)) if body else "",
                         attributes=_attrs(r.get("attributes")),
                         resource=resource,
-                        trace_id=_str(r.get("traceId", "")),
-                        span_id=_str(r.get("spanId", "")),
+                        trace_id=_id(r.get("traceId", ""), _TRACE_ID),
+                        span_id=_id(r.get("spanId", ""), _SPAN_ID),
                         time_ns=int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0),
                         severity=_str(r.get("severityText", "")),
                     )
@@ -367,28 +453,60 @@ def _logs(batch: dict[str, Any]) -> list[LogEntry]:
     return out
 
 
-def _read(folder: str | Path, signal: str, parse: Any, skipped: Skipped | None) -> list[Any]:
-    """Every item of ``signal`` in ``folder``; a request ``parse`` cannot read is skipped (and noted)."""
+_DECODERS: dict[str, Callable[[dict[str, Any]], list[Any]]] = {"traces": _spans, "metrics": _points, "logs": _logs}
+
+
+def decode(signal: str, batch: dict[str, Any]) -> list[Any]:
+    """The records (``SpanRecord``, ``MetricPoint``, ``LogEntry``) of one stored request of ``signal``.
+
+    The one check every reader (and replay, through ``check_request``) applies: the request must be
+    an OTLP export request as ``json_format`` reads it into ``REQUEST_MESSAGES[signal]`` (fields
+    it does not know, from a newer exporter, are ignored), then pass the checks of its records:
+    hex ids, finite numbers, spans that do not end before they start. Else a ``BadRequest`` naming why.
+    """
+    try:
+        json_format.ParseDict(batch, REQUEST_MESSAGES[signal](), ignore_unknown_fields=True)
+    except (json_format.ParseError, *_MALFORMED) as exc:
+        if "surrogate" in str(exc):  # a lone "\ud800" escape: text no UTF-8 can hold
+            raise BadRequest("text that is not UTF-8 (a lone surrogate)") from None
+        raise BadRequest(f"not an OTLP {signal} request") from None
+    try:
+        return _DECODERS[signal](batch)
+    except BadRequest:
+        raise
+    except _MALFORMED as exc:
+        raise BadRequest(f"not an OTLP {signal} request") from exc
+
+
+def check_request(signal: str, batch: dict[str, Any]) -> int:
+    """The items of one stored request, checked as the readers check them (``decode``: replay sends
+    exactly what summary and report read); a ``BadRequest`` (a ValueError) when they would skip it."""
+    decode(signal, batch)
+    return count_items(signal, batch)
+
+
+def _read(folder: str | Path, signal: str, skipped: Skipped | None) -> list[Any]:
+    """Every item of ``signal`` in ``folder``; a request ``decode`` refuses is skipped (and noted)."""
     out: list[Any] = []
     skipped = Skipped() if skipped is None else skipped
     for path, number, _, batch in requests(Path(folder), signal, skipped):
         try:
-            out.extend(parse(batch))
-        except _MALFORMED:
-            skipped.line(path, number, f"not an OTLP {signal} request")
+            out.extend(decode(signal, batch))
+        except BadRequest as exc:
+            skipped.line(path, number, str(exc))
     return out
 
 
 def read_log_records(folder: str | Path, skipped: Skipped | None = None) -> list[LogEntry]:
-    return _read(folder, "logs", _logs, skipped)
+    return _read(folder, "logs", skipped)
 
 
 def read_spans(folder: str | Path, skipped: Skipped | None = None) -> list[SpanRecord]:
-    return _read(folder, "traces", _spans, skipped)
+    return _read(folder, "traces", skipped)
 
 
 def read_metric_points(folder: str | Path, skipped: Skipped | None = None) -> list[MetricPoint]:
-    return _read(folder, "metrics", _points, skipped)
+    return _read(folder, "metrics", skipped)
 
 
 def _temporality(value: Any) -> int:

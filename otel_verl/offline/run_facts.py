@@ -57,6 +57,11 @@ def tail_ratio(pool: Iterable[SpanRecord]) -> float | None:
     return max(seconds) / median if median > 0 else None
 
 
+def as_number(value: Any) -> float | None:
+    """An attribute that should be a number, as one; None when it is not (a bool is not one either)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def attr_key(attributes: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """A metric point's attributes as a hashable, ordered key."""
     return tuple(sorted((k, str(v)) for k, v in attributes.items()))
@@ -133,14 +138,17 @@ def stall_reports(records: Iterable[LogEntry]) -> tuple[list[LogEntry], list[Sta
         rank = r.resource.get(semconv.RES_RANK)
         actor = r.attributes.get(semconv.ATTR_RAY_ACTOR_CLASS)
         who = f"{actor} ({role}{'' if rank is None else f' rank {rank}'})" if actor else str(role)
-        step, episode = r.attributes.get(semconv.ATTR_STEP), r.attributes.get(semconv.ATTR_STALL_EPISODE)
-        seconds = r.attributes.get(semconv.ATTR_STALL_SECONDS)
+        step, episode = (
+            as_number(r.attributes.get(semconv.ATTR_STEP)),
+            as_number(r.attributes.get(semconv.ATTR_STALL_EPISODE)),
+        )
+        seconds = as_number(r.attributes.get(semconv.ATTR_STALL_SECONDS))
         reports.append(
             StallReport(
                 process=f"{who} pid {pid} on {host}",
-                step=int(step) if isinstance(step, (int, float)) else None,
-                episode=int(episode) if isinstance(episode, (int, float)) else None,
-                seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
+                step=None if step is None else int(step),
+                episode=None if episode is None else int(episode),
+                seconds=seconds,
                 stacks=r.body,
                 trace_id=r.trace_id,
             )

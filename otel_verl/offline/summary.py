@@ -4,7 +4,8 @@ Reads what the ``otlp_json_file`` exporters wrote (``OTEL_VERL_FILE_DIR``) throu
 model (``report.model.build``: one reading of the run for both tools) and prints, in RL terms
 first: the training steps and the time of each stage, reward/KL and the other curves of the report
 at each step, the slowest rollout trajectory and its step's tail; then, in OpenTelemetry terms, the
-processes that reported and each step's trace. What the reader skipped is named on stderr.
+processes that reported and each step's trace. What the reader skipped is named on stderr. Every
+line goes out through ``errors.say``: names from the files reach the terminal escaped and bounded.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from pathlib import Path
 from typing import TextIO
 
 from otel_verl import semconv
-from otel_verl.offline.errors import CommandError, warn
+from otel_verl.offline.errors import CommandError, say, warn
 from otel_verl.offline.otlp_files import run_folder
 from otel_verl.offline.report.model import Report, StepRow, build
+from otel_verl.offline.run_facts import as_number
+from otel_verl.offline.text import printable
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
 MISSING = "-"
@@ -35,7 +38,7 @@ def summary(
             f"no spans or metric points could be read from {folder}" + (f" ({skipped})" if skipped else "")
         )
     for line in lines(rep):
-        print(line, file=out)
+        say(line, out)
     out.flush()
     if skipped:
         warn("summary", skipped, err)
@@ -86,8 +89,9 @@ def _stall(rep: Report) -> list[str]:
         return []
     first = rep.stalled[0].attributes if rep.stalled else {}
     step = first.get(semconv.ATTR_STEP, rep.stall_reports[0].step if rep.stall_reports else None)
-    seconds = first.get(semconv.ATTR_STALL_SECONDS, 0)
-    out = ["", f"STALLED at step {step}: no training step finished for {seconds:.0f} s; where each of"]
+    seconds = as_number(first.get(semconv.ATTR_STALL_SECONDS))
+    waited = "?" if seconds is None else f"{seconds:.0f}"
+    out = ["", f"STALLED at step {step}: no training step finished for {waited} s; where each of"]
     out[-1] += f" {len(rep.stall_reports)} processes was (each thread's innermost frame outside the standard library):"
     for report in rep.stall_reports:
         out.append(f"  {report.process}:")
@@ -117,7 +121,10 @@ def _table(steps: Sequence[int], rows: list[tuple[str, dict[int, float]]], fmt: 
     cells = [["step", *("..." if s is None else str(s) for s in shown)]]
     for label, values in rows:
         cells.append(
-            [label, *("..." if s is None else fmt.format(values[s]) if s in values else MISSING for s in shown)]
+            [
+                printable(label),
+                *("..." if s is None else fmt.format(values[s]) if s in values else MISSING for s in shown),
+            ]
         )
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     table = [

@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from otel_verl.offline.errors import USAGE, CommandError, warn
+from otel_verl.offline.atomic import write_file
+from otel_verl.offline.errors import USAGE, CommandError, say, warn
 from otel_verl.offline.otlp_files import run_folder, signal_files
 from otel_verl.offline.report.model import Report, build
 from otel_verl.offline.report.page import render
@@ -40,22 +41,26 @@ def write_report(
     folder: str | Path, out: str | Path | None = None, include_validation: bool = False
 ) -> tuple[Path, Report]:
     """Build and write the page (default ``folder/report.html``); a ``CommandError`` when ``folder``
-    holds nothing to show or the page cannot be written. Never writes over an input file."""
+    holds nothing to show or the page cannot be written. Never writes over an input file; the page
+    replaces what is at the path only once it is whole (``atomic.write_file``: a link there is
+    replaced, not written through)."""
     folder = run_folder(folder, ("traces", "metrics"))
     path = Path(out) if out is not None else folder / "report.html"
     if path.is_dir():
         raise CommandError(f"-o {path} is a folder; give the HTML file's name", USAGE)
-    inputs = {p.resolve() for sig in ("traces", "metrics", "logs") for p in signal_files(folder, sig)}
-    if path.resolve() in inputs:
+    inputs = [p for sig in ("traces", "metrics", "logs") for p in signal_files(folder, sig)]
+    # the names the inputs are listed under, and the files they lead to
+    taken = {p.parent.resolve() / p.name for p in inputs} | {p.resolve() for p in inputs}
+    if path.parent.resolve() / path.name in taken:
         raise CommandError(f"-o {path} is one of the run's telemetry files; the report never writes over them", USAGE)
     rep = build(folder, include_validation)
     if not rep.spans and not rep.points:
         why = f" ({rep.skipped.describe()})" if rep.skipped else ""
         raise CommandError(f"the telemetry files in {folder} hold no spans and no metric points{why}")
-    page = render(rep)
+    page = render(rep).encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
+        write_file(path, page)
     except OSError as exc:  # e.g. a read-only run folder: pass -o
         why = exc.strerror or exc
         raise CommandError(f"cannot write the report to {path}: {why} (choose another place with -o)") from None
@@ -72,15 +77,15 @@ def report(
     """The ``otel-verl report`` command: write the page and say what is in it."""
     out = sys.stdout if out is None else out
     path, rep = write_report(folder, output, include_validation)
-    print(
+    say(
         f"wrote {path}: {len(rep.steps)} steps, {rep.spans} spans, {rep.points} metric points"
         + (f" (default timeline: step {rep.default_step}, the slowest)" if rep.default_step is not None else ""),
-        file=out,
+        out,
     )
     skipped = rep.skipped.describe() if rep.skipped else None
     for note in rep.notes:
         if note != skipped:  # that one goes to stderr
-            print(f"  note: {note}", file=out)
+            say(f"  note: {note}", out)
     out.flush()
     if skipped:
         warn("report", skipped, err)

@@ -4,12 +4,12 @@ waterfall, histograms and line charts, and the text formats they share.
 
 from __future__ import annotations
 
-import html
 import math
+import sys
 from dataclasses import dataclass
-from typing import Any
 
 from otel_verl import semconv
+from otel_verl.offline.report.markup import esc
 from otel_verl.offline.report.model import Report, Row, Timeline
 
 # verl's usual stages keep their colour from run to run; other stages take EXTRA_COLORS in order.
@@ -33,11 +33,7 @@ SLOWEST_COLOR = "#d62728"
 # Timeline rows that are not stages, by Row.kind; the lines of one curve chart, in order.
 _KIND_COLORS = {"wg": "#8e9aaf", "worker": "#6b8f71", "traj": "#a0c4e8", "tail": "#555", "other": "#b8a9c9"}
 LINE_COLORS = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1")
-
-
-def esc(text: Any) -> str:
-    """``text`` safe inside HTML and in a quoted attribute (names come from the files)."""
-    return html.escape(str(text), quote=True)
+MAX_INDENT = 16  # timeline rows deeper than this are drawn at this depth (the labels stay in their column)
 
 
 def duration(seconds: float) -> str:
@@ -55,17 +51,50 @@ def number(value: float) -> str:
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    """About ``n`` round tick values covering [lo, hi]."""
+    """About ``n`` round tick values covering [lo, hi]: the first at or below ``lo``, the last at
+    or above ``hi``. Any finite range has ticks, up to the largest doubles and down to the
+    smallest: where no round step is a double, just ``[lo, hi]``."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return [lo]
-    raw = (hi - lo) / max(n, 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    n = max(n, 1)
+    raw = hi / n - lo / n  # (hi - lo) / n, which would overflow for -1e308 to 1e308
+    mag = 10.0 ** math.floor(math.log10(raw)) if 0 < raw < math.inf else 0.0
+    if not 0 < mag < math.inf:  # a range of subnormals: no power of ten is its step
+        return [lo, hi]
+    step = next((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), math.inf)
+    if step == math.inf:  # beyond the largest double, or subnormal powers of ten too imprecise
+        return [lo, hi]
+    digits = 3 - math.floor(math.log10(step))  # ticks rounded to the step's precision, not to 1e-12
     first = math.floor(lo / step + 1e-9) * step
-    out = [round(first, 12)]
-    while out[-1] < hi - step * 1e-9:  # the last tick is at or above hi
-        out.append(round(first + len(out) * step, 12))
-    return out
+    if first > lo + step * 1e-9:  # the product rounded up past lo
+        first -= step
+    out: list[float] = []
+    for k in range(2 * n + 3):  # the ticks fit in n + 2 steps; never more, whatever rounding does
+        tick = round(first + k * step, digits)
+        if not math.isfinite(tick):
+            return [lo, hi]
+        if not out or tick > out[-1]:  # a step below the doubles' spacing there rounds to the same tick
+            out.append(tick)
+        if tick >= hi - step * 1e-9:
+            return out
+    return [lo, hi]
+
+
+def fraction(value: float, lo: float, hi: float) -> float:
+    """Where ``value`` is between ``lo`` (0) and ``hi`` (1), also where ``hi - lo`` overflows."""
+    width = hi / 2 - lo / 2
+    return (value / 2 - lo / 2) / width if width > 0 else 0.5
+
+
+def swatch(color: str, dashed: bool = False) -> str:
+    """A colour key as a small SVG (the page allows no ``style`` attribute): a square, or a dashed line."""
+    mark = (
+        f'<line x1="0" y1="6" x2="16" y2="6" stroke="{esc(color)}" stroke-width="2" stroke-dasharray="4 2"/>'
+        if dashed
+        else f'<rect x="0" y="0.5" width="11" height="11" rx="2" fill="{esc(color)}"/>'
+    )
+    width = 16 if dashed else 11
+    return f'<svg class="swatch" width="{width}" height="12" viewBox="0 0 {width} 12" aria-hidden="true">{mark}</svg>'
 
 
 def stage_colors(stages: list[str]) -> dict[str, str]:
@@ -80,7 +109,7 @@ def stage_colors(stages: list[str]) -> dict[str, str]:
 
 def legend(colors: dict[str, str]) -> str:
     """The colour keys of ``stage_colors``."""
-    items = "".join(f'<span class="key"><i style="background:{c}"></i>{esc(name)}</span>' for name, c in colors.items())
+    items = "".join(f'<span class="key">{swatch(c)}{esc(name)}</span>' for name, c in colors.items())
     return f'<div class="legend">{items}</div>'
 
 
@@ -96,7 +125,7 @@ def stacked_svg(report: Report, colors: dict[str, str]) -> str:
     bar_w = max(1.0, min(48.0, slot * 0.8))
     out = [f'<svg class="chart stacked" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
     for t in ticks:
-        y = top + plot_h - t / ymax * plot_h
+        y = top + plot_h - fraction(t, 0, ymax) * plot_h
         out.append(f'<line class="grid" x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}"/>')
         out.append(f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{number(t)} s</text>')
     label_every = max(1, math.ceil(len(rows) / 25))
@@ -104,19 +133,19 @@ def stacked_svg(report: Report, colors: dict[str, str]) -> str:
         x = left + i * slot + (slot - bar_w) / 2
         y = top + plot_h
         for stage, seconds in [*r.stages.items(), (OTHER, r.other)]:
-            h = seconds / ymax * plot_h
+            h = fraction(seconds, 0, ymax) * plot_h
             if h <= 0:
                 continue
             y -= h
             out.append(
-                f'<rect class="seg" data-step="{r.step}" data-stage="{esc(stage)}" data-seconds="{seconds!r}" '
-                f'x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.2f}" fill="{colors[stage]}">'
-                f"<title>step {r.step} {esc(stage)}: {duration(seconds)}</title></rect>"
+                f'<rect class="seg" data-step="{esc(r.step)}" data-stage="{esc(stage)}" data-seconds="{seconds!r}" '
+                f'x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.2f}" fill="{esc(colors[stage])}">'
+                f"<title>step {esc(r.step)} {esc(stage)}: {duration(seconds)}</title></rect>"
             )
         if i % label_every == 0 or i == len(rows) - 1:
             out.append(
                 f'<text class="tick" x="{x + bar_w / 2:.1f}" y="{top + plot_h + 16}" '
-                f'text-anchor="middle">{r.step}</text>'
+                f'text-anchor="middle">{esc(r.step)}</text>'
             )
     out.append(f'<text class="axis" x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle">step</text>')
     out.append("</svg>")
@@ -171,21 +200,20 @@ def timeline_svg(tl: Timeline, colors: dict[str, str]) -> str:
         if s.status == "STATUS_CODE_ERROR":
             classes.append("error")
         label = ("★ " if row.slowest else "") + _row_label(row)
+        indent = min(row.depth, MAX_INDENT)
         title = f"{s.name} {duration(s.seconds)} span {s.span_id} trace {s.trace_id}"
         if row.linked:
             title += f" (own trace, joined by {semconv.ATTR_ROLLOUT_SUBMIT_STEP})"
         out.append(
-            f'<g class="{" ".join(classes)}" data-span-id="{s.span_id}" data-name="{esc(s.name)}" '
+            f'<g class="{" ".join(classes)}" data-span-id="{esc(s.span_id)}" data-name="{esc(s.name)}" '
             f'data-seconds="{s.seconds!r}"><title>{esc(title)}</title>'
         )
         if i % 2:
             out.append(f'<rect class="band" x="0" y="{y}" width="{width}" height="{row_h}"/>')
-        out.append(
-            f'<text class="label" x="{4 + row.depth * 12}" y="{y + 13}">{esc(label[: 52 - row.depth * 2])}</text>'
-        )
+        out.append(f'<text class="label" x="{4 + indent * 12}" y="{y + 13}">{esc(label[: 52 - indent * 2])}</text>')
         dash = ' stroke-dasharray="3 2"' if row.linked else ""
         out.append(
-            f'<rect class="bar" x="{x:.2f}" y="{y + 3}" width="{w:.2f}" height="{row_h - 6}" fill="{fill}"{dash}/>'
+            f'<rect class="bar" x="{x:.2f}" y="{y + 3}" width="{w:.2f}" height="{row_h - 6}" fill="{esc(fill)}"{dash}/>'
         )
         for seg in row.segments:
             sx = label_w + (seg.start_ns - tl.t0) / span_ns * plot_w
@@ -208,19 +236,19 @@ def histogram_svg(edges: list[float], counts: list[int], unit: str, marks: dict[
     top_count = count_ticks[-1] or 1
     out = [f'<svg class="chart {css}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
     for t in count_ticks:
-        y = top + plot_h - t / top_count * plot_h
+        y = top + plot_h - fraction(t, 0, top_count) * plot_h
         out.append(f'<line class="grid" x1="{left}" x2="{width - 12}" y1="{y:.1f}" y2="{y:.1f}"/>')
         out.append(f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{number(t)}</text>')
     n = len(counts)
     slot = plot_w / max(n, 1)
     for i, c in enumerate(counts):
-        h = c / top_count * plot_h
+        h = fraction(c, 0, top_count) * plot_h
         x = left + i * slot
         lo, hi = edges[i], edges[i + 1]
         out.append(
             f'<rect class="bin" data-lo="{lo!r}" data-hi="{hi!r}" data-count="{c}" x="{x + 1:.1f}" '
             f'y="{top + plot_h - h:.1f}" width="{max(slot - 2, 1):.1f}" height="{h:.1f}">'
-            f"<title>{number(lo)}–{number(hi)} {unit}: {c}</title></rect>"
+            f"<title>{number(lo)}–{number(hi)} {esc(unit)}: {c}</title></rect>"
         )
     label_every = max(1, math.ceil((n + 1) / 8))
     for i, edge in enumerate(edges):
@@ -231,10 +259,10 @@ def histogram_svg(edges: list[float], counts: list[int], unit: str, marks: dict[
     lo_edge, hi_edge = edges[0], edges[-1]
     for name, value in marks.items():
         if math.isfinite(hi_edge) and hi_edge > lo_edge:
-            x = left + (value - lo_edge) / (hi_edge - lo_edge) * plot_w
+            x = left + fraction(value, lo_edge, hi_edge) * plot_w
             out.append(f'<line class="mark" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}"/>')
             out.append(f'<text class="mark" x="{x + 3:.1f}" y="{top + 10}">{esc(name)}</text>')
-    out.append(f'<text class="axis" x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle">{unit}</text>')
+    out.append(f'<text class="axis" x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle">{esc(unit)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -266,16 +294,16 @@ def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -
     lo, hi = min(values), max(values)
     if hi == lo:
         pad = abs(hi) * 0.1 or 1.0
-        lo, hi = lo - pad, hi + pad
+        lo, hi = max(lo - pad, -sys.float_info.max), min(hi + pad, sys.float_info.max)  # not padded to inf
     ticks = nice_ticks(lo, hi, 4)
     lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
     s0, s1 = steps[0], steps[-1]
 
     def sx(step: int) -> float:
-        return left + (0.5 if s1 == s0 else (step - s0) / (s1 - s0)) * plot_w
+        return left + (0.5 if s1 == s0 else fraction(step, s0, s1)) * plot_w
 
     def sy(v: float) -> float:
-        return top + plot_h - (v - lo) / (hi - lo) * plot_h
+        return top + plot_h - fraction(v, lo, hi) * plot_h
 
     out = [
         f'<svg class="chart curve" data-title="{esc(title)}" viewBox="0 0 {width} {height}" width="{width}" '
@@ -287,7 +315,9 @@ def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -
     every = max(1, math.ceil(len(steps) / 10))
     for i, st in enumerate(steps):
         if i % every == 0 or i == len(steps) - 1:
-            out.append(f'<text class="tick" x="{sx(st):.1f}" y="{top + plot_h + 14}" text-anchor="middle">{st}</text>')
+            out.append(
+                f'<text class="tick" x="{sx(st):.1f}" y="{top + plot_h + 14}" text-anchor="middle">{esc(st)}</text>'
+            )
     out.append(f'<text class="axis" x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle">step</text>')
     if unit:
         out.append(
@@ -299,14 +329,14 @@ def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -
         pts = " ".join(f"{sx(s):.1f},{sy(v):.1f}" for s, v in data.items())
         out.append(f'<g class="series" data-label="{esc(label)}">')
         out.append(
-            f'<polyline points="{pts}" fill="none" stroke="{style.color}" stroke-width="{style.width}"'
+            f'<polyline points="{pts}" fill="none" stroke="{esc(style.color)}" stroke-width="{style.width}"'
             f"{f' stroke-dasharray={chr(34)}{style.dash}{chr(34)}' if style.dash else ''}/>"
         )
         for s, v in data.items():
             out.append(
-                f'<circle data-step="{s}" data-value="{v!r}" cx="{sx(s):.1f}" cy="{sy(v):.1f}" r="{style.radius}" '
-                f'fill="{style.fill}" stroke="{style.color}" stroke-width="1.5">'
-                f"<title>{esc(label)} step {s}: {number(v)}</title></circle>"
+                f'<circle data-step="{esc(s)}" data-value="{v!r}" cx="{sx(s):.1f}" cy="{sy(v):.1f}" '
+                f'r="{style.radius}" fill="{esc(style.fill)}" stroke="{esc(style.color)}" stroke-width="1.5">'
+                f"<title>{esc(label)} step {esc(s)}: {number(v)}</title></circle>"
             )
         out.append("</g>")
     out.append("</svg>")

@@ -238,21 +238,26 @@ def _timeline(step: StepRow, members: list[SpanRecord], include_validation: bool
         shown = {s.span_id for s in sorted(trajectories, key=lambda s: s.start_ns - s.end_ns)[:MAX_TRAJECTORY_ROWS]}
 
     rows: list[Row] = []
-
-    def visit(span: SpanRecord, depth: int) -> None:
+    # Depth first, children in start order, each span once: a file can hold a chain of parents
+    # deeper than Python recurses, or a span whose id is its parent's (a cycle).
+    todo: list[tuple[SpanRecord, int]] = [(step.span, 0)]
+    seen: set[int] = set()
+    while todo:
+        span, depth = todo.pop()
         kind = _row_kind(span)
-        if kind == "traj" and shown and span.span_id not in shown:
-            return
+        if id(span) in seen or (kind == "traj" and shown and span.span_id not in shown):
+            continue
+        seen.add(id(span))
         row = Row(span, depth, kind, linked=span.span_id in linked)
         row.slowest = slowest is not None and span.span_id == slowest.span_id
         rows.append(row)
+        below = []
         for child in sorted(children.get(span.span_id, []), key=lambda s: (s.start_ns, s.name)):
             if kind == "traj" and child.name == semconv.SPAN_ROLLOUT_LLM_CALL:
                 row.segments.append(child)
             else:
-                visit(child, depth + 1)
-
-    visit(step.span, 0)
+                below.append((child, depth + 1))
+        todo.extend(reversed(below))
     drawn = [r.span for r in rows] + [seg for r in rows for seg in r.segments]
     t0 = min(s.start_ns for s in drawn)
     t1 = max(s.end_ns for s in drawn)

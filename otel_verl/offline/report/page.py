@@ -1,10 +1,11 @@
 """The report page: its sections (tables, the charts of ``charts``, notes) in one self-contained
-HTML document, with the stylesheet and script of ``assets/`` inline.
+HTML document, with the stylesheet and script of ``assets/`` inline and a Content-Security-Policy
+that runs nothing else. Every value from the files enters it through ``markup.esc`` (the data of
+the "any metric" chart through ``markup.script_json``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from functools import cache
@@ -15,7 +16,6 @@ from otel_verl.offline.report.charts import (
     OTHER,
     SLOWEST_COLOR,
     duration,
-    esc,
     histogram_svg,
     legend,
     line_style,
@@ -24,12 +24,17 @@ from otel_verl.offline.report.charts import (
     number,
     stacked_svg,
     stage_colors,
+    swatch,
     timeline_svg,
 )
+from otel_verl.offline.report.markup import csp_meta, esc, script_json
 from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label
+from otel_verl.offline.text import printable
 from otel_verl.version import __version__
 
 FOLD_ROWS = 50  # longer tables start folded
+NOTE_CHARS = 4000  # of a note (one names the skipped places: up to six file names and their reasons)
+STACK_CHARS = 200_000  # of one process's stall stacks (every thread's frames)
 
 
 @cache
@@ -42,11 +47,13 @@ def render(report: Report) -> str:
     """The whole page, one HTML document that loads nothing."""
     colors = stage_colors(report.stage_order)
     title = f"verl run {report.meta.get('run id', report.folder.name)}"
-    notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+    notes = "".join(f"<li>{esc(n, NOTE_CHARS)}</li>" for n in report.notes)
+    style, script = asset("report.css"), asset("report.js")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(title)}</title><style>{asset('report.css')}</style></head><body>",
+        csp_meta(script, style),
+        f"<title>{esc(title)}</title><style>{style}</style></head><body>",
         f'<h1>{esc(title)}</h1><dl class="meta">{_meta(report)}</dl>',
         f'<ul class="notes">{notes}</ul>' if notes else "",
         '<nav><a href="#stages">Stages</a>'
@@ -60,7 +67,7 @@ def render(report: Report) -> str:
         _rollout_section(report),
         _curves_section(report),
         *_explore_section(report),
-        f"<script>{asset('report.js')}</script>",
+        f"<script>{script}</script>",
         f"<footer><small>otel-verl {__version__} report</small></footer></body></html>",
     ]
     return "\n".join(parts)
@@ -116,7 +123,7 @@ def _time_section(report: Report) -> str:
 
     head = "".join(f'<th data-category="{esc(c)}">{esc(c)}</th>' for c in order)
     body = "".join(
-        f'<tr data-step="{r.step}"{SLOWEST_CLASS if r is slow else ""}><th>{r.step}</th>'
+        f'<tr data-step="{esc(r.step)}"{SLOWEST_CLASS if r is slow else ""}><th>{esc(r.step)}</th>'
         f'<td data-seconds="{r.span.seconds!r}">{r.span.seconds:.3f}</td>'
         + "".join(share(r, c) for c in order)
         + f"<td>{100 * r.attributed / r.span.seconds if r.span.seconds > 0 else 0:.0f}%</td></tr>"
@@ -137,7 +144,7 @@ def _time_section(report: Report) -> str:
         "<code>verl.step.time</code> in Prometheus): the categories partition the step, waiting is "
         "<code>verl.wait</code> (the replay buffer's poll, async rollouts); <i>explained</i> is the share "
         "of the step that a child span of its stage covers (worker calls, rollouts, waits).</p>"
-        f'<p id="time-slowest"><b>Slowest step {slow.step} ({slow.span.seconds:.2f} s):</b> {words}.</p>'
+        f'<p id="time-slowest"><b>Slowest step {esc(slow.step)} ({slow.span.seconds:.2f} s):</b> {words}.</p>'
         + _folded(table, len(rows), "seconds by category per step")
         + pools
         + "</section>"
@@ -162,7 +169,7 @@ def _pools_of(rows: list[StepRow], slow: StepRow) -> str:
 
     head = "".join(f'<th data-role="{esc(role)}">{esc(role)}</th>' for role in roles)
     body = "".join(
-        f'<tr data-step="{r.step}"{SLOWEST_CLASS if r is slow else ""}><th>{r.step}</th>'
+        f'<tr data-step="{esc(r.step)}"{SLOWEST_CLASS if r is slow else ""}><th>{esc(r.step)}</th>'
         + "".join(cell(r, role) for role in roles)
         + f"<td>{esc(_replica_text(r))}</td></tr>"
         for r in rows
@@ -176,8 +183,8 @@ def _pools_of(rows: list[StepRow], slow: StepRow) -> str:
     )
     replicas = _replica_text(slow)
     return (
-        f'<p id="pool-slowest">Per pool in step {slow.step} (<code>verl.pool.time</code>; busy = the stages that hold '
-        f"the role, waiting = <code>verl.wait</code>, idle = the rest): {words}."
+        f'<p id="pool-slowest">Per pool in step {esc(slow.step)} (<code>verl.pool.time</code>; busy = the stages '
+        f"that hold the role, waiting = <code>verl.wait</code>, idle = the rest): {words}."
         + (f" Rollout replicas idle, by their own LLM calls: {esc(replicas)}." if replicas else "")
         + "</p>"
         + _folded(table, len(rows), "busy / waiting / idle seconds per pool and step")
@@ -198,7 +205,7 @@ def _overhead(report: Report) -> str:
         return ""
     o = report.overhead
     rows = "".join(
-        f"<tr><td>{r.step}</td><td>{r.span.seconds:.3f}</td><td>{o.per_step[r.step]:.4f}</td>"
+        f"<tr><td>{esc(r.step)}</td><td>{r.span.seconds:.3f}</td><td>{o.per_step[r.step]:.4f}</td>"
         f"<td>{100 * o.per_step[r.step] / r.span.seconds:.2f}%</td>"
         f"<td>{f'{o.process_cpu[r.step]:.3f}' if r.step in o.process_cpu else ''}</td></tr>"
         for r in report.steps
@@ -223,7 +230,7 @@ def _timelines_section(report: Report, colors: dict[str, str]) -> str:
     if report.timelines:
         steps = {r.step: r for r in report.steps}
         options = "".join(
-            f'<option value="{n}"{" selected" if n == report.default_step else ""}>step {n} '
+            f'<option value="{esc(n)}"{" selected" if n == report.default_step else ""}>step {esc(n)} '
             f"({duration(steps[n].span.seconds)}){' slowest' if n == report.default_step else ''}</option>"
             for n in sorted(report.timelines)
         )
@@ -251,8 +258,8 @@ def _explore_section(report: Report) -> list[str]:
     options = "".join(
         f'<option value="{esc(n)}"{" selected" if n == first else ""}>{esc(n)}</option>' for n in report.gauges
     )
-    gauge_json = json.dumps({k: {str(s): v for s, v in d.items()} for k, d in report.gauges.items()})
-    gauge_json = gauge_json.replace("</", "<\\/")  # never ends the script element
+    # keys as the options show them: esc(n) is printable(n), HTML-escaped, and the browser unescapes it
+    gauge_json = script_json({printable(k): {str(s): v for s, v in d.items()} for k, d in report.gauges.items()})
     picker = (
         f'<p><select id="metric-pick">{options}</select> <small>every gauge exported at step boundaries '
         f"({len(report.gauges)} series)</small></p>"
@@ -279,14 +286,14 @@ def _stage_table(report: Report) -> str:
             for s in report.stage_order
         )
         slow = (
-            f'<td class="slowest-cell" data-span-id="{r.slowest.span_id}" data-seconds="{r.slowest.seconds!r}">'
-            f"{r.slowest.seconds:.3f} <code>{r.slowest.span_id}</code></td>"
+            f'<td class="slowest-cell" data-span-id="{esc(r.slowest.span_id)}" data-seconds="{r.slowest.seconds!r}">'
+            f"{r.slowest.seconds:.3f} <code>{esc(r.slowest.span_id)}</code></td>"
             if r.slowest
             else "<td></td>"
         )
         cls = ' class="error"' if r.error else ""
         out.append(
-            f'<tr data-step="{r.step}"{cls}><th>{r.step}</th>'
+            f'<tr data-step="{esc(r.step)}"{cls}><th>{esc(r.step)}</th>'
             f'<td class="step-total" data-seconds="{r.span.seconds!r}">{r.span.seconds:.3f}</td>{cells}'
             f'<td data-stage="{OTHER}" data-seconds="{r.other!r}">{r.other:.3f}</td>'
             f"<td>{r.trajectories}</td>{slow}</tr>"
@@ -308,11 +315,11 @@ def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_se
             f"{s.resource.get(semconv.RES_ROLE)} pid {s.resource.get('process.pid')}",
         ]
         slow = (
-            f'<p class="slowest-note" data-span-id="{s.span_id}" data-seconds="{s.seconds!r}">'
-            f'<span class="swatch" style="background:{SLOWEST_COLOR}"></span> Slowest trajectory '
+            f'<p class="slowest-note" data-span-id="{esc(s.span_id)}" data-seconds="{s.seconds!r}">'
+            f"{swatch(SLOWEST_COLOR)} Slowest trajectory "
             f'<small class="rule">({esc(rule)})</small>: '
-            f'<code class="span-id">{s.span_id}</code> <b class="seconds">{duration(s.seconds)}</b> '
-            f"({esc(', '.join(b for b in bits if b))}; trace <code>{s.trace_id}</code>)</p>"
+            f'<code class="span-id">{esc(s.span_id)}</code> <b class="seconds">{duration(s.seconds)}</b> '
+            f"({esc(', '.join(b for b in bits if b))}; trace <code>{esc(s.trace_id)}</code>)</p>"
         )
     else:
         slow = '<p class="slowest-note none">No trajectory spans in this step.</p>'
@@ -320,8 +327,8 @@ def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_se
     if tl.trajectories > MAX_TRAJECTORY_ROWS:
         capped = f" Showing the {MAX_TRAJECTORY_ROWS} slowest of {tl.trajectories} trajectories."
     return (
-        f'<section class="timeline{" shown" if shown else ""}" data-step="{tl.step}">'
-        f"<h3>Step {tl.step} <small>{duration(step_seconds)}, {len(tl.rows)} rows.{capped}</small></h3>"
+        f'<section class="timeline{" shown" if shown else ""}" data-step="{esc(tl.step)}">'
+        f"<h3>Step {esc(tl.step)} <small>{duration(step_seconds)}, {len(tl.rows)} rows.{capped}</small></h3>"
         f"{slow}{timeline_svg(tl, colors)}</section>"
     )
 
@@ -343,7 +350,7 @@ def _stall_section(report: Report) -> str:
     step = report.stall_reports[0].step
     blocks = "".join(
         f"<details><summary>{esc(r.process)}: {esc(r.where()[0] if r.where() else '')}</summary>"
-        f"<pre class='stacks'>{esc(r.stacks)}</pre></details>"
+        f"<pre class='stacks'>{esc(r.stacks, STACK_CHARS, newlines=True)}</pre></details>"
         for r in report.stall_reports
     )
     return (
@@ -359,8 +366,8 @@ def _rollout_section(report: Report) -> str:
     if s is not None:
         submit = s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
         out.append(
-            f'<p class="run-slowest" data-span-id="{s.span_id}" data-seconds="{s.seconds!r}">Slowest trajectory of '
-            f"the run: <b>{duration(s.seconds)}</b> <code>{s.span_id}</code>"
+            f'<p class="run-slowest" data-span-id="{esc(s.span_id)}" data-seconds="{s.seconds!r}">Slowest '
+            f"trajectory of the run: <b>{duration(s.seconds)}</b> <code>{esc(s.span_id)}</code>"
             + (f", submitted at step {esc(submit)}" if submit is not None else "")
             + f' <small class="rule">(chosen among {esc(report.slowest_rule)}; <code>otel-verl summary</code> names '
             "the same one)</small></p>"
@@ -445,7 +452,7 @@ def _curves_section(report: Report) -> str:
             f'<td data-key="{esc(label)}" data-value="{d[s]!r}">{number(d[s])}</td>' if s in d else "<td></td>"
             for label, d in columns
         )
-        table.append(f'<tr data-step="{s}"><th>{s}</th>{cells}</tr>')
+        table.append(f'<tr data-step="{esc(s)}"><th>{esc(s)}</th>{cells}</tr>')
     table.append("</tbody></table>")
     out.append(_folded("".join(table), len(steps), "values per step"))
     out.append("</section>")
@@ -456,14 +463,10 @@ def _curve_key(k: int, lines: list[tuple[str, dict[int, float]]]) -> str:
     """The legend entry of line ``k``, drawn as ``line_style`` draws it, saying when it repeats an earlier line."""
     label, data = lines[k]
     style = line_style(k, len(lines))
-    swatch = (
-        f'<i class="dashed" style="border-color:{style.color}"></i>'
-        if style.dash
-        else (f'<i style="background:{style.color}"></i>')
-    )
     same = next((other for other, values in lines[:k] if values == data), None)
     note = f' <small class="same">(same values as {esc(same)})</small>' if same else ""
-    return f'<span class="key" data-label="{esc(label)}">{swatch}{esc(label)}{note}</span>'
+    key = swatch(style.color, dashed=bool(style.dash))
+    return f'<span class="key" data-label="{esc(label)}">{key}{esc(label)}{note}</span>'
 
 
 def _folded(table: str, rows: int, what: str) -> str:

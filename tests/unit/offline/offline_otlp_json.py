@@ -45,8 +45,9 @@ def span(name, trace, start, end, parent=None, status=None, **attrs):
     return sid, out
 
 
-def write_spans(folder: Path, role: str, pid: int, spans: list[dict]) -> None:
+def write_spans(folder: Path, role: str, pid: int, spans: list[dict], **resource_attrs) -> None:
     resource = {"service.name": "verl", semconv.RES_ROLE: role, "process.pid": pid, semconv.RES_RUN_ID: "run-1"}
+    resource.update(resource_attrs)
     line = {"resourceSpans": [{"resource": {"attributes": _attrs(resource)}, "scopeSpans": [{"spans": spans}]}]}
     with open(folder / f"traces-{role}-{pid}.jsonl", "a") as f:
         f.write(json.dumps(line) + "\n")

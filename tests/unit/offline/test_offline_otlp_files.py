@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from offline_otlp_json import gauge, span, traj_hist, write_metrics, write_spans
@@ -169,3 +170,110 @@ def test_a_map_body_is_read_as_json_text_and_keeps_its_batch(tmp_path):
         ("verl.stall.stacks", "Thread main"),
     ]
     assert not skipped.lines
+
+
+def _span_line(**fields) -> str:
+    s = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "s", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    s.update(fields)
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [s]}]}]}) + "\n"
+
+
+XSS = "<img src=x onerror=document.title='XSS'>"
+ID_REASON = "an id that is not hex of its length (32 digits for a trace, 16 for a span)"
+
+
+def test_ids_that_are_not_hex_of_their_length_are_refused(tmp_path):
+    """An id goes into the page's attributes and the timeline: only 32/16 hex digits are ids."""
+    link = {"traceId": "ab" * 16, "spanId": XSS}
+    lines = [
+        _span_line(spanId=XSS),
+        _span_line(traceId=XSS),
+        _span_line(parentSpanId='"><script>'),
+        _span_line(spanId="ab" * 4),  # hex, but 8 digits
+        _span_line(traceId="g" * 32),
+        _span_line(links=[link]),
+        _span_line(spanId="AB" * 8, parentSpanId="EF" * 8, name="upper"),  # OTLP: case-insensitive hex
+    ]
+    (tmp_path / "traces-a-1.jsonl").write_text("".join(lines))
+    record = {"eventName": "e", "traceId": XSS, "body": {"stringValue": "b"}}
+    logs = {"resourceLogs": [{"resource": {"attributes": []}, "scopeLogs": [{"logRecords": [record]}]}]}
+    (tmp_path / "logs-a-1.jsonl").write_text(json.dumps(logs) + "\n")
+    skipped = Skipped()
+    (upper,) = read_spans(tmp_path, skipped)
+    assert (upper.name, upper.span_id, upper.parent_id) == ("upper", "ab" * 8, "ef" * 8)
+    assert otlp_files.read_log_records(tmp_path, skipped) == []
+    assert skipped.lines == {
+        tmp_path / "traces-a-1.jsonl": [(n, ID_REASON) for n in range(1, 7)],
+        tmp_path / "logs-a-1.jsonl": [(1, ID_REASON)],
+    }
+
+
+def test_a_request_with_a_value_no_reader_can_use_is_skipped_and_named(tmp_path):
+    """One rule in the reader for what would stop summary or report further on: a span that ends
+    before it starts, a number that is not finite, text that is not UTF-8 (a lone surrogate)."""
+    gauge_line = {
+        "resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "verl.g", "gauge": {"dataPoints": [{}]}}]}]}]
+    }
+    point = gauge_line["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["gauge"]["dataPoints"][0]
+    metric_lines = []
+    for value in ("NaN", "Infinity", "-Infinity", 1.5):
+        point["asDouble"] = value
+        metric_lines.append(json.dumps(gauge_line) + "\n")
+    metric_lines.append('{"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "x", "gauge": {"dataPoints": '
+                        '[{"asDouble": 1e999}]}}]}]}]}\n')  # fmt: skip
+    (tmp_path / "metrics-a-1.jsonl").write_text("".join(metric_lines))
+    attrs = [{"key": "k", "value": {"doubleValue": "NaN"}}]
+    (tmp_path / "traces-a-1.jsonl").write_text(
+        _span_line(startTimeUnixNano="20", endTimeUnixNano="10")
+        + _span_line(name="\ud800")  # json.dumps writes the escape
+        + _span_line(attributes=attrs)
+        + _span_line(name="ok")
+    )
+    skipped = Skipped()
+    assert [s.name for s in read_spans(tmp_path, skipped)] == ["ok"]
+    assert [p.value for p in read_metric_points(tmp_path, skipped)] == [1.5]
+    assert skipped.lines == {
+        tmp_path / "traces-a-1.jsonl": [
+            (1, "a span that ends before it starts"),
+            (2, "text that is not UTF-8 (a lone surrogate)"),
+            (3, "a number that is not finite"),
+        ],
+        tmp_path / "metrics-a-1.jsonl": [
+            (1, "a number that is not finite"),
+            (2, "a number that is not finite"),
+            (3, "a number that is not finite"),
+            (5, "not an OTLP metrics request"),  # 1e999: JSON's own infinity, refused by the message's double
+        ],
+    }
+
+
+def test_only_regular_files_are_read_and_only_as_long_as_they_were(tmp_path):
+    """A FIFO or a link to a device in a run folder is named, never read: reading /dev/zero or a
+    FIFO nobody writes would never end."""
+    (tmp_path / "traces-null-1.jsonl").symlink_to("/dev/null")
+    skipped = Skipped()
+    assert list(iter_lines(tmp_path / "traces-null-1.jsonl", skipped)) == []
+    assert skipped.files == {tmp_path / "traces-null-1.jsonl": "cannot read: not a regular file (a character device)"}
+    (tmp_path / "traces-zero-2.jsonl").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "traces-fifo-3.jsonl")
+    _, root = span(semconv.SPAN_STEP, "e" * 16, 0, 1, verl__step=1)
+    write_spans(tmp_path, "taskrunner", 4, [root])
+    skipped = Skipped()
+    assert [s.name for s in read_spans(tmp_path, skipped)] == [semconv.SPAN_STEP]
+    assert skipped.files == {
+        tmp_path / "traces-null-1.jsonl": "cannot read: not a regular file (a character device)",
+        tmp_path / "traces-zero-2.jsonl": "cannot read: not a regular file (a character device)",
+        tmp_path / "traces-fifo-3.jsonl": "cannot read: not a regular file (a FIFO)",
+    }
+
+
+def test_a_file_is_read_as_long_as_it_was_when_opened(tmp_path):
+    """A file another job keeps appending to (a live run, or something writing without end) is
+    read up to its length at opening: the reader always ends."""
+    path = tmp_path / "traces-live-1.jsonl"
+    path.write_text(_span_line(name="first") + _span_line(name="second"))
+    lines = iter_lines(path)
+    assert next(lines)[2]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "first"
+    with open(path, "a") as f:
+        f.write(_span_line(name="written after") * 3)
+    assert [batch["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] for _, _, batch in lines] == ["second"]

@@ -30,6 +30,9 @@ WAITING = """Thread "MainThread" (ident 3):
 """
 
 
+TRACE = "ab" * 8  # log_record writes it twice: a 32-digit trace id
+
+
 def _stalled_run(folder):
     stacks = semconv.EVENT_STALL_STACKS
     write_logs(
@@ -39,12 +42,12 @@ def _stalled_run(folder):
         [
             log_record(semconv.EVENT_TRAINING_STALLED, "no step", 30.0, verl__step=2, verl__stall__seconds=31.0),
             log_record(
-                stacks, WAITING, 31.0, "ab", verl__step=2, verl__stall__episode=1, ray__actor__class="TaskRunner"
+                stacks, WAITING, 31.0, TRACE, verl__step=2, verl__stall__episode=1, ray__actor__class="TaskRunner"
             ),
         ],
     )
-    old = log_record(stacks, "old", 31.0, "ab", verl__step=2, verl__stall__episode=1, ray__actor__class="HFCPUServer")
-    new = log_record(stacks, STUCK, 46.0, "ab", verl__step=2, verl__stall__episode=1, ray__actor__class="HFCPUServer")
+    old = log_record(stacks, "old", 31.0, TRACE, verl__step=2, verl__stall__episode=1, ray__actor__class="HFCPUServer")
+    new = log_record(stacks, STUCK, 46.0, TRACE, verl__step=2, verl__stall__episode=1, ray__actor__class="HFCPUServer")
     write_logs(folder, "ray_actor", 20, [old, new])
 
 

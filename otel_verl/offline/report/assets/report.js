@@ -23,13 +23,17 @@
   function el(n,a,t){var e=document.createElementNS(NS,n);for(var k in a)e.setAttribute(k,a[k]);
     if(t!==undefined)e.textContent=t;return e;}
   function draw(name){
-    var d=data[name]||{}, steps=Object.keys(d).map(Number).sort(function(a,b){return a-b;});
+    var d=Object.prototype.hasOwnProperty.call(data,name)?data[name]:{}, steps=Object.keys(d).filter(function(s){return typeof d[s]==='number';})
+      .map(Number).sort(function(a,b){return a-b;});
     box.innerHTML='';if(!steps.length)return;
     var W=1100,H=270,L=70,T=24,B=34,pw=W-L-14,ph=H-T-B;
-    var vals=steps.map(function(s){return d[s];}),lo=Math.min.apply(null,vals),hi=Math.max.apply(null,vals);
-    if(hi===lo){var p=Math.abs(hi)*0.1||1;lo-=p;hi+=p;}
+    var vals=steps.map(function(s){return d[s];});  // reduce: apply() takes a bounded number of arguments
+    var lo=vals.reduce(function(a,b){return Math.min(a,b);}),hi=vals.reduce(function(a,b){return Math.max(a,b);});
+    if(hi===lo){var p=Math.abs(hi)*0.1||1;lo=Math.max(lo-p,-Number.MAX_VALUE);hi=Math.min(hi+p,Number.MAX_VALUE);}
     var s0=steps[0],s1=steps[steps.length-1];
-    function x(s){return L+(s1===s0?0.5:(s-s0)/(s1-s0))*pw;} function y(v){return T+ph-(v-lo)/(hi-lo)*ph;}
+    // halves: hi-lo overflows to Infinity for values near the largest doubles
+    function f(v,a,b){return (v/2-a/2)/(b/2-a/2);}
+    function x(s){return L+(s1===s0?0.5:f(s,s0,s1))*pw;} function y(v){return T+ph-f(v,lo,hi)*ph;}
     var svg=el('svg',{viewBox:'0 0 '+W+' '+H,width:W,height:H,'class':'chart picked','data-metric':name});
     [lo,(lo+hi)/2,hi].forEach(function(v){svg.appendChild(el('line',{'class':'grid',x1:L,x2:W-14,y1:y(v),y2:y(v)}));
       svg.appendChild(el('text',{'class':'tick',x:L-6,y:y(v)+4,'text-anchor':'end'},Number(v.toPrecision(4))));});

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 from offline_otlp_json import gauge, write_metrics
@@ -48,3 +49,54 @@ def test_cli_report(v1_run, tmp_path, capsys):
     (tmp_path / "blocker").write_text("")
     with pytest.raises(CommandError, match="cannot write the report to .*blocker/x.html"):
         report(v1_run, tmp_path / "blocker" / "x.html", out=buf)
+
+
+def test_a_report_that_fails_leaves_the_previous_one(v1_run, tmp_path, monkeypatch):
+    """The page replaces the file only once it is whole: a failure while writing (here a page
+    that cannot be encoded, then a rename that fails) leaves the previous report, and no litter."""
+    out = tmp_path / "out" / "report.html"
+    out.parent.mkdir()
+    out.write_text("previous report")
+    monkeypatch.setattr("otel_verl.offline.report.render", lambda rep: "<!DOCTYPE html>\ud800")
+    with pytest.raises(UnicodeError):
+        write_report(v1_run, out)
+    assert out.read_text() == "previous report" and sorted(p.name for p in out.parent.iterdir()) == ["report.html"]
+    monkeypatch.undo()
+
+    def no_rename(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("otel_verl.offline.atomic.os.replace", no_rename)
+    with pytest.raises(CommandError, match="cannot write the report to .*: No space left on device"):
+        write_report(v1_run, out)
+    assert out.read_text() == "previous report" and sorted(p.name for p in out.parent.iterdir()) == ["report.html"]
+
+
+def test_a_link_planted_at_the_output_path_is_replaced_not_written_through(v1_run, tmp_path):
+    """Someone who can write the run folder links report.html to a file of the user's: the page
+    replaces the link, and the file it pointed to stays as it was."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    (v1_run / "report.html").symlink_to(victim)
+    path, _ = write_report(v1_run)
+    assert victim.read_text() == "the user's file"
+    assert not path.is_symlink() and path.read_text().startswith("<!DOCTYPE html>")
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # as open() would have made it
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_an_input_is_never_written_over(v1_run):
+    """-o naming a telemetry file is refused; a link to one at the output path is replaced."""
+    traces = sorted(v1_run.glob("traces-*.jsonl"))[0]
+    before = traces.read_bytes()
+    with pytest.raises(CommandError, match="is one of the run's telemetry files") as exc:
+        write_report(v1_run, traces)
+    assert exc.value.code == USAGE and traces.read_bytes() == before
+    (v1_run / "report.html").symlink_to(traces)
+    path, _ = write_report(v1_run)
+    assert traces.read_bytes() == before and not path.is_symlink()

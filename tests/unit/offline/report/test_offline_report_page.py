@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 
 import pytest
-from offline_otlp_json import gauge, span, write_metrics, write_spans
+from offline_otlp_json import gauge, log_record, span, write_logs, write_metrics, write_spans
 
 from otel_verl import semconv
-from otel_verl.offline.report import build, render
+from otel_verl.offline.report import build, model, render
+from otel_verl.offline.report.markup import esc
 from otel_verl.offline.report.page import asset
+from otel_verl.offline.text import MAX_CHARS
 
 
 def test_rendered_page_is_self_contained_and_shows_the_values(v1_run):
@@ -152,3 +156,151 @@ def test_pool_seconds_and_replica_idle_of_the_slowest_step(tmp_path):
     assert "actor busy 0.50 s, waiting 0.25 s, idle 0.25 s." in page
     assert "Rollout replicas idle, by their own LLM calls: r0 50%." in page
     assert '<td data-role="actor">0.50 / 0.25 / 0.25</td>' in page
+
+
+XSS = "<img src=x onerror=\"document.title='XSS'\">"
+
+
+class _Elements(HTMLParser):
+    """Every element of a page, as (tag, attributes), and the text of its script elements."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+
+def _elements(page: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Elements()
+    parser.feed(page)
+    return parser.elements
+
+
+def _hostile_run(folder, payload: str, **extra_resource) -> None:
+    """A run whose every name, attribute, resource value and stall record holds ``payload``."""
+    attrs = {"verl__driver": payload, "verl__time__" + payload: 0.5, f"verl__pool__{payload}__busy": 0.5}
+    sid, root = span(semconv.SPAN_STEP, "a" * 16, 0, 2, verl__step=1, **attrs)
+    _, stage = span(f"verl.{payload}", "a" * 16, 0, 1, sid, verl__stage=payload)
+    tid, traj = span(
+        semconv.SPAN_ROLLOUT_TRAJECTORY,
+        "a" * 16,
+        0.1,
+        0.9,
+        sid,
+        verl__rollout__sample_index=payload,
+        verl__rollout__index=payload,
+        verl__rollout__response_tokens=payload,
+    )
+    _, call = span(semconv.SPAN_ROLLOUT_LLM_CALL, "a" * 16, 0.2, 0.3, tid, verl__rollout__server__id=payload)
+    _, other = span(payload, "a" * 16, 1, 1.5, sid)
+    resource = {semconv.RES_RUN_ID: payload, "service.name": payload, semconv.RES_EXPERIMENT: payload, **extra_resource}
+    write_spans(folder, payload, payload, [root, stage, traj, call, other], **resource)
+    for step in (1, 2):
+        metrics = [
+            gauge(semconv.M_TRAINING_STEP, step),
+            gauge(semconv.M_REWARD, 0.5 * step, **{semconv.ATTR_REWARD_SOURCE: "score"}),
+            gauge(f"verl.{payload}", 1.0 * step, **{payload: payload}),
+        ]
+        write_metrics(folder, "taskrunner", 1, 2 + step, metrics)
+    stall = log_record(semconv.EVENT_STALL_STACKS, f'Thread "{payload}" (ident 1):\n  File "{payload}", line 1', 2)
+    write_logs(folder, payload, payload, [stall], **{semconv.RES_ROLE: payload})
+
+
+def test_no_markup_from_a_file_reaches_the_page(tmp_path, monkeypatch):
+    """Every value from the files is escaped, ids included: the ids here are given past the
+    reader (which refuses them) to show that the page escapes them too."""
+    _hostile_run(tmp_path, XSS)
+    real = model.read_spans
+
+    def ids_past_the_reader(folder, skipped=None):
+        spans = real(folder, skipped)
+        for s in spans:
+            s.trace_id, s.span_id = XSS + s.trace_id, XSS + s.span_id
+            s.parent_id = XSS + s.parent_id if s.parent_id else ""
+        return spans
+
+    monkeypatch.setattr(model, "read_spans", ids_past_the_reader)
+    rep = build(tmp_path)
+    assert rep.steps and rep.stall_reports and rep.slowest is not None and XSS in rep.slowest.span_id
+    page = render(rep)
+    elements = _elements(page)
+    assert "img" not in {tag for tag, _ in elements}
+    assert not [(tag, a) for tag, attrs in elements for a in attrs if a.startswith("on")]  # no event handler
+    assert [attrs for tag, attrs in elements if tag == "script"] == [
+        {"type": "application/json", "id": "gauge-data"},
+        {},
+    ]
+    assert "&lt;img src=x onerror=&quot;document.title=&#x27;XSS&#x27;&quot;&gt;" in page  # shown as text
+    assert f'data-span-id="{esc(rep.slowest.span_id)}"' in page
+
+
+def test_the_data_block_is_json_without_markup_or_non_finite_numbers(tmp_path):
+    """The "any metric" data is read by JSON.parse: no ``<`` (``<!--`` or ``</script>`` would end or
+    hide the rest of the page), and NaN or an infinity, which JSON has no words for, as null."""
+    names = ["verl.x<!--<script>", "verl.y</script><b>&amp;"]
+    for step in (1, 2):
+        write_metrics(
+            tmp_path, "taskrunner", 1, step, [gauge(semconv.M_TRAINING_STEP, step)] + [gauge(n, 1.0) for n in names]
+        )
+    rep = build(tmp_path)
+    rep.gauges["verl.not_finite"] = {1: math.nan, 2: math.inf}  # past the reader, which refuses them
+    page = render(rep)
+    blob = re.search(r'<script type="application/json" id="gauge-data">(.*?)</script>', page, re.S).group(1)
+    assert not set("<>&") & set(blob)
+
+    def no_constants(word):
+        raise ValueError(f"{word} is not JSON")
+
+    data = json.loads(blob, parse_constant=no_constants)
+    assert data["verl.x<!--<script>"] == {"1": 1.0, "2": 1.0} and "verl.y</script><b>&amp;" in data
+    assert data["verl.not_finite"] == {"1": None, "2": None}
+    assert '<option value="verl.x&lt;!--&lt;script&gt;">' in page  # the picker's value is the key
+
+
+def test_a_long_value_is_shown_cut_to_a_bound(tmp_path):
+    """A megabyte attribute value is shown as its first characters and a count of the rest,
+    wherever it appears (a stage name is in every step's cells, columns and titles)."""
+    huge = "x" * 1_000_000
+    sid, root = span(semconv.SPAN_STEP, "a" * 16, 0, 2, verl__step=1)
+    spans = [root] + [span(huge, "a" * 16, 0, 1, sid, verl__stage=huge + str(i))[1] for i in range(3)]
+    write_spans(tmp_path, "taskrunner", 1, spans, **{"service.name": huge})
+    write_metrics(tmp_path, "taskrunner", 1, 3, [gauge(semconv.M_TRAINING_STEP, 1), gauge("verl.g", 1.0, k=huge)])
+    write_metrics(tmp_path, "taskrunner", 1, 4, [gauge(semconv.M_TRAINING_STEP, 2), gauge("verl.g", 2.0, k=huge)])
+    page = render(build(tmp_path))
+    assert len(page) < 300_000, len(page)
+    assert "x" * MAX_CHARS + "… (999500 more characters)" in page
+
+
+def _chromium(page) -> subprocess.CompletedProcess:
+    """Chromium's DOM of ``page`` after its script ran; its console messages are in stderr."""
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
+    return subprocess.run(
+        ["chromium", *args, "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_the_page_runs_its_own_script_and_nothing_else(v1_run, tmp_path):
+    """The Content-Security-Policy allows the page's own script and stylesheet (by hash): they run
+    without a violation, while markup an escaping bug would let in runs nothing."""
+    page = render(build(v1_run))
+    assert page.count('http-equiv="Content-Security-Policy"') == 1 and "unsafe-inline" not in page
+    clean = tmp_path / "clean.html"
+    clean.write_text(page)
+    result = _chromium(clean)
+    assert "Content Security Policy" not in result.stderr, result.stderr[-3000:]
+    assert 'class="chart picked"' in result.stdout  # the "any metric" chart was drawn
+    assert re.search(r'<tr data-step="2" class="selected">', result.stdout)  # the step picker's script ran
+    injected = tmp_path / "injected.html"
+    script = "<script>document.body.setAttribute('data-ran','1')</script>"
+    injected.write_text(page.replace("<footer>", f"{XSS}{script}<footer>"))
+    result = _chromium(injected)
+    assert "<title>XSS</title>" not in result.stdout and 'data-ran="1"' not in result.stdout
+    assert result.stdout.count("<title>verl run run-1</title>") == 1
+    assert "Executing inline event handler violates the following Content Security Policy" in result.stderr
+    assert "Executing inline script violates the following Content Security Policy" in result.stderr
