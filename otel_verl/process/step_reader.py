@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
 
+from otel_verl import private_api
 from otel_verl._safe import warn_once
 from otel_verl.process.background import OrderedWorker
 
@@ -38,10 +40,22 @@ def _interval_ms() -> float:
 
 class StepMetricReader(MetricReader):
     def __init__(self, exporter: MetricExporter, export_interval_millis: float | None = None) -> None:
-        super().__init__(
-            preferred_temporality=exporter._preferred_temporality,  # noqa: SLF001 - as the SDK's own readers do
-            preferred_aggregation=exporter._preferred_aggregation,  # noqa: SLF001
-        )
+        # The exporter's preferences, as the SDK's own readers take them (private attributes):
+        # without them (said once, with the SDK's version) the reader's defaults apply, cumulative
+        # temporality and default aggregation, which every OTLP backend takes.
+        preferences: dict[str, Any] = {}
+        for what in ("temporality", "aggregation"):
+            preferences[f"preferred_{what}"] = private_api.attribute(
+                exporter,
+                f"_preferred_{what}",
+                name=f"MetricExporter._preferred_{what}",
+                dists=("opentelemetry-sdk",),
+                effect="the step metric reader uses the SDK's default temporality and aggregation",
+            )
+            if preferences[f"preferred_{what}"] is None:
+                preferences = {}  # both defaults, said once
+                break
+        super().__init__(**preferences)
         self._exporter = exporter
         self._stopped = False
         self._worker: OrderedWorker[MetricsData] = OrderedWorker(
