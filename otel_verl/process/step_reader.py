@@ -7,7 +7,8 @@ exactly the step's) and hands the batch to a background thread that exports it. 
 thread also collects every interval, like ``PeriodicExportingMetricReader``.
 
 The queue is bounded (``MAX_PENDING`` batches): with a dead endpoint the oldest batches are
-dropped, so memory stays flat, and nothing the exporter does can stall training.
+dropped (counted in ``otel_verl.telemetry.dropped`` and said once: ``drops``), so memory stays
+flat, and nothing the exporter does can stall training.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
 
-from otel_verl import private_api
+from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.process.background import OrderedWorker
 
@@ -64,6 +65,7 @@ class StepMetricReader(MetricReader):
             MAX_PENDING,
             idle_s=(export_interval_millis or _interval_ms()) / 1000.0,
             on_idle=self._collect_periodically,
+            drops=semconv.DROPPED_METRIC_EXPORT,
         )
         self._worker.start()
 
