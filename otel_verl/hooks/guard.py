@@ -12,13 +12,16 @@ WARNING log record, the ``verl.guard.triggered`` counter and one console line) a
 * ``stop``: also checkpoint, then end training after that step: v1's loop ends through its own
   condition (``total_training_steps``), v0's at the start of the next step (``GuardStop`` from the
   ``step`` timer); ``fit`` then returns normally, so verl's end of training, the final flush and
-  rc 0 follow, and ``trainer.resume_mode=auto`` resumes from that checkpoint.
+  rc 0 follow, and ``trainer.resume_mode=auto`` resumes from that checkpoint. When that checkpoint
+  cannot be saved, training still stops (the values that fired are bad), and the console line and
+  a WARNING say that it stopped without one.
 
 A guard error never stops training: it is logged once and the step goes on.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -35,6 +38,7 @@ from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
 from otel_verl.process.state import PROCESS
 
+_log = logging.getLogger("otel_verl")
 TRAINING_STEP_KEY = "training/global_step"  # both drivers log it with every training step's values
 
 
@@ -47,6 +51,7 @@ class _Guard:
         self.evaluator: Evaluator | None = None
         self.stop_reason: str | None = None
         self.stopped_after: int | None = None
+        self.without_checkpoint: str | None = None  # why a stop has no checkpoint of its step
 
 
 _GUARD = _Guard()
@@ -123,27 +128,50 @@ def _report(firings: list[Firing], action: str, checkpoint: str | None) -> None:
     span.end()
 
 
-def _checkpoint(trainer: Any, step: int) -> str | None:
-    """verl's own checkpoint of this step (skipped when verl just saved it itself)."""
-    folder = os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{step}")
-    if not os.path.isdir(folder):
-        try:
+def _checkpoint(trainer: Any, step: int) -> tuple[str | None, str | None]:
+    """verl's own checkpoint of this step (skipped when verl just saved it itself): ``(folder, None)``,
+    or ``(None, why not)`` when it could not be saved. Never raises: whatever fails here (verl's
+    ``_save_checkpoint``, or a verl config without the folder it names) must not reach ``Tracking.log``."""
+    try:
+        folder = os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{step}")
+        if not os.path.isdir(folder):
             trainer._save_checkpoint()  # noqa: SLF001 - verl's checkpoint path, as its fit loop calls it
-        except Exception:  # noqa: BLE001 - the guard must not end training by itself
-            warn_once("guard checkpoint", "the guard could not save a checkpoint at step %s", step, exc_info=True)
-            return None
-    return folder
+        return folder, None
+    except Exception as exc:  # noqa: BLE001 - the guard must not end training by itself
+        warn_once("guard checkpoint", "the guard could not save a checkpoint at step %s", step, exc_info=True)
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 @safe("guard stop request")
-def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None) -> None:
+def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None, failure: str | None) -> None:
+    """End training after this step, and say so, with the checkpoint or clearly without one."""
     step = firings[0].step
+    try:
+        # v1's loop runs while global_steps <= total_training_steps: after this step it ends by itself
+        trainer.total_training_steps = step
+    except Exception:  # noqa: BLE001 - the guard must not end training by itself
+        warn_once(
+            "guard stop", "the guard could not stop training after step %s; training goes on", step, exc_info=True
+        )
+        return
     _GUARD.stop_reason = "; ".join(f.describe() for f in firings)
     _GUARD.stopped_after = step
-    # v1's loop runs while global_steps <= total_training_steps: after this step it ends by itself
-    trainer.total_training_steps = step
-    where = f"; checkpoint {checkpoint}" if checkpoint else ""
-    print(f"otel-verl guard: stopping training after step {step}{where}", file=sys.stdout, flush=True)
+    if checkpoint is not None:
+        print(
+            f"otel-verl guard: stopping training after step {step}; checkpoint {checkpoint}",
+            file=sys.stdout,
+            flush=True,
+        )
+        return
+    # The values that fired are bad either way: stop, and say that no checkpoint of this step exists.
+    _GUARD.without_checkpoint = failure or "not saved"
+    text = (
+        f"otel-verl guard: stopping training after step {step} WITHOUT a checkpoint of that step "
+        f"(saving it failed: {_GUARD.without_checkpoint}); trainer.resume_mode=auto resumes from "
+        "verl's last own checkpoint, if any"
+    )
+    print(text, file=sys.stdout, flush=True)
+    _log.warning(text)
 
 
 def _guard_after_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -155,10 +183,10 @@ def _guard_after_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     evaluated = _evaluate(kwargs["data"] if "data" in kwargs else (args[0] if args else {}))
     if evaluated and evaluated[1]:
         step, firings = evaluated
-        checkpoint = _checkpoint(trainer, step) if action in ("checkpoint", "stop") else None
+        checkpoint, failure = _checkpoint(trainer, step) if action in ("checkpoint", "stop") else (None, None)
         _report(firings, action, checkpoint)
         if action == "stop":
-            _request_stop(trainer, firings, checkpoint)
+            _request_stop(trainer, firings, checkpoint, failure)
     return result
 
 
@@ -174,7 +202,8 @@ def _fit_until_guard_stop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     try:
         return wrapped(*args, **kwargs)
     except GuardStop as stop:
-        print(f"otel-verl guard: training stopped after step {_GUARD.stopped_after}: {stop}", flush=True)
+        without = f" (no checkpoint of that step: {_GUARD.without_checkpoint})" if _GUARD.without_checkpoint else ""
+        print(f"otel-verl guard: training stopped after step {_GUARD.stopped_after}{without}: {stop}", flush=True)
         return None
 
 
