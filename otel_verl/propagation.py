@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from otel_verl import private_api
+from otel_verl import patches, private_api
 
 CARRIER_KEY = "_otel_verl_traceparent"
 # W3C trace context + baggage (the step for user code, ``step_context``), whatever
@@ -222,8 +222,9 @@ def _promises(tracer: Any) -> _Promises | None:
                 )
             return None
         promises = _Promises(ids)
-        tracer.id_generator = _PromiseIds(ids, promises)
-        tracer.sampler = _PromiseSampler(sampler, promises)
+        # undone by uninstrument(): the tracer gets its own sampler and id generator back
+        patches.replace(tracer, "id_generator", _PromiseIds(ids, promises))
+        patches.replace(tracer, "sampler", _PromiseSampler(sampler, promises))
         return promises
 
 
