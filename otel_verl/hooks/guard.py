@@ -29,13 +29,14 @@ from typing import Any
 
 from opentelemetry import trace
 
-from otel_verl import semconv
+from otel_verl import private_api, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.guard.rules import Evaluator, Firing, RuleError, load_rules
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
+from otel_verl.package import package_version
 from otel_verl.process.state import PROCESS
 
 _log = logging.getLogger("otel_verl")
@@ -135,7 +136,17 @@ def _checkpoint(trainer: Any, step: int) -> tuple[str | None, str | None]:
     try:
         folder = os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{step}")
         if not os.path.isdir(folder):
-            trainer._save_checkpoint()  # noqa: SLF001 - verl's checkpoint path, as its fit loop calls it
+            # verl's checkpoint path, as its fit loop calls it (a private name: said with verl's version)
+            save = private_api.attribute(
+                trainer,
+                "_save_checkpoint",
+                name=f"{type(trainer).__name__}._save_checkpoint",
+                dists=("verl",),
+                effect="the guard saves no checkpoint",
+            )
+            if save is None:
+                return None, f"verl {package_version('verl')} has no {type(trainer).__name__}._save_checkpoint"
+            save()
         return folder, None
     except Exception as exc:  # noqa: BLE001 - the guard must not end training by itself
         warn_once("guard checkpoint", "the guard could not save a checkpoint at step %s", step, exc_info=True)

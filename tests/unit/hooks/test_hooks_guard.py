@@ -173,3 +173,17 @@ def test_stop_without_the_checkpoint_says_so_clearly(captured, tracking, trainer
 
     assert guard._fit_until_guard_stop(lambda: fit(), trainer, (), {}) is None
     assert "training stopped after step 2 (no checkpoint of that step" in capsys.readouterr().out
+
+
+def test_a_verl_without_save_checkpoint_is_said_with_its_version(captured, tracking, trainer, monkeypatch, caplog):
+    import importlib.metadata
+
+    monkeypatch.setattr(_safe, "_seen", set())
+    _action(monkeypatch, "checkpoint")
+    monkeypatch.delattr(trainer, "_save_checkpoint")  # the fixture's stand-in
+    monkeypatch.delattr(type(trainer), "_save_checkpoint")  # verl's own, renamed in a future release
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        _log(tracking, trainer, 3, **{"actor/pg_loss": NAN})  # must not raise
+    (message,) = [r.getMessage() for r in caplog.records if "_save_checkpoint" in r.getMessage()]
+    assert f"verl {importlib.metadata.version('verl')}" in message
+    assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]  # still reported
