@@ -67,3 +67,22 @@ def test_uninstrument_undoes_every_patch_and_stops_every_thread(monkeypatch):
     for thread in threads:
         thread.join(30)  # both wake at once when stopped
     assert [t.name for t in threads if t.is_alive()] == []
+
+
+def test_only_the_hookset_and_patches_wrap_anything():
+    """One rule in one place: a run-time patch goes through ``otel_verl.patches`` (undone by
+    ``uninstrument()``), a hook through its ``HookSet``; no other module wraps or replaces on its own."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "otel_verl"
+    allowed = {package / "patches.py", package / "hooks" / "hookset.py"}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = getattr(node, "attr", None) or getattr(node, "id", None)
+            if name in ("wrap_function_wrapper", "wrap_object", "patch_function_wrapper"):
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == []
