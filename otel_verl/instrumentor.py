@@ -100,14 +100,20 @@ class VerlInstrumentor(BaseInstrumentor):
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        """Undo everything ``instrument()`` did: the hooks, the patches made at run time
+        (``otel_verl.patches``: Ray actor-class copies, the SDK tracer's sampler shim,
+        ``ThreadPoolExecutor.submit``), the stall reporter and watchdog threads, the log handlers."""
         if self._waiting is not None:
             self._waiting.remove()
             self._waiting = None
         if self._hooks is not None:
-            from otel_verl.stall import reporter
+            from otel_verl import patches
+            from otel_verl.stall import reporter, watchdog
 
             self._hooks.uninstall()
+            patches.undo_all()
             reporter.REPORTER.stop()
+            watchdog.WATCHDOG.stop()
         if "otel_verl.process.state" in sys.modules:  # set up by the hooks or by given providers
             from otel_verl.process import logs, sdk_log_throttle
             from otel_verl.process.state import PROCESS

@@ -1,4 +1,10 @@
-"""The verl versions this instrumentation supports (checked by ``opentelemetry-instrument``)."""
+"""The verl versions this instrumentation supports (checked by ``opentelemetry-instrument``), and
+the installed versions of the packages otel-verl hooks into (said in every "cannot hook" message).
+
+The bottom layer of the package: it imports nothing of otel-verl.
+"""
+
+from __future__ import annotations
 
 # Only what the tests run (scripts/setup.sh installs verl 0.9.1): verl 0.9.0 lacks cachetools in its
 # verl-core extra and its CPU GRPO run fails in the TaskRunner (no flash_attn). Keep in step with
@@ -6,3 +12,33 @@
 _instruments = ("verl >= 0.9.1, < 0.10",)
 
 _supports_metrics = True
+
+PYTHON = "python"  # not a distribution: the interpreter's own version (``sys._getframe`` is CPython's)
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (``verl``, ``ray``, ``opentelemetry-sdk``,
+    or ``python`` for the interpreter), or None when it is not installed."""
+    if dist == PYTHON:
+        import platform
+
+        return f"{platform.python_implementation()} {platform.python_version()}"
+    import importlib.metadata  # here: instrumentor imports this module in every process of a job
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_version(dist: str) -> str:
+    """The installed version of ``dist``, or ``unknown`` (not installed, or a broken install)."""
+    try:
+        return installed_version(dist) or "unknown"
+    except Exception:  # noqa: BLE001 - a broken distribution's metadata
+        return "unknown"
+
+
+def versions(dists: tuple[str, ...] | list[str]) -> str:
+    """``ray 2.60.0, opentelemetry-sdk 1.45.2``: each of ``dists`` with its installed version."""
+    return ", ".join(f"{d} {package_version(d)}" if d != PYTHON else package_version(d) for d in dists)

@@ -24,9 +24,12 @@ from typing import Any
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from otel_verl import patches, private_api
 
 CARRIER_KEY = "_otel_verl_traceparent"
 # W3C trace context + baggage (the step for user code, ``step_context``), whatever
@@ -193,19 +196,35 @@ class _PromiseIds(IdGenerator):
 
 
 _install_lock = threading.Lock()
+_SDK = ("opentelemetry-sdk",)
+_NO_PROMISES = "v1 rollout trajectories are not linked to their step's gen span"
 
 
 def _promises(tracer: Any) -> _Promises | None:
+    if not isinstance(tracer, SdkTracer):
+        return None  # not the SDK's tracer (no-op, proxy or another SDK): nothing to promise
     with _install_lock:
-        sampler = getattr(tracer, "sampler", None)
+        # The SDK tracer's ``sampler`` and ``id_generator`` are attributes of its own, no API:
+        # without them (said once, with the SDK's version) nothing is promised and no span changes.
+        found = [
+            private_api.attribute(
+                tracer, attr, name=f"opentelemetry.sdk.trace.Tracer.{attr}", dists=_SDK, effect=_NO_PROMISES
+            )
+            for attr in ("sampler", "id_generator")
+        ]
+        sampler, ids = found
         if isinstance(sampler, _PromiseSampler):
             return sampler.promises
-        ids = getattr(tracer, "id_generator", None)
         if not isinstance(sampler, Sampler) or not isinstance(ids, IdGenerator):
-            return None  # not the SDK's tracer (no-op, proxy or another SDK): nothing to promise
+            if sampler is not None and ids is not None:
+                private_api.missing(
+                    "a Sampler and an IdGenerator on opentelemetry.sdk.trace.Tracer", _SDK, _NO_PROMISES
+                )
+            return None
         promises = _Promises(ids)
-        tracer.id_generator = _PromiseIds(ids, promises)
-        tracer.sampler = _PromiseSampler(sampler, promises)
+        # undone by uninstrument(): the tracer gets its own sampler and id generator back
+        patches.replace(tracer, "id_generator", _PromiseIds(ids, promises))
+        patches.replace(tracer, "sampler", _PromiseSampler(sampler, promises))
         return promises
 
 

@@ -270,3 +270,10 @@ OVERHEAD_COMPONENTS = (
     COMPONENT_STALL_REPORTER,
     COMPONENT_HOOKS,
 )
+
+# ---------------------------------------------------------------- what otel-verl had to drop (process.drops)
+M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"  # observable counter, attribute ATTR_DROPPED_KIND
+ATTR_DROPPED_KIND = "otel_verl.dropped.kind"
+DROPPED_STEP = "step"  # a step's logged values, never recorded (the recorder queue was full)
+DROPPED_METRIC_EXPORT = "metric_export"  # a collected metric batch, never exported (the export queue was full)
+DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT)

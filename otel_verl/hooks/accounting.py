@@ -126,7 +126,10 @@ def rollout_idle_ratio(pools: dict[tuple[str, str], float]) -> float | None:
 
 
 class StepAccount:
-    """The open step of this process (the TaskRunner's training thread)."""
+    """The open step of this process (the TaskRunner's training thread).
+
+    Every method reads and writes its state under its one lock: the stage and wait hooks that
+    feed it need not run on one thread (an async trainer's replay buffer)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -149,18 +152,20 @@ class StepAccount:
             self.last_pools = None
 
     def stage_started(self, span_id: int, parent_id: int | None) -> None:
-        if self._step_id is not None and parent_id == self._step_id:
-            self._open[span_id] = time.perf_counter()
+        with self._lock:
+            if self._step_id is not None and parent_id == self._step_id:
+                self._open[span_id] = time.perf_counter()
 
     def wait_ended(self, seconds: float) -> None:
-        if self._step_id is not None and self._open:
-            self._waiting_in_stage += seconds
+        with self._lock:
+            if self._step_id is not None and self._open:
+                self._waiting_in_stage += seconds
 
     def stage_ended(self, span_id: int, stage: str) -> None:
-        start = self._open.pop(span_id, None)
-        if start is None:
-            return
         with self._lock:
+            start = self._open.pop(span_id, None)
+            if start is None:
+                return
             seconds = time.perf_counter() - start
             waiting = min(self._waiting_in_stage, seconds)
             self._waiting_in_stage = 0.0

@@ -12,13 +12,16 @@ WARNING log record, the ``verl.guard.triggered`` counter and one console line) a
 * ``stop``: also checkpoint, then end training after that step: v1's loop ends through its own
   condition (``total_training_steps``), v0's at the start of the next step (``GuardStop`` from the
   ``step`` timer); ``fit`` then returns normally, so verl's end of training, the final flush and
-  rc 0 follow, and ``trainer.resume_mode=auto`` resumes from that checkpoint.
+  rc 0 follow, and ``trainer.resume_mode=auto`` resumes from that checkpoint. When that checkpoint
+  cannot be saved, training still stops (the values that fired are bad), and the console line and
+  a WARNING say that it stopped without one.
 
 A guard error never stops training: it is logged once and the step goes on.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -26,15 +29,17 @@ from typing import Any
 
 from opentelemetry import trace
 
-from otel_verl import semconv
+from otel_verl import private_api, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
+from otel_verl.package import package_version
 from otel_verl.process.state import PROCESS
 
+_log = logging.getLogger("otel_verl")
 TRAINING_STEP_KEY = "training/global_step"  # both drivers log it with every training step's values
 
 
@@ -48,6 +53,7 @@ class _Guard:
         self.rules_load: RulesLoad | None = None  # the user's rules file, read off the training thread
         self.stop_reason: str | None = None
         self.stopped_after: int | None = None
+        self.without_checkpoint: str | None = None  # why a stop has no checkpoint of its step
 
 
 _GUARD = _Guard()
@@ -138,27 +144,60 @@ def _report(firings: list[Firing], action: str, checkpoint: str | None) -> None:
     span.end()
 
 
-def _checkpoint(trainer: Any, step: int) -> str | None:
-    """verl's own checkpoint of this step (skipped when verl just saved it itself)."""
-    folder = os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{step}")
-    if not os.path.isdir(folder):
-        try:
-            trainer._save_checkpoint()  # noqa: SLF001 - verl's checkpoint path, as its fit loop calls it
-        except Exception:  # noqa: BLE001 - the guard must not end training by itself
-            warn_once("guard checkpoint", "the guard could not save a checkpoint at step %s", step, exc_info=True)
-            return None
-    return folder
+def _checkpoint(trainer: Any, step: int) -> tuple[str | None, str | None]:
+    """verl's own checkpoint of this step (skipped when verl just saved it itself): ``(folder, None)``,
+    or ``(None, why not)`` when it could not be saved. Never raises: whatever fails here (verl's
+    ``_save_checkpoint``, or a verl config without the folder it names) must not reach ``Tracking.log``."""
+    try:
+        folder = os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{step}")
+        if not os.path.isdir(folder):
+            # verl's checkpoint path, as its fit loop calls it (a private name: said with verl's version)
+            save = private_api.attribute(
+                trainer,
+                "_save_checkpoint",
+                name=f"{type(trainer).__name__}._save_checkpoint",
+                dists=("verl",),
+                effect="the guard saves no checkpoint",
+            )
+            if save is None:
+                return None, f"verl {package_version('verl')} has no {type(trainer).__name__}._save_checkpoint"
+            save()
+        return folder, None
+    except Exception as exc:  # noqa: BLE001 - the guard must not end training by itself
+        warn_once("guard checkpoint", "the guard could not save a checkpoint at step %s", step, exc_info=True)
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 @safe("guard stop request")
-def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None) -> None:
+def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None, failure: str | None) -> None:
+    """End training after this step, and say so, with the checkpoint or clearly without one."""
     step = firings[0].step
+    try:
+        # v1's loop runs while global_steps <= total_training_steps: after this step it ends by itself
+        trainer.total_training_steps = step
+    except Exception:  # noqa: BLE001 - the guard must not end training by itself
+        warn_once(
+            "guard stop", "the guard could not stop training after step %s; training goes on", step, exc_info=True
+        )
+        return
     _GUARD.stop_reason = "; ".join(f.describe() for f in firings)
     _GUARD.stopped_after = step
-    # v1's loop runs while global_steps <= total_training_steps: after this step it ends by itself
-    trainer.total_training_steps = step
-    where = f"; checkpoint {checkpoint}" if checkpoint else ""
-    print(f"otel-verl guard: stopping training after step {step}{where}", file=sys.stdout, flush=True)
+    if checkpoint is not None:
+        print(
+            f"otel-verl guard: stopping training after step {step}; checkpoint {checkpoint}",
+            file=sys.stdout,
+            flush=True,
+        )
+        return
+    # The values that fired are bad either way: stop, and say that no checkpoint of this step exists.
+    _GUARD.without_checkpoint = failure or "not saved"
+    text = (
+        f"otel-verl guard: stopping training after step {step} WITHOUT a checkpoint of that step "
+        f"(saving it failed: {_GUARD.without_checkpoint}); trainer.resume_mode=auto resumes from "
+        "verl's last own checkpoint, if any"
+    )
+    print(text, file=sys.stdout, flush=True)
+    _log.warning(text)
 
 
 def _guard_after_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -170,10 +209,10 @@ def _guard_after_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     evaluated = _evaluate(kwargs["data"] if "data" in kwargs else (args[0] if args else {}))
     if evaluated and evaluated[1]:
         step, firings = evaluated
-        checkpoint = _checkpoint(trainer, step) if action in ("checkpoint", "stop") else None
+        checkpoint, failure = _checkpoint(trainer, step) if action in ("checkpoint", "stop") else (None, None)
         _report(firings, action, checkpoint)
         if action == "stop":
-            _request_stop(trainer, firings, checkpoint)
+            _request_stop(trainer, firings, checkpoint, failure)
     return result
 
 
@@ -191,7 +230,8 @@ def _fit_until_guard_stop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     try:
         return wrapped(*args, **kwargs)
     except GuardStop as stop:
-        print(f"otel-verl guard: training stopped after step {_GUARD.stopped_after}: {stop}", flush=True)
+        without = f" (no checkpoint of that step: {_GUARD.without_checkpoint})" if _GUARD.without_checkpoint else ""
+        print(f"otel-verl guard: training stopped after step {_GUARD.stopped_after}{without}: {stop}", flush=True)
         return None
 
 

@@ -9,7 +9,6 @@ of the package that owns it; training is unaffected.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import inspect
 import sys
 from collections.abc import Callable
@@ -20,14 +19,7 @@ import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
 from otel_verl._safe import warn_once
-
-
-def package_version(dist: str) -> str:
-    """The installed version of ``dist`` (``verl``, ``ray``), or ``unknown``."""
-    try:
-        return importlib.metadata.version(dist)
-    except Exception:  # noqa: BLE001
-        return "unknown"
+from otel_verl.package import package_version
 
 
 @dataclass(frozen=True)

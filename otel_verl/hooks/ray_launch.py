@@ -46,11 +46,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from otel_verl import config, redact
+from otel_verl import config, private_api, redact
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
+from otel_verl.package import PYTHON
 
 _OWN_SETTINGS = frozenset(
     v for k, v in vars(config).items() if k.isupper() and isinstance(v, str) and v.startswith("OTEL_VERL_")
@@ -113,6 +114,7 @@ def otel_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 SYSTEM_METRICS = "system_metrics"  # its entry point name
+VERL_RUN_PPO = ("verl.trainer.main_ppo", "run_ppo")  # verl's launcher: calls ray.init with `config` in scope
 
 
 def _without_system_metrics() -> None:
@@ -125,16 +127,28 @@ def _without_system_metrics() -> None:
         os.environ[config.DISABLED_INSTRUMENTATIONS] = ",".join([*names, SYSTEM_METRICS])
 
 
+_NAMES_EFFECT = "the run's project and experiment come only from OTEL_VERL_PROJECT / OTEL_VERL_EXPERIMENT"
+
+
 def _run_names_from_caller() -> None:
     """Project and experiment for every process's resource, from verl's launcher.
 
     verl's ``run_ppo(config, ...)`` calls ``ray.init``; its ``config`` is the only place the
     launcher knows them before any Ray process starts. Best effort: variables the user set win.
+    Both ``sys._getframe`` and verl's local name are private: without them (said once, with the
+    versions) the names come from the environment only, as when ``ray.init`` is the user's own.
     """
-    frame = sys._getframe(1)
+    getframe = private_api.attribute(sys, "_getframe", name="sys._getframe", dists=(PYTHON,), effect=_NAMES_EFFECT)
+    if getframe is None:
+        return
+    frame = getframe(1)
+    caller = None  # the frame that called ray.init: the first one that is not ours or wrapt's
     for _ in range(8):
         if frame is None:
-            return
+            break
+        module = str(frame.f_globals.get("__name__", ""))
+        if caller is None and not module.startswith(("otel_verl.", "wrapt")):
+            caller = frame
         trainer_cfg = getattr(frame.f_locals.get("config"), "trainer", None)
         get = getattr(trainer_cfg, "get", None)
         if callable(get):
@@ -145,6 +159,15 @@ def _run_names_from_caller() -> None:
             config.settings.cache_clear()
             return
         frame = frame.f_back
+    if (
+        caller is not None
+        and caller.f_code.co_name == VERL_RUN_PPO[1]
+        and caller.f_globals.get("__name__") == VERL_RUN_PPO[0]
+    ):
+        # verl's own launcher, without the local it had: verl renamed it
+        private_api.missing(
+            f"{VERL_RUN_PPO[0]}.{VERL_RUN_PPO[1]}'s local `config` (with `trainer`)", ("verl",), _NAMES_EFFECT
+        )
 
 
 @safe("ray runtime_env")
@@ -173,12 +196,21 @@ def _auto_instrumentation_dir() -> str | None:
 
 
 def _starts_local_cluster(kwargs: dict[str, Any]) -> bool:
-    """Whether this ``ray.init`` starts a new local cluster (its daemons are children of this process)."""
-    try:
-        from ray._private.services import canonicalize_bootstrap_address  # private: a failure means "no"
+    """Whether this ``ray.init`` starts a new local cluster (its daemons are children of this process).
 
-        return canonicalize_bootstrap_address(kwargs.get("address"), kwargs.get("_temp_dir")) is None
-    except Exception:  # noqa: BLE001 - renamed in a Ray release, or no cluster at that address
+    False when it cannot tell: Ray's daemons then keep the launcher's ``PYTHONPATH`` (they pay the
+    sitecustomize's start-up cost), where a wrong True would leave them without it on a cluster."""
+    canonicalize = private_api.import_attribute(
+        "ray._private.services",
+        "canonicalize_bootstrap_address",
+        dists=("ray",),
+        effect="Ray's own processes keep opentelemetry-instrument's start-up cost",
+    )
+    if canonicalize is None:
+        return False
+    try:
+        return canonicalize(kwargs.get("address"), kwargs.get("_temp_dir")) is None
+    except Exception:  # noqa: BLE001 - no cluster at that address: ray.init itself says so
         return False
 
 

@@ -25,7 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from otel_verl import propagation, semconv
+from otel_verl import private_api, propagation, semconv
 from otel_verl._safe import safe
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
@@ -167,15 +167,30 @@ class _LazyWorkerWrapper:
         return self._impl(wrapped, instance, args, kwargs)
 
 
+# What verl's RayWorkerGroup puts into each worker actor's environment (private to verl):
+WG_PREFIX = "WG_PREFIX"  # the worker group's name prefix: this process is a worker-group actor
+WG_BACKEND = "WG_BACKEND"  # set with it ("ray"); verl's own Worker reads it
+
+
 def in_worker_actor() -> bool:
     """True in a verl worker-group actor: verl gives each one ``WG_PREFIX`` in its env.
 
     The worker classes are patched only there. The driver (TaskRunner) has no use for
     those wrappers, and Ray pickles the worker classes from the driver by value-or-reference:
     a wrapped method there would no longer resolve by reference and drag a module's globals
-    (torch config modules) into the pickle, which fails.
+    (torch config modules) into the pickle, which fails. So when it cannot tell (a verl that
+    sets ``WG_BACKEND`` but no longer ``WG_PREFIX``: said once, with verl's version) the answer
+    is no: that worker's spans are lost, the driver is never patched.
     """
-    return "WG_PREFIX" in os.environ
+    if WG_PREFIX in os.environ:
+        return True
+    if WG_BACKEND in os.environ:
+        private_api.missing(
+            f"{WG_PREFIX} in a worker actor's environment ({WG_BACKEND} is there)",
+            ("verl",),
+            "the worker ranks' verl.worker.* spans are off",
+        )
+    return False
 
 
 HOOKS = (

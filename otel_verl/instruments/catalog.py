@@ -156,6 +156,14 @@ OVERHEAD_CPU_TIME = InstrumentSpec(
     "CPU time spent by otel-verl itself in this process: its threads, and its hooks on verl's threads",
 )
 
+# Observable: the counts are kept by the bounded queues themselves (``process.drops``), read at export.
+TELEMETRY_DROPPED = InstrumentSpec(
+    semconv.M_TELEMETRY_DROPPED,
+    OBSERVABLE_COUNTER,
+    "{item}",
+    "Telemetry otel-verl dropped in this process because a bounded queue was full (otel_verl.dropped.kind)",
+)
+
 ALL: tuple[InstrumentSpec, ...] = (
     TRAINING_STEP,
     TRAINING_STEPS,
@@ -185,6 +193,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     HW_TEMPERATURE,
     PROCESS_GPU_MEMORY_USAGE,
     OVERHEAD_CPU_TIME,
+    TELEMETRY_DROPPED,
 )
 
 

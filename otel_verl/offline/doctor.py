@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 from otel_verl import config
 from otel_verl.offline import endpoints
 from otel_verl.offline.errors import CommandError
-from otel_verl.package import _instruments
+from otel_verl.package import _instruments, installed_version, package_version
 
 if TYPE_CHECKING:
     from otel_verl.hooks.hookset import Hook
@@ -73,11 +73,7 @@ class Checks:
 
 
 def _version(dist: str) -> str | None:
-    # None when not installed (hooks.hookset.package_version says "unknown", also for a broken install).
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version(dist)  # None when not installed
 
 
 def check_verl(r: Checks) -> bool:
@@ -301,7 +297,6 @@ def check_hooks(r: Checks, hooks: Sequence[Hook] | None = None) -> None:
     # Imported here: the hooks import wrapt and the instrumentation package, which the other
     # checks (and the other otel-verl commands) do not need.
     from otel_verl.hooks import all_hooks
-    from otel_verl.hooks.hookset import package_version
 
     version = package_version("verl")
     caught: list[warnings.WarningMessage] = []

@@ -210,7 +210,6 @@ def plan(binaries: dict[str, str], config_dir: Path, data_dir: Path, ports: dict
                 "--storage.tsdb.retention.time=30d",
                 "--web.enable-otlp-receiver",
                 "--web.enable-remote-write-receiver",
-                "--web.enable-lifecycle",
                 "--enable-feature=exemplar-storage",
                 f"--web.listen-address={HOST}:{p['prometheus']}",
             ],

@@ -26,7 +26,8 @@ and reward workers, and Ray's own daemons). In each:
    once: no rebuild (and no new thread) per hook call.
 5. **Instruments.** Created once per process on its meter (``otel_verl.instruments``); worker
    processes add their ``process.*`` and ``hw.gpu.*`` gauges (``worker_metrics``); every pipeline
-   carries otel-verl's own CPU, ``otel_verl.overhead.cpu_time`` (``overhead``).
+   carries otel-verl's own CPU, ``otel_verl.overhead.cpu_time`` (``overhead``), and what its bounded
+   queues had to drop, ``otel_verl.telemetry.dropped`` (``drops``).
 6. **Every step.** Logged values are recorded and exported in order by one background thread
    (``Telemetry.submit``, ``background.OrderedWorker``); spans are flushed without waiting.
 7. **The end.** At the end of ``fit`` and at exit, a flush and shutdown bounded together by

@@ -2,8 +2,9 @@
 
 The one bounded queue-plus-thread of otel-verl: the step recorder (``Telemetry.submit``), the span
 flusher and the step metric reader's exports all run on one each. Bounded: when full, the oldest
-item is dropped (and counted), so a stuck exporter never grows memory or blocks the training
-thread that submits.
+item is dropped, so a stuck exporter never grows memory or blocks the training thread that
+submits. A queue of data names what it holds (``drops``): each drop is then counted and said
+(``otel_verl.process.drops``); one of requests that coalesce (the flusher's) names nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from otel_verl.process import drops
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -28,6 +31,7 @@ class OrderedWorker(Generic[T]):
         idle_s: float | None = None,
         on_idle: Callable[[], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
+        drops: str | None = None,
     ) -> None:
         self._name = name
         self._handle = handle
@@ -39,6 +43,7 @@ class OrderedWorker(Generic[T]):
         self._on_idle = on_idle
         self._on_error = on_error
         self._thread: threading.Thread | None = None
+        self._drops = drops  # semconv.DROPPED_*: what a drop loses, or None (a coalescing queue)
         self.dropped = 0
 
     def start(self) -> None:
@@ -55,11 +60,14 @@ class OrderedWorker(Generic[T]):
         with self._cv:
             if self._stopped:
                 return
-            if len(self._items) == self._items.maxlen:
+            full = len(self._items) == self._items.maxlen
+            if full:
                 self.dropped += 1
             self._items.append(item)
             self._start_locked()
             self._cv.notify_all()
+        if full and self._drops is not None:
+            drops.dropped(self._drops, self.capacity)  # outside the lock: it may log
 
     @property
     def pending(self) -> int:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from otel_verl import semconv
+from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import settings
 from otel_verl.process.resource import Identity
@@ -46,13 +46,24 @@ PROMOTED_RESOURCE_ATTRIBUTES = (
 
 def exporter_classes(signal: str) -> dict[str, type]:
     """Exporter classes named by ``OTEL_<SIGNAL>_EXPORTER`` (default ``otlp``, as the distro does)."""
-    # The SDK's own resolution (private helpers, stable since 1.2x): the same names and entry
-    # points as ``opentelemetry-instrument`` itself, instead of a copy of its rules.
-    from opentelemetry.sdk._configuration import _get_exporter_entry_point, _import_exporters
-
     raw = os.environ.get(f"OTEL_{signal.upper()}_EXPORTER")
     raw = "otlp" if raw is None else raw
     if raw.strip().lower() in ("", "none"):
+        return {}
+    # The SDK's own resolution (private helpers, stable since 1.2x): the same names and entry
+    # points as ``opentelemetry-instrument`` itself, instead of a copy of its rules. Without them
+    # (said once, with the SDK's version) this signal has no exporter: telemetry off, training on.
+    resolve = [
+        private_api.import_attribute(
+            "opentelemetry.sdk._configuration",
+            name,
+            dists=("opentelemetry-sdk",),
+            effect=f"no {signal} are exported from this process",
+        )
+        for name in ("_get_exporter_entry_point", "_import_exporters")
+    ]
+    _get_exporter_entry_point, _import_exporters = resolve
+    if _get_exporter_entry_point is None or _import_exporters is None:
         return {}
     names = [_get_exporter_entry_point(n.strip(), signal) for n in raw.split(",") if n.strip()]  # type: ignore[arg-type]
     found = _import_exporters(*[names if signal == sig else [] for sig in SIGNALS])

@@ -7,8 +7,10 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from otel_verl import semconv
+from otel_verl import private_api, semconv
+from otel_verl._safe import warn_once
 from otel_verl.config import settings
+from otel_verl.package import package_version
 from otel_verl.version import __version__
 
 if TYPE_CHECKING:
@@ -31,18 +33,38 @@ class Identity:
         return self.role if self.rank is None else f"{self.role}{self.rank}"
 
 
+UNKNOWN_ACTOR = "<unknown>"  # a Ray actor whose class this Ray no longer tells (see ray_actor_class)
+
+
 def ray_actor_class() -> str | None:
-    """The class name of the Ray actor this process runs (``TaskRunner``, ``AgentLoopWorker``...),
-    or None (not an actor, or not created yet; or Ray moved this private name)."""
+    """The class name of the Ray actor this process runs (``TaskRunner``, ``AgentLoopWorker``...);
+    None when it is not an actor (the driver, Ray not started or not a Ray process); and
+    ``UNKNOWN_ACTOR`` when it is one but its class cannot be told (Ray moved the private name that
+    says it, said once with Ray's version). Callers decide what is safe when they cannot tell."""
     try:
         import ray
-
+    except ImportError:
+        return None
+    try:
         if not ray.is_initialized():  # get_runtime_context() would start a local Ray cluster (auto-init)
             return None
-        handle = ray.get_runtime_context().current_actor
-        return str(handle._ray_actor_creation_function_descriptor.class_name)  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - not an actor (the driver): the pid still says who
-        return None
+        context = ray.get_runtime_context()
+        if context.get_actor_id() is None:  # public: None outside an actor (the driver)
+            return None
+        handle = context.current_actor
+    except Exception:  # noqa: BLE001 - a Ray whose public runtime context changed: an actor we cannot name
+        warn_once(
+            "ray actor class", "cannot tell this Ray actor's class (ray %s)", package_version("ray"), exc_info=True
+        )
+        return UNKNOWN_ACTOR
+    name = private_api.attribute(
+        handle,
+        "_ray_actor_creation_function_descriptor.class_name",
+        name="ActorHandle._ray_actor_creation_function_descriptor.class_name",
+        dists=("ray",),
+        effect="this actor's class is unknown: verl's agent-loop and reward-loop hooks stay off in it",
+    )
+    return UNKNOWN_ACTOR if name is None else str(name)
 
 
 def build_resource(identity: Identity) -> Resource:

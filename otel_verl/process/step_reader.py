@@ -7,16 +7,19 @@ exactly the step's) and hands the batch to a background thread that exports it. 
 thread also collects every interval, like ``PeriodicExportingMetricReader``.
 
 The queue is bounded (``MAX_PENDING`` batches): with a dead endpoint the oldest batches are
-dropped, so memory stays flat, and nothing the exporter does can stall training.
+dropped (counted in ``otel_verl.telemetry.dropped`` and said once: ``drops``), so memory stays
+flat, and nothing the exporter does can stall training.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
 
+from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.process.background import OrderedWorker
 
@@ -38,10 +41,22 @@ def _interval_ms() -> float:
 
 class StepMetricReader(MetricReader):
     def __init__(self, exporter: MetricExporter, export_interval_millis: float | None = None) -> None:
-        super().__init__(
-            preferred_temporality=exporter._preferred_temporality,  # noqa: SLF001 - as the SDK's own readers do
-            preferred_aggregation=exporter._preferred_aggregation,  # noqa: SLF001
-        )
+        # The exporter's preferences, as the SDK's own readers take them (private attributes):
+        # without them (said once, with the SDK's version) the reader's defaults apply, cumulative
+        # temporality and default aggregation, which every OTLP backend takes.
+        preferences: dict[str, Any] = {}
+        for what in ("temporality", "aggregation"):
+            preferences[f"preferred_{what}"] = private_api.attribute(
+                exporter,
+                f"_preferred_{what}",
+                name=f"MetricExporter._preferred_{what}",
+                dists=("opentelemetry-sdk",),
+                effect="the step metric reader uses the SDK's default temporality and aggregation",
+            )
+            if preferences[f"preferred_{what}"] is None:
+                preferences = {}  # both defaults, said once
+                break
+        super().__init__(**preferences)
         self._exporter = exporter
         self._stopped = False
         self._worker: OrderedWorker[MetricsData] = OrderedWorker(
@@ -50,6 +65,7 @@ class StepMetricReader(MetricReader):
             MAX_PENDING,
             idle_s=(export_interval_millis or _interval_ms()) / 1000.0,
             on_idle=self._collect_periodically,
+            drops=semconv.DROPPED_METRIC_EXPORT,
         )
         self._worker.start()
 

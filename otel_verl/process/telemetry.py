@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
-from otel_verl.process import exporters, logs, sdk_log_throttle
+from otel_verl.process import drops, exporters, logs, sdk_log_throttle
 from otel_verl.process.background import OrderedWorker
 from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.resource import Identity, build_resource
@@ -74,13 +74,16 @@ class Telemetry:
         self._shut_down = False
         self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
         # Step metrics are recorded off the training thread, in order (see submit).
-        self._recorder: OrderedWorker[Callable[[], None]] = OrderedWorker("otel-verl-record", _call, MAX_PENDING_STEPS)
+        self._recorder: OrderedWorker[Callable[[], None]] = OrderedWorker(
+            "otel-verl-record", _call, MAX_PENDING_STEPS, drops=semconv.DROPPED_STEP
+        )
         # Span flush requests coalesce: one waiting request is enough, and one that a flush
         # begun after it already covered is skipped (``_force_flush_spans``).
         self._flusher: OrderedWorker[None] = OrderedWorker("otel-verl-flusher", self._force_flush_spans, 1)
         self._flush_asked = 0.0  # time.monotonic() of the latest request_flush
         self._flush_began = -SPAN_FLUSH_GAP_S  # of the latest span flush
         self._flush_now = threading.Event()  # a request that does not wait: ends a coalescing wait
+        drops.register_dropped_metric(self.meter)  # what this process's queues had to drop
 
     @property
     def owned(self) -> bool:

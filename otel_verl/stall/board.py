@@ -2,8 +2,8 @@
 
 The TaskRunner writes it, every verl process of the job reads it (on any host of the cluster:
 the GCS is the one place they all reach). Ray's key-value API is private
-(``ray.experimental.internal_kv``); when it is missing, the stall doctor says so once, with Ray's
-version, and stays off.
+(``ray.experimental.internal_kv``, looked up through ``otel_verl.private_api``); when it is missing,
+the stall doctor says so once, with Ray's version, and stays off.
 """
 
 from __future__ import annotations
@@ -11,27 +11,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from otel_verl._safe import warn_once
-from otel_verl.hooks.hookset import package_version
+from otel_verl import private_api
 
 NAMESPACE = "otel_verl"
+_KV = "ray.experimental.internal_kv"
+_OFF = "the stall doctor is off"
 
 
-def _kv() -> Any:
-    try:
-        from ray.experimental import internal_kv
-
-        if not internal_kv._internal_kv_initialized():  # noqa: SLF001 - not in a Ray worker (yet)
-            return None
-        return internal_kv
-    except Exception:  # noqa: BLE001
-        warn_once(
-            "stall board",
-            "Ray %s has no usable internal_kv; the stall doctor is off",
-            package_version("ray"),
-            exc_info=True,
-        )
-        return None
+def _kv() -> tuple[Any, Any] | None:
+    """Ray's private key-value ``(put, get)``, or None: not in a Ray process yet, or Ray renamed them
+    (said once with Ray's version; the stall doctor is then off, training is unaffected)."""
+    found = []
+    for name in ("_internal_kv_initialized", "_internal_kv_put", "_internal_kv_get"):
+        value = private_api.import_attribute(_KV, name, dists=("ray",), effect=_OFF)
+        if value is None:
+            return None  # the first missing name is said; the doctor is off either way
+        found.append(value)
+    initialized, put, get = found
+    return (put, get) if initialized() else None
 
 
 def _key(run_id: str) -> bytes:
@@ -42,7 +39,7 @@ def publish(run_id: str, state: dict[str, Any]) -> bool:
     kv = _kv()
     if kv is None:
         return False
-    kv._internal_kv_put(_key(run_id), json.dumps(state).encode(), overwrite=True, namespace=NAMESPACE)  # noqa: SLF001
+    kv[0](_key(run_id), json.dumps(state).encode(), overwrite=True, namespace=NAMESPACE)
     return True
 
 
@@ -50,7 +47,7 @@ def read(run_id: str) -> dict[str, Any] | None:
     kv = _kv()
     if kv is None:
         return None
-    raw = kv._internal_kv_get(_key(run_id), namespace=NAMESPACE)  # noqa: SLF001
+    raw = kv[1](_key(run_id), namespace=NAMESPACE)
     if not raw:
         return None
     try:

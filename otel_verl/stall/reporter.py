@@ -15,7 +15,7 @@ from typing import Any
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.process.resource import ray_actor_class
+from otel_verl.process.resource import UNKNOWN_ACTOR, ray_actor_class
 from otel_verl.process.state import PROCESS
 from otel_verl.stall import board, stacks
 
@@ -58,7 +58,7 @@ class Reporter:
         actor = ray_actor_class()
         if PROCESS.identity.role == semconv.ROLE_UNKNOWN:  # no hook named it: a rollout server, the driver...
             PROCESS.identify(role=semconv.ROLE_RAY_ACTOR if actor else semconv.ROLE_LAUNCHER)
-        return stacks.report(state, actor)
+        return stacks.report(state, None if actor == UNKNOWN_ACTOR else actor)
 
 
 REPORTER = Reporter()

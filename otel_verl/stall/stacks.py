@@ -17,16 +17,24 @@ from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from otel_verl import semconv
+from otel_verl import private_api, semconv
+from otel_verl.package import PYTHON
 from otel_verl.process.state import PROCESS
 
 OWN_THREADS = ("otel-verl-stall",)  # our own reporter thread: not what anyone is stuck in
 
 
 def format_stacks() -> str:
+    # The documented way to see every thread's frame, but CPython's (an underscore name):
+    # without it (said once, with the interpreter's version) there are no stacks to report.
+    current_frames = private_api.attribute(
+        sys, "_current_frames", name="sys._current_frames", dists=(PYTHON,), effect="no thread stacks are reported"
+    )
+    if current_frames is None:
+        return ""
     names = {t.ident: t.name for t in threading.enumerate()}
     parts = []
-    for ident, frame in sys._current_frames().items():  # noqa: SLF001 - the documented way to see all threads
+    for ident, frame in current_frames().items():
         name = names.get(ident, "?")
         if name in OWN_THREADS:
             continue

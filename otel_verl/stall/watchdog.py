@@ -81,16 +81,21 @@ class Watchdog:
 
     def start(self) -> None:
         if self._thread is None and limit_s() is not None and settings().run_id:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="otel-verl-stall-watch", daemon=True)
+            # Each thread gets an event of its own: a stopped one still waiting must see it set,
+            # never cleared again by the next start (two watchdogs would then run).
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="otel-verl-stall-watch", daemon=True
+            )
             self._thread.start()
 
     def stop(self) -> None:
+        """End of ``fit``, ``uninstrument()``: the thread ends at its next wake-up."""
         self._stop.set()
         self._thread = None
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval()):
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(self._interval()):
             self.check()
 
     @staticmethod

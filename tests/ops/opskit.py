@@ -47,6 +47,8 @@ DASHBOARD_FILES = sorted((COLLECTOR / "grafana" / "dashboards").glob("*.json"))
 DATASOURCES_FILE = COLLECTOR / "grafana" / "provisioning" / "datasources" / "datasources.yaml"
 DASHBOARD_PROVIDERS_FILE = COLLECTOR / "grafana" / "provisioning" / "dashboards" / "dashboards.yaml"
 OTELCOL_CONFIG = COLLECTOR / "otelcol-config.yaml"
+OTELCOL_REMOTE = COLLECTOR / "otelcol-remote.yaml"  # overlay: TLS + bearer token for other nodes
+BUILDER_CONFIG = COLLECTOR / "builder-config.yaml"
 COMPOSE_FILE = COLLECTOR / "compose.yaml"
 PROM_CONFIG = PROM_DIR / "prometheus.yml"
 ALERTMANAGER_CONFIG = COLLECTOR / "alertmanager" / "alertmanager.yml"
@@ -96,8 +98,25 @@ def expand_env_defaults(value, env: dict[str, str] | None = None):
 
 
 def load_otelcol_config(env: dict[str, str] | None = None) -> dict:
-    """otelcol-config.yaml as the Collector sees it under compose (or under ``env``)."""
+    """otelcol-config.yaml as the Collector sees it with no variable set (or under ``env``)."""
     return expand_env_defaults(load_yaml(OTELCOL_CONFIG), env)
+
+
+def merge_configs(base: Any, overlay: Any) -> Any:
+    """Two Collector config files as ``--config=A --config=B`` merges them: maps key by key, and
+    anything else (a list, a scalar) of the later file replaces the earlier one."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        return {
+            k: merge_configs(base[k], overlay[k]) if k in base and k in overlay else overlay.get(k, base.get(k))
+            for k in {**base, **overlay}
+        }
+    return overlay
+
+
+def compose_otelcol_env() -> dict[str, str]:
+    """The variables compose.yaml gives the otelcol container."""
+    env = load_yaml(COMPOSE_FILE)["services"]["otelcol"].get("environment") or {}
+    return {str(k): str(v) for k, v in env.items()}
 
 
 def read_name_list(path: Path) -> list[str]:

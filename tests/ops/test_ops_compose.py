@@ -86,3 +86,12 @@ def test_backend_hostnames_are_services(compose):
 def test_otelcol_waits_for_backends(compose):
     deps = compose["services"]["otelcol"]["depends_on"]
     assert {"prometheus", "tempo", "loki"} <= set(deps)
+
+
+def test_no_admin_or_shutdown_for_whoever_reaches_a_port(compose):
+    """127.0.0.1 is every user of a shared login node: no anonymous Grafana Admin by default, and
+    no Prometheus lifecycle API (POST /-/quit); otel-verl stack runs Prometheus with these flags too."""
+    assert "--web.enable-lifecycle" not in compose["services"]["prometheus"]["command"]
+    grafana = compose["services"]["grafana"]["environment"]
+    role = re.fullmatch(r"\$\{GRAFANA_ANONYMOUS_ROLE:-(\w+)\}", grafana["GF_AUTH_ANONYMOUS_ORG_ROLE"])
+    assert role is not None and role.group(1) in ("Viewer", "Editor"), grafana["GF_AUTH_ANONYMOUS_ORG_ROLE"]

@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import copy
+import os
+import re
 import shutil
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
 
 import pytest
 from opskit import (
+    BUILDER_CONFIG,
     COMPOSE_FILE,
     OTELCOL_CONFIG,
+    OTELCOL_REMOTE,
     backends_dir,
+    compose_otelcol_env,
+    expand_env_defaults,
+    free_ports,
     load_otelcol_config,
     load_yaml,
+    merge_configs,
+    poll_until,
     run_tool,
     wait_for_backend_build,
 )
@@ -216,9 +229,67 @@ def test_no_loki_exporter_and_current_exporter_names(cfg):
 
 
 def test_receivers_listen_on_standard_ports(cfg):
-    protocols = cfg["receivers"]["otlp"]["protocols"]
-    assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"
+    protocols = load_otelcol_config(compose_otelcol_env())["receivers"]["otlp"]["protocols"]
+    assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317"  # inside compose's container
     assert protocols["http"]["endpoint"] == "0.0.0.0:4318"
+
+
+def _listen_hosts(cfg: dict) -> list[str]:
+    protocols = cfg["receivers"]["otlp"]["protocols"]
+    prometheus = cfg["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]
+    return [
+        protocols["grpc"]["endpoint"].rsplit(":", 1)[0],
+        protocols["http"]["endpoint"].rsplit(":", 1)[0],
+        cfg["extensions"]["health_check"]["endpoint"].rsplit(":", 1)[0],
+        prometheus["host"],
+    ]
+
+
+def test_the_file_as_it_is_listens_on_this_host_only(cfg):
+    """``otelcol-verl --config=otelcol-config.yaml`` with nothing set must not listen on every interface."""
+    assert _listen_hosts(cfg) == ["127.0.0.1"] * 4
+    defaults = re.findall(r"\$\{env:OTELCOL_LISTEN_HOST:-([^}]*)\}", OTELCOL_CONFIG.read_text())
+    assert len(defaults) == 4 and set(defaults) == {"127.0.0.1"}
+    assert compose_otelcol_env()["OTELCOL_LISTEN_HOST"] == "0.0.0.0"  # compose sets its container's itself
+    assert _listen_hosts(load_otelcol_config(compose_otelcol_env())) == ["0.0.0.0"] * 4
+
+
+# What otelcol-remote.yaml needs: the files exist only on the machine that runs it.
+REMOTE_ENV = {
+    "OTELCOL_TLS_CERT_FILE": "/etc/otelcol/tls/cert.pem",
+    "OTELCOL_TLS_KEY_FILE": "/etc/otelcol/tls/key.pem",
+    "OTELCOL_BEARER_TOKEN_FILE": "/etc/otelcol/token",
+}
+
+
+def test_the_remote_overlay_puts_tls_and_a_bearer_token_on_both_receivers(cfg):
+    remote = merge_configs(cfg, expand_env_defaults(load_yaml(OTELCOL_REMOTE), REMOTE_ENV))
+    assert check_collector_config(remote) == []
+    (auth,) = [e for e in remote["extensions"] if component_type(e) == "bearertokenauth"]
+    assert remote["extensions"][auth] == {"filename": "/etc/otelcol/token"}
+    assert set(cfg["service"]["extensions"]) < set(remote["service"]["extensions"])  # the base list, repeated
+    for name, protocol in remote["receivers"]["otlp"]["protocols"].items():
+        assert protocol["auth"] == {"authenticator": auth}, name
+        assert protocol["tls"]["cert_file"] == REMOTE_ENV["OTELCOL_TLS_CERT_FILE"], name
+        assert protocol["tls"]["key_file"] == REMOTE_ENV["OTELCOL_TLS_KEY_FILE"], name
+        assert protocol["endpoint"].startswith("0.0.0.0:"), name
+    # only the receivers are for other nodes: health check and self-metrics stay on this host
+    assert _listen_hosts(remote)[2:] == ["127.0.0.1", "127.0.0.1"]
+    # the overlay has no defaults for the files: a Collector without them must not start
+    with pytest.raises(AssertionError, match="has no default"):
+        expand_env_defaults(load_yaml(OTELCOL_REMOTE))
+
+
+def _contrib_version(gomod: str) -> str:
+    return gomod.rsplit(" ", 1)[1]
+
+
+def test_the_built_collector_has_the_auth_extension_at_the_contrib_release():
+    builder = load_yaml(BUILDER_CONFIG)
+    modules = [m["gomod"] for kind in ("receivers", "processors", "exporters", "extensions") for m in builder[kind]]
+    contrib = [m for m in modules if m.startswith("github.com/open-telemetry/opentelemetry-collector-contrib/")]
+    (auth,) = [m for m in contrib if "/extension/bearertokenauthextension " in m]
+    assert {_contrib_version(m) for m in contrib} == {_contrib_version(auth)}  # one contrib release
 
 
 def test_signal_routing(cfg):
@@ -302,7 +373,155 @@ def test_otelcol_validate():
             "`bash scripts/backends.sh otelcol-verl` has not built one; structure and component "
             "names are checked by the other tests instead"
         )
-    # With the compose defaults, and with the addresses `otel-verl stack up` sets.
-    for env in ({}, STACK_LIKE_ENV):
+    # With the file's defaults, compose's variables, and the addresses `otel-verl stack up` sets.
+    for env in ({}, compose_otelcol_env(), STACK_LIKE_ENV):
         res = run_tool([binary, "validate", f"--config={OTELCOL_CONFIG}"], env=env)
         assert res.returncode == 0, (env, res.stdout + res.stderr)
+
+
+def _collector_with_bearertokenauth() -> str:
+    binary = _collector_binary()
+    if binary is None:
+        pytest.skip("no Collector binary (`bash scripts/backends.sh otelcol-verl` builds one)")
+    if "bearertokenauth" not in run_tool([binary, "components"]).stdout:
+        pytest.skip(
+            f"{binary} predates bearertokenauth in builder-config.yaml: `bash scripts/backends.sh otelcol-verl`"
+        )
+    return binary
+
+
+@pytest.mark.live_stack
+def test_otelcol_validates_the_remote_overlay_and_refuses_it_without_its_files():
+    binary = _collector_with_bearertokenauth()
+    both = [f"--config={OTELCOL_CONFIG}", f"--config={OTELCOL_REMOTE}"]
+    res = run_tool([binary, "validate", *both], env=REMOTE_ENV)
+    assert res.returncode == 0, res.stdout + res.stderr
+    unset = {name: "" for name in REMOTE_ENV}
+    res = run_tool([binary, "validate", *both], env=unset)
+    assert res.returncode != 0
+    assert "certificate and key" in res.stderr and "no bearer token" in res.stderr, res.stderr
+
+
+def _tls_files(folder):
+    """A CA, and a server certificate for localhost / 127.0.0.1 signed by it (PEM files)."""
+    import datetime
+    import ipaddress
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject, key, issuer_key, issuer, *, ca):
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer or name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("otel-verl test CA", ca_key, ca_key, None, ca=True)
+    server = cert("localhost", key, ca_key, ca.subject, ca=False)
+    paths = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key")}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+def _status(method: str, url: str, token: str | None, ca: str | None) -> int:
+    """The HTTP status of an (empty OTLP/JSON) request, or -1 when no HTTP answer came."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = b"{}" if method == "POST" else None
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    context = ssl.create_default_context(cafile=ca) if ca else None
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return -1
+
+
+@pytest.mark.live_stack
+def test_a_remote_collector_takes_otlp_only_over_tls_with_the_token(tmp_path, monkeypatch):
+    """The overlay, run: both receivers refuse a request without the token or in clear, the SDK's
+    own OTLP/gRPC exporter gets through with the documented OTEL_EXPORTER_OTLP_* variables."""
+    binary = _collector_with_bearertokenauth()
+    tls = _tls_files(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    ports = free_ports(["grpc", "http", "health", "metrics"])
+    env = {
+        "OTELCOL_TLS_CERT_FILE": str(tls["cert"]),
+        "OTELCOL_TLS_KEY_FILE": str(tls["key"]),
+        "OTELCOL_BEARER_TOKEN_FILE": str(token),
+        "OTELCOL_REMOTE_LISTEN_HOST": "127.0.0.1",  # a test: this host only
+        "OTELCOL_OTLP_GRPC_PORT": str(ports["grpc"]),
+        "OTELCOL_OTLP_HTTP_PORT": str(ports["http"]),
+        "OTELCOL_HEALTH_PORT": str(ports["health"]),
+        "OTELCOL_METRICS_PORT": str(ports["metrics"]),
+        "OTELCOL_STORAGE_DIR": str(tmp_path / "queue"),
+        # no backends: what is accepted waits in the queue, which is all this test looks at
+        "OTELCOL_METRICS_ENDPOINT": "http://127.0.0.1:9/api/v1/otlp",
+        "OTELCOL_TRACES_ENDPOINT": "127.0.0.1:9",
+        "OTELCOL_LOGS_ENDPOINT": "http://127.0.0.1:9/otlp",
+    }
+    proc = subprocess.Popen(
+        [binary, f"--config={OTELCOL_CONFIG}", f"--config={OTELCOL_REMOTE}"],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "otelcol.log", "wb"),  # noqa: SIM115 - closed with the process
+    )
+    try:
+        health = f"http://127.0.0.1:{ports['health']}/"
+        poll_until("the Collector's health check", lambda: _status("GET", health, None, None) == 200, 60, 0.2)
+        https = f"https://localhost:{ports['http']}/v1/traces"
+        ca = str(tls["ca"])
+        assert _status("POST", https, None, ca) == 401
+        assert _status("POST", https, "wrong", ca) == 401
+        assert _status("POST", https, "s3cret-token", ca) == 200
+        plain = f"http://localhost:{ports['http']}/v1/traces"
+        assert _status("POST", plain, "s3cret-token", None) == 400  # Go's answer to HTTP on a TLS port
+
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"https://localhost:{ports['grpc']}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(tls["ca"]))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+        results = {}
+        for case, headers in (("token", "authorization=Bearer%20s3cret-token"), ("no token", None)):
+            if headers:
+                monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", headers)
+            else:
+                monkeypatch.delenv("OTEL_EXPORTER_OTLP_HEADERS", raising=False)
+            exporter, spans = OTLPSpanExporter(), InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(spans))
+            provider.get_tracer("t").start_span("verl.step").end()
+            results[case] = exporter.export(spans.get_finished_spans())
+            exporter.shutdown()
+        assert results == {"token": SpanExportResult.SUCCESS, "no token": SpanExportResult.FAILURE}
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.rollout import handoff, llm, ray_actor, reward_worker, trajectory
-from otel_verl.process.resource import ray_actor_class
+from otel_verl.process.resource import UNKNOWN_ACTOR, ray_actor_class
 
 
 def not_in_task_runner() -> bool:
@@ -29,8 +29,12 @@ def not_in_task_runner() -> bool:
     by reference: cloudpickle sends a copy with a snapshot of its module's globals, and verl's
     ``_agent_loop_registry`` in that snapshot misses the agent loops ``agent_loop_config_path``
     registers in the worker (a custom agent loop then fails with "not registered").
+
+    An actor whose class cannot be told counts as the TaskRunner: there the hooks would break the
+    user's agent loops, anywhere else leaving them off loses only the rollout spans.
     """
-    return not (ray_actor_class() or "").startswith("TaskRunner")
+    actor = ray_actor_class()
+    return actor is None or not (actor == UNKNOWN_ACTOR or actor.startswith("TaskRunner"))
 
 
 HOOKS = [

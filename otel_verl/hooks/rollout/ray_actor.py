@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import wrapt
-
+from otel_verl import patches
 from otel_verl._safe import safe
 from otel_verl.hooks import targets
 from otel_verl.hooks.rollout import handoff, reward_worker, server, trajectory
@@ -51,7 +50,7 @@ def _patch_actor_class(cls: Any) -> None:
             if own is None:
                 continue
             if not _calls(own, wrapper):
-                wrapt.wrap_function_wrapper(klass, name, wrapper)
+                patches.wrap(klass, name, wrapper)  # undone by uninstrument()
             break
 
 
@@ -62,7 +61,7 @@ def _patch_server_class(mro: tuple[type, ...]) -> None:
         if own is None:
             continue
         if server.is_server_generate(own) and not _calls(own, server.generate_wrapper):
-            wrapt.wrap_function_wrapper(klass, "generate", server.generate_wrapper)
+            patches.wrap(klass, "generate", server.generate_wrapper)
         return
 
 

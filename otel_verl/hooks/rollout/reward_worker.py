@@ -31,7 +31,7 @@ from typing import Any
 import wrapt
 from opentelemetry import context as otel_context
 
-from otel_verl import propagation, semconv, step_context
+from otel_verl import patches, propagation, semconv, step_context
 from otel_verl._safe import safe
 from otel_verl.hooks.spans import SpanState, call_traced_async, close_span, open_span
 from otel_verl.process import worker_metrics
@@ -97,7 +97,7 @@ def carry_context_into_executors() -> None:
     import concurrent.futures.thread as cft
 
     if not _calls_with_context(cft.ThreadPoolExecutor.submit):
-        wrapt.wrap_function_wrapper(cft, "ThreadPoolExecutor.submit", _submit_wrapper)
+        patches.wrap(cft.ThreadPoolExecutor, "submit", _submit_wrapper)  # undone by uninstrument()
 
 
 def _calls_with_context(submit: Any) -> bool:

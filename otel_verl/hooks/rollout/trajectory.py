@@ -60,7 +60,6 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any], link: SpanC
     st.rollout_index = session if session is not None else as_int(trajectory.get("rollout_n"))
     st.key = (st.step, st.validate)
     group = rs.STATE.group(st.key)
-    group.in_flight += 1
     batch_span = rs.BATCH_SPAN.get()
     if batch_span is not None:
         group.batch_span = batch_span
@@ -80,11 +79,20 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any], link: SpanC
             attrs[semconv.ATTR_ROLLOUT_INDEX] = st.rollout_index
         st.span = start_span(semconv.SPAN_ROLLOUT_TRAJECTORY, attributes=attrs, links=rs.links(link, st.step))
     st.start = time.perf_counter()
-    # last: a failure above leaves no context behind
-    # the step goes along for user code (``otel_verl.step_context``), with or without a span
-    current = trace.set_span_in_context(st.span if st.span is not None else _unsampled_parent())
-    ctx_token = otel_context.attach(step_context.with_step(st.step, context=current) or otel_context.get_current())
-    st.tokens = (rs.TRAJECTORY.set(st), ctx_token)
+    try:
+        # a failure above leaves no context behind
+        # the step goes along for user code (``otel_verl.step_context``), with or without a span
+        current = trace.set_span_in_context(st.span if st.span is not None else _unsampled_parent())
+        ctx_token = otel_context.attach(step_context.with_step(st.step, context=current) or otel_context.get_current())
+        st.tokens = (rs.TRAJECTORY.set(st), ctx_token)
+    except BaseException:
+        if st.span is not None:
+            st.span.end()  # this trajectory gets no end hook: its span must not stay open
+        raise
+    # Last: only a trajectory whose end will run (this returned it) is counted in flight. One
+    # counted before a failure above would never be taken off again: its group would never be
+    # done (no tail, no export) and ``RolloutState.group`` stops evicting behind it.
+    group.in_flight += 1
     return st
 
 

@@ -119,3 +119,42 @@ def test_pool_seconds_never_exceed_the_step():
     assert pools[("actor", "busy")] == 1.0 and pools[("actor", "waiting")] == 1.5
     assert pools[("actor", "idle")] == 0.0
     assert accounting.rollout_idle_ratio(pools) == pytest.approx(0.2)
+
+
+def test_every_method_of_the_step_account_holds_its_lock():
+    """Every read and write of the open step's state happens under the account's one lock."""
+    import threading
+
+    state = {"_step_id", "_step_start", "_open", "_seconds", "_waiting_in_stage", "_stages", "_roles"}
+    outside: list[str] = []
+
+    class Lock:
+        def __init__(self) -> None:
+            self.inner, self.held = threading.Lock(), False
+
+        def __enter__(self):
+            self.inner.acquire()
+            self.held = True
+
+        def __exit__(self, *exc):
+            self.held = False
+            self.inner.release()
+
+    class Checked(accounting.StepAccount):
+        def __getattribute__(self, name):
+            if name in state and not object.__getattribute__(self, "_lock").held:
+                outside.append(name)
+            return object.__getattribute__(self, name)
+
+    account = Checked.__new__(Checked)
+    object.__setattr__(account, "_lock", Lock())
+    with account._lock:
+        accounting.StepAccount.__init__(account)
+    object.__setattr__(account, "_lock", Lock())
+    account.step_started(1)
+    account.stage_started(2, 1)
+    account.wait_ended(0.01)
+    account.stage_ended(2, "gen")
+    account.stage_ended(99, "gen")  # not open
+    account.step_ended(1)
+    assert outside == []

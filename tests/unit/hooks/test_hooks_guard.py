@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from otel_verl import config, semconv
+from otel_verl import _safe, config, semconv
 from otel_verl.hooks import guard
 from otel_verl.process.state import PROCESS
 
@@ -188,3 +188,55 @@ def test_the_rules_file_is_read_off_the_training_thread_and_a_fifo_never_blocks(
         for e in s.events
     ]
     assert ("kl", 4) in fired  # the user's rule, from the file
+
+
+def test_a_checkpoint_verls_config_cannot_name_never_reaches_tracking_log(
+    captured, tracking, trainer, monkeypatch, caplog
+):
+    monkeypatch.setattr(_safe, "_seen", set())  # warn_once state is per process
+    _action(monkeypatch, "checkpoint")
+    trainer.config = types.SimpleNamespace(trainer=types.SimpleNamespace())  # no default_local_dir
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        _log(tracking, trainer, 3, **{"actor/pg_loss": NAN})  # must not raise
+    assert "could not save a checkpoint at step 3" in caplog.text
+    assert trainer.saved == [] and trainer.total_training_steps == 10
+    assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]  # still reported
+
+
+def test_stop_without_the_checkpoint_says_so_clearly(captured, tracking, trainer, monkeypatch, caplog, capsys):
+    from verl.utils.profiler import marked_timer
+
+    _action(monkeypatch, "stop")
+
+    def broken():
+        raise OSError("disk full")
+
+    monkeypatch.setattr(trainer, "_save_checkpoint", broken)
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        _log(tracking, trainer, 2, **{"critic/score/mean": NAN})
+    assert trainer.total_training_steps == 2  # the values are bad: training still ends after this step
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "stopping training after step 2" in ln)
+    assert "WITHOUT a checkpoint" in line and "OSError: disk full" in line
+    assert "WITHOUT a checkpoint" in caplog.text  # and a WARNING log record, exported with the others
+
+    def fit():
+        with marked_timer("step", {}):
+            raise AssertionError("the next step must not run")
+
+    assert guard._fit_until_guard_stop(lambda: fit(), trainer, (), {}) is None
+    assert "training stopped after step 2 (no checkpoint of that step" in capsys.readouterr().out
+
+
+def test_a_verl_without_save_checkpoint_is_said_with_its_version(captured, tracking, trainer, monkeypatch, caplog):
+    import importlib.metadata
+
+    monkeypatch.setattr(_safe, "_seen", set())
+    _action(monkeypatch, "checkpoint")
+    monkeypatch.delattr(trainer, "_save_checkpoint")  # the fixture's stand-in
+    monkeypatch.delattr(type(trainer), "_save_checkpoint")  # verl's own, renamed in a future release
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        _log(tracking, trainer, 3, **{"actor/pg_loss": NAN})  # must not raise
+    (message,) = [r.getMessage() for r in caplog.records if "_save_checkpoint" in r.getMessage()]
+    assert f"verl {importlib.metadata.version('verl')}" in message
+    assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]  # still reported

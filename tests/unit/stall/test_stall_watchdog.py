@@ -68,3 +68,37 @@ def test_off_never_starts_a_thread(monkeypatch, published):
     wd = watchdog.Watchdog()
     wd.start()
     assert wd._thread is None  # noqa: SLF001
+
+
+def test_a_restart_never_leaves_two_watchdogs_running(monkeypatch):
+    """stop() then start() while the first thread is busy in a check: the first one must end."""
+    import threading
+
+    _limit(monkeypatch, "60")
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-w")
+    config.settings.cache_clear()
+    monkeypatch.setattr(watchdog.Watchdog, "_interval", staticmethod(lambda: 0.01))
+    in_check, release = threading.Event(), threading.Event()
+    checks: list[str] = []
+
+    def check(self, now=None):
+        checks.append(threading.current_thread().name)
+        if len(checks) == 1:
+            in_check.set()
+            release.wait(30)  # the first thread is in its check while the restart happens
+
+    monkeypatch.setattr(watchdog.Watchdog, "check", check)
+    wd = watchdog.Watchdog()
+    wd.start()
+    first = wd._thread
+    assert in_check.wait(30)
+    wd.stop()
+    wd.start()
+    second = wd._thread
+    assert second is not first
+    release.set()
+    first.join(30)
+    assert not first.is_alive()  # the restart's event never reached the old thread
+    wd.stop()
+    second.join(30)
+    assert not second.is_alive()

@@ -134,3 +134,30 @@ def test_wrappers_stay_coroutine_functions(captured):
     ):
         assert isinstance(owner.__dict__[name], wrapt.FunctionWrapper), name
         assert inspect.iscoroutinefunction(getattr(owner, name)), name
+
+
+def test_a_trajectory_whose_start_failed_leaves_its_step_group_done(captured, monkeypatch):
+    """Our failure between counting a trajectory in flight and handing it to its end hook would keep
+    its group open forever (no tail, no export) and stop every later group from being evicted."""
+    from otel_verl import _safe
+    from otel_verl.hooks.rollout import state as rs
+    from otel_verl.hooks.rollout import trajectory
+
+    monkeypatch.setattr(_safe, "_seen", set())
+    real, calls = trajectory.start_span, []
+
+    def failing_once(*args, **kwargs):
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise RuntimeError("our bug")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trajectory, "start_span", failing_once)
+    worker = make_worker()
+    asyncio.run(worker.generate_sequences(make_batch(step=3, prompts=1, n=2)))  # verl's call is unaffected
+    group = rs.STATE.groups[(3, False)]
+    assert group.in_flight == 0  # the failed one was never counted; the other one ended
+    assert len(by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)) == 1
+    for step in range(4, 4 + rs.MAX_GROUPS):  # later steps push the old groups out
+        rs.STATE.group((step, False))
+    assert (3, False) not in rs.STATE.groups and len(rs.STATE.groups) == rs.MAX_GROUPS

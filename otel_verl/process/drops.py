@@ -1,0 +1,69 @@
+"""``otel_verl.telemetry.dropped``: what otel-verl dropped in this process, counted and said.
+
+otel-verl's bounded queues (``background.OrderedWorker``) drop their oldest item when full, so a
+slow or unreachable exporter never grows memory or blocks training. Each queue that holds data
+names what it holds (``semconv.DROPPED_*``) and every drop is counted here: the observable counter
+``otel_verl.telemetry.dropped`` (attribute ``otel_verl.dropped.kind``) carries the counts with
+every export, so once the backend answers again the loss is there to see and alert on, and the
+first drop of each kind in a process logs one warning saying what was lost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from otel_verl import semconv
+from otel_verl._safe import warn_once
+from otel_verl.instruments import catalog
+
+_WHAT = {
+    semconv.DROPPED_STEP: "a training step's metrics were dropped before they were recorded",
+    semconv.DROPPED_METRIC_EXPORT: "a collected metric batch was dropped before it was exported",
+}
+
+_lock = threading.Lock()
+_counts: dict[str, int] = {}
+_registered: set[int] = set()  # id() of meters that have the counter
+
+
+def dropped(kind: str, queued: int) -> None:
+    """One item of ``kind`` was dropped from a full queue of ``queued`` items: count it, say it once."""
+    with _lock:
+        _counts[kind] = _counts.get(kind, 0) + 1
+    warn_once(
+        f"dropped {kind}",
+        "%s (%d were queued already: a slow or unreachable exporter); every drop is counted in %s{%s=%s}",
+        _WHAT.get(kind, f"telemetry of kind {kind} was dropped"),
+        queued,
+        semconv.M_TELEMETRY_DROPPED,
+        semconv.ATTR_DROPPED_KIND,
+        kind,
+    )
+
+
+def counts() -> dict[str, int]:
+    """Drops so far in this process, by kind (every kind, 0 when none)."""
+    with _lock:
+        return {**dict.fromkeys(semconv.DROPPED_KINDS, 0), **_counts}
+
+
+def _observe(options: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(n, {semconv.ATTR_DROPPED_KIND: kind}) for kind, n in counts().items()]
+
+
+def register_dropped_metric(meter: Any) -> bool:
+    """Add ``otel_verl.telemetry.dropped`` to ``meter`` once; False when it was there already."""
+    try:
+        with _lock:
+            if id(meter) in _registered:
+                return False
+            _registered.add(id(meter))
+        catalog.create_observable(meter, catalog.TELEMETRY_DROPPED, [_observe])
+        return True
+    except Exception:  # noqa: BLE001 - a self-metric must never break a process
+        warn_once("dropped metric", "%s could not be registered", semconv.M_TELEMETRY_DROPPED, exc_info=True)
+        return False
