@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from components import require_harness
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -194,13 +195,13 @@ class _Runs:
 @pytest.fixture(scope="session")
 def run_verl_instrumented():
     """``run_instrumented``: one real instrumented run in a workdir the test chooses (not cached)."""
-    pytest.importorskip("verl_cpu_harness")
+    require_harness()
     return run_instrumented
 
 
 @pytest.fixture(scope="session")
 def verl_runs(tmp_path_factory) -> _Runs:
-    pytest.importorskip("verl_cpu_harness")
+    require_harness()
     return _Runs(tmp_path_factory.mktemp("verl"))
 
 

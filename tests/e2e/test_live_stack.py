@@ -63,6 +63,7 @@ from opskit import (  # noqa: E402
     get_json,
     poll_until,
     promql_names,
+    require,
     rule_exprs,
     running_stack,
 )
@@ -625,7 +626,7 @@ def webhook() -> Iterator[list[dict]]:
     try:
         server = ThreadingHTTPServer(("127.0.0.1", WEBHOOK_PORT), _Webhook)
     except OSError as exc:
-        pytest.skip(f"port {WEBHOOK_PORT} (alertmanager.yml's webhook) is taken: {exc}")
+        require(f"port {WEBHOOK_PORT}", f"alertmanager.yml's webhook port is taken: {exc}")
     _Webhook.received = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -7,13 +7,15 @@ import shutil
 
 import pytest
 from opskit import (
+    BACKENDS_HOW,
     COMPOSE_FILE,
     OTELCOL_CONFIG,
     backends_dir,
     load_otelcol_config,
     load_yaml,
+    require,
+    require_backend_build,
     run_tool,
-    wait_for_backend_build,
 )
 
 # Component types of otelcol-contrib 0.159.0 that this kit may use, by
@@ -283,25 +285,24 @@ def test_compose_mounts_this_config_and_queue_directory(cfg):
     )
 
 
-def _collector_binary() -> str | None:
-    """otelcol-contrib, or the Collector scripts/backends.sh builds (otelcol-verl), if present."""
+def _collector_binary() -> str:
+    """otelcol-contrib, or the Collector scripts/backends.sh builds (otelcol-verl); else ``require``."""
     for name in ("otelcol-verl", "otelcol-contrib"):
         if found := shutil.which(name):
             return found
-    wait_for_backend_build()  # setup.sh may still be building it in the background
+    require_backend_build()  # setup.sh may still be building it in the background
     built = backends_dir() / "otelcol-verl"
-    return str(built) if built.is_file() else None
+    if not built.is_file():
+        require(
+            "a Collector binary",
+            f"neither otelcol-contrib nor otelcol-verl is on PATH or in {built.parent}; {BACKENDS_HOW}",
+        )
+    return str(built)
 
 
 @pytest.mark.live_stack  # runs last: the Collector binary may still be building
 def test_otelcol_validate():
     binary = _collector_binary()
-    if binary is None:
-        pytest.skip(
-            "no Collector binary: neither otelcol-contrib nor otelcol-verl is on PATH, and "
-            "`bash scripts/backends.sh otelcol-verl` has not built one; structure and component "
-            "names are checked by the other tests instead"
-        )
     # With the compose defaults, and with the addresses `otel-verl stack up` sets.
     for env in ({}, STACK_LIKE_ENV):
         res = run_tool([binary, "validate", f"--config={OTELCOL_CONFIG}"], env=env)

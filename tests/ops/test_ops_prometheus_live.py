@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -40,6 +39,7 @@ from opskit import (
     datasource_prom_exprs,
     otlp_to_prometheus_name,
     promql_names,
+    require_tool,
     rule_exprs,
 )
 
@@ -172,9 +172,7 @@ class LiveRun:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, verl_runs) -> LiveRun:
-    prometheus = shutil.which("prometheus")
-    if prometheus is None:
-        pytest.skip("prometheus not on PATH (apt-get install prometheus)")
+    prometheus = require_tool("prometheus")
     root = tmp_path_factory.mktemp("promlive")
     prom_port = _free_port()
     metrics_port = _free_port_range(PULL_PORTS)  # each instrumented process takes the next free one

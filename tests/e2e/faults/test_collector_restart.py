@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from components import require_harness
 
 from otel_verl import semconv
 from otel_verl.process.step_reader import MAX_PENDING
@@ -125,7 +126,7 @@ def reference(verl_runs):
 
 
 def test_collector_restart_mid_run(tmp_path, reference):
-    verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+    verl_cpu_harness = require_harness()
     receiver = OTLPReceiver()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(

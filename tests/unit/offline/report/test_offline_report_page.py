@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
+from components import require_chromium
 from offline_otlp_json import gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
@@ -83,13 +83,13 @@ def test_identical_curves_stay_visible(tmp_path):
     assert '<small class="same">(same values as critic/score/mean)</small>' in page
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed (scripts/setup.sh installs it)")
 def test_the_any_metric_chart_labels_its_axes(v1_run, tmp_path):
+    chromium = require_chromium()
     page = tmp_path / "page.html"
     page.write_text(render(build(v1_run)))
     dom = subprocess.run(
         [
-            "chromium",
+            chromium,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
