@@ -450,6 +450,12 @@ def free_ports(names: list[str]) -> dict[str, int]:
     return ports
 
 
+# --------------------------------------------------------------------------
+# The excuse rule of the live tests (a kit query on a real run's series): which metric names a
+# run may lack, and why. Each name on its own, never a whole query: a query that also reads names
+# the run must have still checks those, and a name is excused only while the run really lacks it
+# (an excuse cannot outlive its cause).
+
 # Metric names only a GPU run emits: queries on them may return nothing on the CPU harness.
 NEEDS_GPU = {
     "hw_gpu_memory_usage_bytes",
@@ -459,6 +465,60 @@ NEEDS_GPU = {
     "hw_temperature_celsius",
     "verl_process_gpu_memory_usage_bytes",
 }
+FAILURE_ONLY = {"verl_training_nonfinite_total"}  # created by the first NaN/Inf verl logs
+ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus only while a rule fires
+HIST_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def catalog_prometheus_names() -> set[str]:
+    """The Prometheus 3 names of otel-verl's named instruments (a histogram's three series)."""
+    from otel_verl.instruments import catalog
+    from otel_verl.instruments.prometheus import prometheus_name
+
+    out: set[str] = set()
+    for spec in catalog.ALL:
+        base = prometheus_name(spec)
+        out |= {base + s for s in HIST_SUFFIXES} if spec.kind == catalog.HISTOGRAM else {base}
+    return out
+
+
+def logged_prometheus_names(console: dict[int, dict[str, float]]) -> set[str]:
+    """The Prometheus 3 names of the values verl logged in a run (its console: step -> key -> value)."""
+    from otel_verl.instruments import catalog
+    from otel_verl.instruments.prometheus import prometheus_name
+
+    return {prometheus_name(catalog.logged_value(k)) for values in console.values() for k in values}
+
+
+def why_absent(name: str, logged: set[str]) -> str | None:
+    """Why a healthy run on the CPU harness may have no series ``name``; None: it must have one.
+    ``logged``: ``logged_prometheus_names`` of the run."""
+    if name in NEEDS_GPU:
+        return f"{name} needs a GPU"
+    if name in FAILURE_ONLY:
+        return f"{name} exists only after a NaN/Inf"
+    if name in ALERT_STATE:
+        return f"{name}: written only while an alert fires"
+    if name.startswith("verl_") and name not in catalog_prometheus_names() and name not in logged:
+        return f"verl logged no key for {name} in this run (e.g. no critic, no kl_loss in GRPO)"
+    return None
+
+
+def excused_names(where: str, names: set[str], logged: set[str], present: Callable[[str], bool]) -> dict[str, str]:
+    """name -> why, for the names of one query that the run lacks for a known reason (``why_absent``);
+    asserts that the run has every other name (``present(name)``: it has a series of it)."""
+    excused: dict[str, str] = {}
+    missing: list[str] = []
+    for name in sorted(names):
+        if present(name):
+            continue
+        why = why_absent(name, logged)
+        if why is None:
+            missing.append(name)
+        else:
+            excused[name] = why
+    assert not missing, f"{where}: no series of {missing} in this run"
+    return excused
 
 
 # The wait for a background backend build ends this long after the pytest session started. From
