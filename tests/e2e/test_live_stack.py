@@ -61,6 +61,7 @@ from opskit import (  # noqa: E402
     dashboard_prom_exprs,
     datasource_prom_exprs,
     excused_names,
+    excused_reason,
     file_log_records,
     get_json,
     logged_prometheus_names,
@@ -549,7 +550,7 @@ def test_every_dashboard_query_returns_data_live(run: LiveRun, where: str, expr:
     excused = _excused(run, where, promql_names(expr).metrics)  # the others: asserted there
     result = _query_range(run, _substitute(run, expr))
     if not result and excused:
-        pytest.skip(f"{where}: empty: {'; '.join(excused.values())} (its other names have series)")
+        pytest.skip(f"{where}: empty: {excused_reason(excused, promql_names(expr).metrics)}")
     assert result, f"{where}: no data for {_substitute(run, expr)}"
     # Only this run's series answered (the variables select it).
     for series in result:
@@ -578,7 +579,7 @@ def test_every_rule_selector_matches_this_runs_series_live(run: LiveRun, where: 
     # Each name on its own: a rule may `or` a GPU-only or PPO-only series with one a CPU run has.
     excused = _excused(run, where, used.metrics)
     if excused.keys() == used.metrics:
-        pytest.skip(f"{where}: {'; '.join(excused.values())}")
+        pytest.skip(f"{where}: {excused_reason(excused, used.metrics)}")
     scope = f'verl_run_id="{run.run_id}"'
     labels: set[str] = set()
     for name in sorted(used.metrics - excused.keys()):

@@ -521,6 +521,12 @@ def excused_names(where: str, names: set[str], logged: set[str], present: Callab
     return excused
 
 
+def excused_reason(excused: dict[str, str], names: set[str]) -> str:
+    """The skip reason of a query whose data ``excused`` explains; names the others it checked."""
+    others = sorted(names - excused.keys())
+    return "; ".join(excused.values()) + (f" (its other names have series: {others})" if others else "")
+
+
 # The wait for a background backend build ends this long after the pytest session started. From
 # empty Go caches the build (~1,000-1,300 CPU-s at nice 19) runs beside the other tests, and the
 # live-stack tests, which run last, need ~15 min of their own after it: 50 min leaves them room

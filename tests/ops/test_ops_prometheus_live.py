@@ -38,6 +38,7 @@ from opskit import (
     dashboard_prom_exprs,
     datasource_prom_exprs,
     excused_names,
+    excused_reason,
     logged_prometheus_names,
     otlp_to_prometheus_name,
     poll_until,
@@ -277,7 +278,7 @@ def test_every_dashboard_query_returns_data(live, where, expr):
     query = live.to_scraped(live.substitute(expr, _experiment(live)))
     result = live.query_range(query)
     if not result and excused:
-        pytest.skip(f"{where}: empty: {'; '.join(excused.values())} (its other names have series)")
+        pytest.skip(f"{where}: empty: {excused_reason(excused, names)}")
     assert result, f"{where}: no data for {query}"
     unknown = (
         names
@@ -307,7 +308,7 @@ def test_every_rule_selector_matches_emitted_series(live, where, expr):
     # Each name on its own: a rule may `or` a failure-only or GPU-only series with ones a run has.
     excused = live.excused(where, used.metrics)
     if excused.keys() == used.metrics:
-        pytest.skip(f"{where}: {'; '.join(excused.values())}")
+        pytest.skip(f"{where}: {excused_reason(excused, used.metrics)}")
     labels: set[str] = set()
     for name in sorted(used.metrics - excused.keys()):
         selector = live.to_scraped(name)
