@@ -1,5 +1,6 @@
 """Shared fixtures: in-memory exporters and an instrumented process (hermetic), and
-``verl_runs``: real verl runs on CPU (used by tests/e2e, faults included, one cache per session)."""
+``verl_runs``: real verl runs on CPU (used by tests/e2e, faults included, one cache per session).
+Around every test, ``warn_once``'s memory is cleared (``_fresh_warn_once``)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from components import require_harness
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_verl import VerlInstrumentor
+from otel_verl import VerlInstrumentor, _safe
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
 from otel_verl.process.state import PROCESS
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warn_once() -> Iterator[None]:
+    """Every test starts with ``warn_once`` remembering nothing: a test that asserts a warning
+    must not depend on whether an earlier test in the same process already gave it."""
+    _safe._seen.clear()
+    yield
+    _safe._seen.clear()
 
 
 @dataclass
@@ -194,13 +205,13 @@ class _Runs:
 @pytest.fixture(scope="session")
 def run_verl_instrumented():
     """``run_instrumented``: one real instrumented run in a workdir the test chooses (not cached)."""
-    pytest.importorskip("verl_cpu_harness")
+    require_harness()
     return run_instrumented
 
 
 @pytest.fixture(scope="session")
 def verl_runs(tmp_path_factory) -> _Runs:
-    pytest.importorskip("verl_cpu_harness")
+    require_harness()
     return _Runs(tmp_path_factory.mktemp("verl"))
 
 

@@ -36,9 +36,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from otel_verl import semconv
+
+# The clock every duration of the account is read on (and ``waits``' ``verl.wait`` seconds, which
+# it adds up): one seam, so that tests can drive it.
+clock: Callable[[], float] = time.perf_counter
 
 ROLLOUT = "rollout"
 WAITING = "waiting"
@@ -135,7 +140,7 @@ class StepAccount:
         self._lock = threading.Lock()
         self._step_id: int | None = None  # span id of the open verl.step
         self._step_start = 0.0
-        self._open: dict[int, float] = {}  # span id of an open top-level stage -> perf_counter at start
+        self._open: dict[int, float] = {}  # span id of an open top-level stage -> clock() at start
         self._seconds: dict[str, float] = {}
         self._waiting_in_stage = 0.0  # verl.wait seconds inside the open top-level stage
         self._stages: dict[str, float] = {}  # top-level stage -> seconds in this step
@@ -144,7 +149,7 @@ class StepAccount:
 
     def step_started(self, span_id: int) -> None:
         with self._lock:
-            self._step_id, self._step_start = span_id, time.perf_counter()
+            self._step_id, self._step_start = span_id, clock()
             self._open.clear()
             self._seconds = dict.fromkeys(CATEGORIES, 0.0)
             self._waiting_in_stage = 0.0
@@ -154,7 +159,7 @@ class StepAccount:
     def stage_started(self, span_id: int, parent_id: int | None) -> None:
         with self._lock:
             if self._step_id is not None and parent_id == self._step_id:
-                self._open[span_id] = time.perf_counter()
+                self._open[span_id] = clock()
 
     def wait_ended(self, seconds: float) -> None:
         with self._lock:
@@ -166,7 +171,7 @@ class StepAccount:
             start = self._open.pop(span_id, None)
             if start is None:
                 return
-            seconds = time.perf_counter() - start
+            seconds = clock() - start
             waiting = min(self._waiting_in_stage, seconds)
             self._waiting_in_stage = 0.0
             self._seconds[WAITING] += waiting
@@ -181,7 +186,7 @@ class StepAccount:
         with self._lock:
             if span_id != self._step_id:
                 return None
-            total = time.perf_counter() - self._step_start
+            total = clock() - self._step_start
             seconds, self._step_id = self._seconds, None
             seconds[OTHER] = max(0.0, total - sum(v for k, v in seconds.items() if k != OTHER))
             self.last_pools = pool_seconds(self._stages, seconds[WAITING], total, self._roles)

@@ -12,12 +12,11 @@ trainer (``PROCESS.trainer``), and verl's result or exception passes through unc
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import targets
+from otel_verl.hooks import accounting, targets
 from otel_verl.hooks.accounting import ACCOUNT
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import SpanState, call_traced, close_span, open_span
@@ -41,14 +40,14 @@ def _sample_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanSt
     step = kwargs.get("global_steps", args[0] if args else None)
     if isinstance(step, int):
         attrs[semconv.ATTR_STEP] = step
-    return open_span(semconv.SPAN_WAIT, attributes=attrs), time.perf_counter()
+    return open_span(semconv.SPAN_WAIT, attributes=attrs), accounting.clock()
 
 
 @safe("replay buffer wait span end")
 def _sample_end(state: tuple[SpanState, float], result: Any, error: BaseException | None) -> None:
     opened, start = state
     close_span(opened, error=error)
-    ACCOUNT.wait_ended(time.perf_counter() - start)  # the step's "waiting" (hooks/accounting.py)
+    ACCOUNT.wait_ended(accounting.clock() - start)  # the step's "waiting" (hooks/accounting.py)
 
 
 def sample_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -3,6 +3,6 @@ tests/e2e/faults, so each configuration runs once per session)."""
 
 from __future__ import annotations
 
-import pytest
+from components import require_harness
 
-verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+verl_cpu_harness = require_harness()

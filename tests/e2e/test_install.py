@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -20,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from components import require_tool
 
 from otel_verl.package import _instruments
 from otel_verl.version import __version__
@@ -94,8 +94,11 @@ def test_doctor_runs_from_the_fresh_venv(installed):
     assert "Traceback" not in out + doctor.stderr
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="not a git clone")
+@pytest.mark.skipif(
+    not (REPO / ".git").exists(), reason="not a git clone (an unpacked sdist): no git URL to install from"
+)
 def test_install_from_a_git_url(installed):
+    require_tool("git", "install git (the tests run in a git clone)")
     venv, _, _ = installed
     start = time.monotonic()
     got = _run(

@@ -54,15 +54,20 @@ from otel_verl.offline.otlp_files import SpanRecord, read_spans
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the kit's PromQL helpers, the stack
 from opskit import (  # noqa: E402
-    NEEDS_GPU,
+    ALERT_STATE,
+    FAILURE_ONLY,
     StackAPI,
     all_used_names,
     dashboard_prom_exprs,
     datasource_prom_exprs,
+    excused_names,
+    excused_reason,
     file_log_records,
     get_json,
+    logged_prometheus_names,
     poll_until,
     promql_names,
+    require,
     rule_exprs,
     running_stack,
 )
@@ -73,6 +78,7 @@ STEPS = 2
 DRIVERS = ["v1", "v0"]
 POLL_S = 60.0  # the Collector batches for up to 2 s per exporter, Jaeger's own batch 200 ms; margin for 2 cores
 CORE_STAGES = {"gen", "old_log_prob", "adv", "update_actor", "update_weights"}
+STAGES_SUMMED = ("gen", "update_actor", "step")  # stage histogram sums compared with verl's timings
 SAMPLES = {"OTEL_VERL_SAMPLES": "true", "OTEL_VERL_SAMPLES_EVERY_N_STEPS": "1", "OTEL_VERL_SAMPLES_PER_STEP": "2"}
 
 
@@ -179,20 +185,49 @@ def _raw_samples(run: LiveRun) -> dict[tuple[str, tuple], dict[int, float]]:
                     labels.pop(k, None)
                 key = (name, tuple(sorted(labels.items())))
                 out[key] = {round(float(ts) * 1000): float(v) for ts, v in series["values"]}
-            step = out.get((prometheus_name(catalog.TRAINING_STEP), ()), {})
-            return out if STEPS in step.values() else {}
+            return out
 
-        _until(f"run {run.run_id}'s last step in Prometheus", fetch)
-        # The Collector may split one collection over export requests: one more flush period.
-        time.sleep(3.0)
-        run.cache["samples"] = fetch()
+        def complete() -> dict[tuple[str, tuple], dict[int, float]]:
+            # The Collector may split one collection over export requests: wait until every series
+            # the tests read has its sample at each step's timestamp, not for the first part only.
+            out = fetch()
+            at = _step_times(out)
+            missing = [
+                (n, key) for n, keys in _read_at_steps(run).items() for key in keys if at.get(n) not in out.get(key, {})
+            ]
+            assert not missing, f"{len(missing)} samples not at their step's timestamp yet, e.g. {missing[:5]}"
+            return out
+
+        run.cache["samples"] = _until(f"run {run.run_id}'s steps in Prometheus", complete)
     return run.cache["samples"]
+
+
+def _read_at_steps(run: LiveRun) -> dict[int, set[tuple[str, tuple]]]:
+    """step -> the TaskRunner series the tests read at that step's timestamp: every finite value verl
+    logged for it and the named instruments of ``test_every_logged_value_is_in_prometheus_at_its_step``."""
+    named = {
+        (prometheus_name(catalog.REWARD), (("verl_reward_source", "score"),)),
+        (prometheus_name(catalog.KL), (("verl_kl_source", semconv.KL_KEYS["actor/ppo_kl"]),)),
+        (prometheus_name(catalog.THROUGHPUT), ()),
+        (prometheus_name(catalog.TRAINING_STEPS), ()),
+        (prometheus_name(catalog.LAST_STEP_TIMESTAMP), ()),
+    }
+    out = {
+        n: named
+        | {(prometheus_name(catalog.logged_value(k)), ()) for k, v in run.console[n].items() if math.isfinite(v)}
+        for n in range(1, STEPS + 1)
+    }
+    hist = prometheus_name(catalog.STAGE_DURATION)  # its sums are read at the last step
+    out[STEPS] |= {
+        (hist + suffix, (("verl_stage", stage),)) for suffix in ("_sum", "_count") for stage in STAGES_SUMMED
+    }
+    return out
 
 
 def _step_times(samples: dict[tuple[str, tuple], dict[int, float]]) -> dict[int, int]:
     """step -> timestamp (ms) of the first collection after it: where verl_training_step == step."""
     out: dict[int, int] = {}
-    for ts, value in sorted(samples[(prometheus_name(catalog.TRAINING_STEP), ())].items()):
+    for ts, value in sorted(samples.get((prometheus_name(catalog.TRAINING_STEP), ()), {}).items()):
         out.setdefault(int(value), ts)
     return out
 
@@ -244,7 +279,7 @@ def test_every_logged_value_is_in_prometheus_at_its_step(run: LiveRun) -> None:
     # The stage histogram: one observation per step and stage, summing verl's timings.
     hist = prometheus_name(catalog.STAGE_DURATION)
     assert hist + "_bucket" in used
-    for stage in ("gen", "update_actor", "step"):
+    for stage in STAGES_SUMMED:
         key = (hist + "_sum", (("verl_stage", stage),))
         count = (hist + "_count", (("verl_stage", stage),))
         last = at[STEPS]
@@ -472,9 +507,6 @@ def test_sampled_generations_carry_their_step_trace_id(run: LiveRun) -> None:
 # Every PromQL of the kit on this live Prometheus (Prometheus 3 names as they are, no rewriting)
 
 RATE_INTERVAL = "1m"  # $__rate_interval: spans a 2-step run's collections (pushed at step ends)
-FAILURE_ONLY = {"verl_training_nonfinite_total"}  # created by the first NaN/Inf verl logs
-ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus once a rule fires: a healthy run has none
-HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 _SELECTOR_RE = re.compile(r"\b([A-Za-z_:][A-Za-z0-9_:]*)\s*\{")
 
 
@@ -490,32 +522,18 @@ def _substitute(run: LiveRun, expr: str) -> str:
     return out
 
 
-def _logged_names(run: LiveRun) -> set[str]:
-    return {prometheus_name(catalog.logged_value(k)) for n in run.console for k in run.console[n]}
+def _excused(run: LiveRun, where: str, names: set[str]) -> dict[str, str]:
+    """opskit's excuse rule on this run: the names it lacks for a known reason; asserts the rest."""
+    return excused_names(where, names, logged_prometheus_names(run.console), lambda name: _has_series(run, name))
 
 
-def _why_empty(run: LiveRun, names: set[str]) -> str | None:
-    """Why a query over ``names`` may return nothing for a healthy GRPO run on CPU; None: it must not."""
-    generic = {n for n in names if n.startswith("verl_") and n not in _catalog_names()}
-    for n in sorted(names):
-        if n in NEEDS_GPU:
-            return f"{n} needs a GPU"
-        if n in FAILURE_ONLY:
-            return f"{n} exists only after a NaN/Inf"
-        if n in ALERT_STATE:
-            return f"{n}: no alert fires in a healthy 2-step run"
-    missing = generic - _logged_names(run)
-    if missing:
-        return f"verl logged no key for {sorted(missing)} in {run.driver} GRPO (no critic, no kl_loss)"
-    return None
-
-
-def _catalog_names() -> set[str]:
-    out: set[str] = set()
-    for spec in catalog.ALL:
-        base = prometheus_name(spec)
-        out |= {base + s for s in HIST_SUFFIXES} if spec.kind == catalog.HISTOGRAM else {base}
-    return out
+def _has_series(run: LiveRun, name: str) -> bool:
+    """Whether Prometheus has a series ``name`` of this run (cached per run)."""
+    key = f"series:{name}"
+    if key not in run.cache:
+        match = f'{name}{{verl_run_id="{run.run_id}"}}'
+        run.cache[key] = bool(run.stack.prom("series", **{"match[]": match}, start=run.start, end=time.time()))
+    return run.cache[key]
 
 
 def _query_range(run: LiveRun, expr: str) -> list:
@@ -529,11 +547,10 @@ def _dashboard_cases() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("where,expr", _dashboard_cases(), ids=[w for w, _ in _dashboard_cases()])
 def test_every_dashboard_query_returns_data_live(run: LiveRun, where: str, expr: str) -> None:
     _raw_samples(run)  # the run's metrics are in
-    names = promql_names(expr).metrics
+    excused = _excused(run, where, promql_names(expr).metrics)  # the others: asserted there
     result = _query_range(run, _substitute(run, expr))
-    reason = _why_empty(run, names)
-    if reason is not None and not result:
-        pytest.skip(f"{where}: allowed to be empty ({reason})")
+    if not result and excused:
+        pytest.skip(f"{where}: empty: {excused_reason(excused, promql_names(expr).metrics)}")
     assert result, f"{where}: no data for {_substitute(run, expr)}"
     # Only this run's series answered (the variables select it).
     for series in result:
@@ -560,14 +577,13 @@ def test_every_rule_selector_matches_this_runs_series_live(run: LiveRun, where: 
     _raw_samples(run)
     used = promql_names(expr)
     # Each name on its own: a rule may `or` a GPU-only or PPO-only series with one a CPU run has.
-    excused = {n: why for n in used.metrics if (why := _why_empty(run, {n})) is not None}
+    excused = _excused(run, where, used.metrics)
     if excused.keys() == used.metrics:
-        pytest.skip(f"{where}: {'; '.join(sorted(excused.values()))}")
+        pytest.skip(f"{where}: {excused_reason(excused, used.metrics)}")
     scope = f'verl_run_id="{run.run_id}"'
     labels: set[str] = set()
     for name in sorted(used.metrics - excused.keys()):
         series = run.stack.prom("series", **{"match[]": f"{name}{{{scope}}}"}, start=run.start, end=time.time())
-        assert series, f"{where}: no series {name} of this run"
         labels |= {k for s in series for k in s}
     # Selectors with matchers (verl_reward_source="score"), scoped to this run.
     for m in _SELECTOR_RE.finditer(expr):
@@ -625,7 +641,7 @@ def webhook() -> Iterator[list[dict]]:
     try:
         server = ThreadingHTTPServer(("127.0.0.1", WEBHOOK_PORT), _Webhook)
     except OSError as exc:
-        pytest.skip(f"port {WEBHOOK_PORT} (alertmanager.yml's webhook) is taken: {exc}")
+        require(f"port {WEBHOOK_PORT}", f"alertmanager.yml's webhook port is taken: {exc}")
     _Webhook.received = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -8,7 +8,6 @@ JavaScript ran), and a screenshot of each report is kept under ``OTEL_VERL_TEST_
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from components import require_chromium
 from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import semconv
@@ -25,7 +25,6 @@ from otel_verl.offline.otlp_files import count_items, iter_lines, signal_files
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 STEPS = 2
 CLI = [sys.executable, "-m", "otel_verl.cli"]
 
@@ -106,7 +105,7 @@ def parse(text: str) -> Node:
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
+        [require_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
         capture_output=True,
         text=True,
         timeout=180,
@@ -145,8 +144,7 @@ def expected(run):
 
 @pytest.fixture(scope="module", params=["v0", "v1"])
 def rendered(request, verl_runs):
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (scripts/setup.sh installs the Debian package)")
+    require_chromium()
     run = verl_runs.get(request.param, "grpo", steps=STEPS)
     assert run.returncode == 0, run.output[-4000:]
     out = artifacts()

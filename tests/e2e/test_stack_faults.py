@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from components import require_harness
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_verl import semconv
@@ -258,7 +259,7 @@ def _prom_steps(live: LiveStack, run_id: str) -> dict[int, int]:
 
 
 def test_collector_sigkill_mid_run_loses_only_what_the_sdk_gave_up_on(live_stack: LiveStack, tmp_path: Path) -> None:
-    verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+    verl_cpu_harness = require_harness()
     run_id = f"fault-kill-{uuid.uuid4().hex[:8]}"
     service = "verl-fault-kill"
     folder = tmp_path / "telemetry"

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
+from components import require_harness
 
-verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+verl_cpu_harness = require_harness()
 
 
 def test_parse_console_metrics_reads_verl_console_lines():
@@ -52,7 +54,6 @@ def test_verl_args(tmp_path):
 
 
 def test_plugin_active_on_cpu_only_host():
-    torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("GPU host: the plugin is a no-op here")
     import verl  # noqa: F401  (loads the plugin through the verl.plugins entry point)
@@ -60,8 +61,9 @@ def test_plugin_active_on_cpu_only_host():
     from verl.utils.device import get_nccl_backend
     from verl_cpu_harness import plugin
 
-    if not plugin.INSTALLED:
-        pytest.skip("plugin disabled (VERL_CPU_HARNESS=0 or a GPU on this host)")
+    if not plugin._enabled():
+        pytest.skip("plugin switched off here (VERL_CPU_HARNESS=0, or an NVIDIA device on this host)")
+    assert plugin.INSTALLED, "the plugin is on for this CPU-only host but did not install"
     assert get_platform().device_name == "cpu"
     assert get_nccl_backend() == "gloo"
     from verl.workers.rollout.replica import get_rollout_replica_class

@@ -5,8 +5,9 @@ from __future__ import annotations
 import types
 
 import pytest
+from components import require_harness
 
-pytest.importorskip("verl_cpu_harness")
+require_harness()
 from verl_cpu_harness import plugin  # noqa: E402
 
 

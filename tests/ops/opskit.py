@@ -5,8 +5,8 @@ sys.path, so it works with any pytest import mode).
 
 Nothing here talks to the network but the live-stack helpers (`get_json`,
 `StackAPI`, `running_stack`), which the e2e tests use too. External tools (promtool, amtool,
-otelcol-contrib) are looked up on PATH; tests that need them skip with a
-reason when they are missing.
+otelcol-contrib) are looked up on PATH; a test that needs a missing one stops by
+``components.require`` (a skip on a workstation, a failure under CI).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import os
 import random
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,8 +32,13 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from otel_verl.instruments.prometheus import translate
-from otel_verl.semconv import metric_name
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # bench/ scripts import this module outside pytest
+    sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from components import SESSION_START, require  # noqa: E402 - tests/components.py: the missing-component rule
+from components import require_tool as _require_tool  # noqa: E402
+
+from otel_verl.instruments.prometheus import translate  # noqa: E402
+from otel_verl.semconv import metric_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR = REPO / "collector"
@@ -129,15 +133,15 @@ def read_name_list(path: Path) -> list[str]:
     return names
 
 
+PROMETHEUS_TOOLS_HOW = (
+    "on Debian `apt-get install -y --no-install-recommends prometheus prometheus-alertmanager` "
+    "(`bash scripts/setup.sh` does)"
+)
+
+
 def require_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(
-            f"{name} is not on PATH; on Debian install it with "
-            "`apt-get install -y --no-install-recommends prometheus prometheus-alertmanager` "
-            "(CI installs it)"
-        )
-    return path
+    """Debian's Prometheus family tool ``name`` (promtool, amtool, prometheus), or ``require``."""
+    return _require_tool(name, PROMETHEUS_TOOLS_HOW)
 
 
 def run_tool(
@@ -465,6 +469,12 @@ def free_ports(names: list[str]) -> dict[str, int]:
     return ports
 
 
+# --------------------------------------------------------------------------
+# The excuse rule of the live tests (a kit query on a real run's series): which metric names a
+# run may lack, and why. Each name on its own, never a whole query: a query that also reads names
+# the run must have still checks those, and a name is excused only while the run really lacks it
+# (an excuse cannot outlive its cause).
+
 # Metric names only a GPU run emits: queries on them may return nothing on the CPU harness.
 NEEDS_GPU = {
     "hw_gpu_memory_usage_bytes",
@@ -474,20 +484,87 @@ NEEDS_GPU = {
     "hw_temperature_celsius",
     "verl_process_gpu_memory_usage_bytes",
 }
+FAILURE_ONLY = {"verl_training_nonfinite_total"}  # created by the first NaN/Inf verl logs
+ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus only while a rule fires
+HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-BACKENDS_WAIT_S = float(os.environ.get("OTEL_VERL_BACKENDS_WAIT_S", "3600"))
+def catalog_prometheus_names() -> set[str]:
+    """The Prometheus 3 names of otel-verl's named instruments (a histogram's three series)."""
+    from otel_verl.instruments import catalog
+    from otel_verl.instruments.prometheus import prometheus_name
+
+    out: set[str] = set()
+    for spec in catalog.ALL:
+        base = prometheus_name(spec)
+        out |= {base + s for s in HIST_SUFFIXES} if spec.kind == catalog.HISTOGRAM else {base}
+    return out
 
 
-def wait_for_backend_build(timeout_s: float = BACKENDS_WAIT_S) -> bool:
-    """Wait (at most ``timeout_s``) while ``scripts/backends.sh`` builds into :func:`backends_dir`.
+def logged_prometheus_names(console: dict[int, dict[str, float]]) -> set[str]:
+    """The Prometheus 3 names of the values verl logged in a run (its console: step -> key -> value)."""
+    from otel_verl.instruments import catalog
+    from otel_verl.instruments.prometheus import prometheus_name
+
+    return {prometheus_name(catalog.logged_value(k)) for values in console.values() for k in values}
+
+
+def why_absent(name: str, logged: set[str]) -> str | None:
+    """Why a healthy run on the CPU harness may have no series ``name``; None: it must have one.
+    ``logged``: ``logged_prometheus_names`` of the run."""
+    if name in NEEDS_GPU:
+        return f"{name} needs a GPU"
+    if name in FAILURE_ONLY:
+        return f"{name} exists only after a NaN/Inf"
+    if name in ALERT_STATE:
+        return f"{name}: written only while an alert fires"
+    if name.startswith("verl_") and name not in catalog_prometheus_names() and name not in logged:
+        return f"verl logged no key for {name} in this run (e.g. no critic, no kl_loss in GRPO)"
+    return None
+
+
+def excused_names(where: str, names: set[str], logged: set[str], present: Callable[[str], bool]) -> dict[str, str]:
+    """name -> why, for the names of one query that the run lacks for a known reason (``why_absent``);
+    asserts that the run has every other name (``present(name)``: it has a series of it)."""
+    excused: dict[str, str] = {}
+    missing: list[str] = []
+    for name in sorted(names):
+        if present(name):
+            continue
+        why = why_absent(name, logged)
+        if why is None:
+            missing.append(name)
+        else:
+            excused[name] = why
+    assert not missing, f"{where}: no series of {missing} in this run"
+    return excused
+
+
+def excused_reason(excused: dict[str, str], names: set[str]) -> str:
+    """The skip reason of a query whose data ``excused`` explains; names the others it checked."""
+    others = sorted(names - excused.keys())
+    return "; ".join(excused.values()) + (f" (its other names have series: {others})" if others else "")
+
+
+# The wait for a background backend build ends this long after the pytest session started. From
+# empty Go caches the build (~1,000-1,300 CPU-s at nice 19) runs beside the other tests, and the
+# live-stack tests, which run last, need ~15 min of their own after it: 50 min leaves them room
+# within a 90-minute CI job (setup included). A build still running then is a missing component.
+BACKENDS_DEADLINE_S = float(os.environ.get("OTEL_VERL_BACKENDS_DEADLINE_S", "3000"))
+BACKENDS_HOW = "`bash scripts/backends.sh` builds them (Go >= 1.26.8; `bash scripts/setup.sh` starts it)"
+
+
+def wait_for_backend_build(deadline: float | None = None) -> bool:
+    """Wait while ``scripts/backends.sh`` builds into :func:`backends_dir`, until ``deadline``
+    (``time.monotonic()``; default ``BACKENDS_DEADLINE_S`` after the session start).
 
     ``scripts/setup.sh`` leaves the build running in the background from empty caches; the build
     holds ``.lock`` there (flock) while it runs. Returns whether no build is running now."""
     lock = backends_dir() / ".lock"
     if not lock.is_file():
         return True
-    deadline = time.monotonic() + timeout_s
+    if deadline is None:
+        deadline = SESSION_START + BACKENDS_DEADLINE_S
     said = False
     with open(lock, "a") as f:
         while True:
@@ -499,26 +576,36 @@ def wait_for_backend_build(timeout_s: float = BACKENDS_WAIT_S) -> bool:
                 if not said:
                     print(f"waiting for scripts/backends.sh to finish ({lock})", file=sys.stderr, flush=True)
                     said = True
-                time.sleep(2.0)
+                time.sleep(2.0)  # polling a lock: flock has no timeout of its own
                 continue
             fcntl.flock(f, fcntl.LOCK_UN)
             return True
 
 
+def require_backend_build() -> None:
+    """Wait for a background backend build (``wait_for_backend_build``); ``require`` if it is
+    still running at the deadline."""
+    if not wait_for_backend_build():
+        require(
+            "the live stack's backends",
+            f"scripts/backends.sh was still building {BACKENDS_DEADLINE_S:.0f} s after the test session "
+            f"started ({backends_dir()}; OTEL_VERL_BACKENDS_DEADLINE_S)",
+        )
+
+
 def stack_bin_dir() -> Path | None:
-    """The folder for ``otel-verl stack``'s binaries (``scripts/backends.sh``'s, if built); skips the
-    calling test, naming what is missing, when the binaries are not there. Waits for a build that
-    is still running (``wait_for_backend_build``)."""
+    """The folder for ``otel-verl stack``'s binaries (``scripts/backends.sh``'s, if built); stops the
+    calling test by ``require``, naming what is missing, when the binaries are not there. Waits for a
+    build that is still running (``require_backend_build``)."""
     from otel_verl.offline import stack
     from otel_verl.offline.errors import CommandError
 
-    if not wait_for_backend_build():
-        pytest.skip(f"scripts/backends.sh was still building after {BACKENDS_WAIT_S:.0f} s ({backends_dir()})")
+    require_backend_build()
     bin_dir = backends_dir() if backends_dir().is_dir() else None
     try:
         stack.find_binaries(bin_dir)
     except CommandError as exc:
-        pytest.skip(f"the live stack's binaries are not here (`bash scripts/backends.sh` builds them): {exc}")
+        require("the live stack's backends", f"{exc}; {BACKENDS_HOW}")
     return bin_dir
 
 

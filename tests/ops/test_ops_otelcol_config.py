@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 from opskit import (
+    BACKENDS_HOW,
     BUILDER_CONFIG,
     COMPOSE_FILE,
     OTELCOL_CONFIG,
@@ -25,8 +26,9 @@ from opskit import (
     load_yaml,
     merge_configs,
     poll_until,
+    require,
+    require_backend_build,
     run_tool,
-    wait_for_backend_build,
 )
 
 # Component types of otelcol-contrib 0.159.0 that this kit may use, by
@@ -354,25 +356,24 @@ def test_compose_mounts_this_config_and_queue_directory(cfg):
     )
 
 
-def _collector_binary() -> str | None:
-    """otelcol-contrib, or the Collector scripts/backends.sh builds (otelcol-verl), if present."""
+def _collector_binary() -> str:
+    """otelcol-contrib, or the Collector scripts/backends.sh builds (otelcol-verl); else ``require``."""
     for name in ("otelcol-verl", "otelcol-contrib"):
         if found := shutil.which(name):
             return found
-    wait_for_backend_build()  # setup.sh may still be building it in the background
+    require_backend_build()  # setup.sh may still be building it in the background
     built = backends_dir() / "otelcol-verl"
-    return str(built) if built.is_file() else None
+    if not built.is_file():
+        require(
+            "a Collector binary",
+            f"neither otelcol-contrib nor otelcol-verl is on PATH or in {built.parent}; {BACKENDS_HOW}",
+        )
+    return str(built)
 
 
 @pytest.mark.live_stack  # runs last: the Collector binary may still be building
 def test_otelcol_validate():
     binary = _collector_binary()
-    if binary is None:
-        pytest.skip(
-            "no Collector binary: neither otelcol-contrib nor otelcol-verl is on PATH, and "
-            "`bash scripts/backends.sh otelcol-verl` has not built one; structure and component "
-            "names are checked by the other tests instead"
-        )
     # With the file's defaults, compose's variables, and the addresses `otel-verl stack up` sets.
     for env in ({}, compose_otelcol_env(), STACK_LIKE_ENV):
         res = run_tool([binary, "validate", f"--config={OTELCOL_CONFIG}"], env=env)
@@ -381,11 +382,10 @@ def test_otelcol_validate():
 
 def _collector_with_bearertokenauth() -> str:
     binary = _collector_binary()
-    if binary is None:
-        pytest.skip("no Collector binary (`bash scripts/backends.sh otelcol-verl` builds one)")
     if "bearertokenauth" not in run_tool([binary, "components"]).stdout:
-        pytest.skip(
-            f"{binary} predates bearertokenauth in builder-config.yaml: `bash scripts/backends.sh otelcol-verl`"
+        require(
+            "a Collector with bearertokenauth",
+            f"{binary} predates bearertokenauth in builder-config.yaml: `bash scripts/backends.sh otelcol-verl`",
         )
     return binary
 
@@ -407,7 +407,7 @@ def _tls_files(folder):
     import datetime
     import ipaddress
 
-    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID

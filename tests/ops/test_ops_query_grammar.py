@@ -16,7 +16,8 @@
 
 The grammars come from npm: the first run installs ``tests/ops/query_grammar`` (package-lock.json,
 exact versions) with ``npm ci`` into ``~/.cache/otel-verl/npm`` (``OTEL_VERL_NPM_CACHE``), about a
-second; without node/npm, or without the registry, the tests skip and say why.
+second; without node/npm, or without the registry, the tests stop by ``components.require`` (a
+skip on a workstation, a failure under CI) and say why.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from components import require, require_tool
 from opskit import (
     DASHBOARD_FILES,
     TraceLinks,
@@ -92,9 +94,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 def _install_grammars() -> Path:
     """The folder with the grammars installed and parse.mjs next to them (installs once)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node/npm are not on PATH: the TraceQL/LogQL grammar check needs Node.js (20+) and npm")
+    node_how = "the TraceQL/LogQL grammar check needs Node.js (20+) and npm (apt-get install nodejs npm)"
+    require_tool("node", node_how)
+    npm = require_tool("npm", node_how)
     manifest = [GRAMMAR_SRC / "package.json", GRAMMAR_SRC / "package-lock.json"]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in manifest)).hexdigest()[:12]
     root = _npm_cache_root()
@@ -119,13 +121,13 @@ def _install_grammars() -> Path:
                 )
             except subprocess.TimeoutExpired:
                 shutil.rmtree(tmp, ignore_errors=True)
-                pytest.skip(f"`npm ci` of the query grammars took over {INSTALL_TIMEOUT_S} s (registry unreachable?)")
+                require("the query grammars", f"`npm ci` took over {INSTALL_TIMEOUT_S} s (registry unreachable?)")
             if out.returncode != 0:
                 shutil.rmtree(tmp, ignore_errors=True)
                 why = (out.stderr or out.stdout)[-1500:]
                 offline = [line for line in why.splitlines() if _OFFLINE.search(line)]
                 if offline:
-                    pytest.skip(f"npm cannot reach its registry to install the query grammars: {offline[0].strip()}")
+                    require("the query grammars", f"npm cannot reach its registry: {offline[0].strip()}")
                 pytest.fail(f"`npm ci` in a copy of {GRAMMAR_SRC} failed (rc {out.returncode}): {why}")
             shutil.rmtree(target, ignore_errors=True)
             tmp.rename(target)

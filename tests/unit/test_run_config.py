@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from otel_verl import redact, semconv
 from otel_verl.run_config import config_json
 
 
 def _verl_config(overrides: list[str]):
-    hydra = pytest.importorskip("hydra")
+    import hydra
     import verl
 
     folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")

@@ -18,17 +18,12 @@ import torch
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_verl import VerlInstrumentor, _safe, config, semconv
+from otel_verl import VerlInstrumentor, config, semconv
 from otel_verl.hooks.hookset import Hook, HookSet
 from otel_verl.process import exporters
 from otel_verl.process.state import PROCESS
 
 CALLS = 5
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings(monkeypatch):
-    monkeypatch.setattr(_safe, "_seen", set())  # warn_once state is per process
 
 
 def _ours(caplog) -> list[logging.LogRecord]:

@@ -9,11 +9,14 @@ port. 20 steps, the SDK's defaults otherwise (OTLP timeout 10 s, batch span dela
 
 * Training does not notice: rc=0, verl's console metric keys of every step are those of the
   file-exporter run of the same config (tests/e2e; its steps 1 and 2, the later steps log the
-  same keys), and the exit tail stays within ``OTEL_VERL_SHUTDOWN_TIMEOUT`` + slack of it.
+  same keys). The exit tail is printed beside that run's, not bounded by it: the two runs are
+  taken at different moments and Ray's teardown stretches with the machine's load; the Collector
+  is back long before the end here, so the exit's bound belongs to test_collector_down (an
+  endpoint still down at the exit).
 * Export resumes by itself: requests arrive again within one OTLP retry window plus one batch
-  delay of the restart, and the ``verl.training.step`` points and ``verl.step`` spans of every
-  step that started after the restart arrive (steps of the outage arrive late or are lost: the
-  test prints which).
+  delay of the restart (both on the receiver's clock, the retry schedule's wall time), and the
+  ``verl.training.step`` points and ``verl.step`` spans of every step that started after the
+  restart arrive (steps of the outage arrive late or are lost: the test prints which).
 
 Memory while the Collector is away is bounded, per process: the BatchSpanProcessor queue holds at
 most ``OTEL_BSP_MAX_QUEUE_SIZE`` (2048) spans, the log processor 2048 records, and otel-verl's
@@ -33,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from components import require_harness
 
 from otel_verl import semconv
 from otel_verl.process.step_reader import MAX_PENDING
@@ -47,7 +51,6 @@ DOWN_AFTER_STEP = 1  # stop the receiver when verl has logged this step
 UP_AFTER_STEP = 3  # ... and start it again when it has logged this one
 MIN_OUTAGE_S = 5.0  # ... and this long after the stop (OTEL_BSP_SCHEDULE_DELAY)
 SHUTDOWN_TIMEOUT_S = 2.0
-TAIL_SLACK_S = 3.0
 OTLP_TIMEOUT_S = 10.0  # SDK default (OTEL_EXPORTER_OTLP_TIMEOUT): one export's retries give up after it
 BSP_DELAY_S = 5.0  # SDK default (OTEL_BSP_SCHEDULE_DELAY)
 RESUME_SLACK_S = 5.0  # a loaded 2-core machine
@@ -125,7 +128,7 @@ def reference(verl_runs):
 
 
 def test_collector_restart_mid_run(tmp_path, reference):
-    verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+    verl_cpu_harness = require_harness()
     receiver = OTLPReceiver()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(
@@ -173,8 +176,7 @@ def test_collector_restart_mid_run(tmp_path, reference):
         expected = set(reference.console[min(n, 2)])
         assert set(console[n]) == expected, (n, set(console[n]) ^ expected)
     last_step = max(t for s, t in watcher.seen.items() if s >= 1)
-    exit_tail = verl.ended - last_step
-    assert exit_tail <= reference.exit_tail_s + SHUTDOWN_TIMEOUT_S + TAIL_SLACK_S, (exit_tail, reference.exit_tail_s)
+    exit_tail = verl.ended - last_step  # printed below, beside the file-exporter run's
 
     # the outage was real, and export came back by itself
     assert before_outage > 0

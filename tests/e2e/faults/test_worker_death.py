@@ -17,6 +17,7 @@ import os
 import re
 
 import pytest
+from components import require_harness
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +41,7 @@ def killed(verl_runs):
 
 @pytest.fixture(scope="module")
 def killed_uninstrumented(tmp_path_factory):
-    verl_cpu_harness = pytest.importorskip("verl_cpu_harness")
+    verl_cpu_harness = require_harness()
     workdir = tmp_path_factory.mktemp("killed-plain")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["VERL_CPU_HARNESS_KILL_AT"] = KILL_AT

@@ -1,59 +1,86 @@
 """Where a step's time went (``otel_verl.hooks.accounting``), from verl's real timers: the
-categories partition the step, ``verl.wait`` moves its seconds from its stage to ``waiting``."""
+categories partition the step, ``verl.wait`` moves its seconds from its stage to ``waiting``.
+
+The account's clock (``accounting.clock``) is a fake one that moves only when a test says
+(``FakeClock.sleep``), so every duration is exact whatever the machine's load; the whole seconds
+used are exact binary fractions, so the sums are too."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 from otel_verl import semconv
 from otel_verl.hooks import accounting, waits
 
-SLACK = 0.04  # s a short sleep may overrun on a shared 2-core machine
+
+class FakeClock:
+    """A stand-in for ``accounting.clock``: reads ``now``, which only ``sleep`` advances."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
-def _sleep_sample(*args, **kwargs):
-    time.sleep(0.05)
-    return "batch", {}
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(accounting, "clock", fake)
+    return fake
 
 
-def test_categories_add_up_to_the_step_and_the_wait_is_waiting(captured, v0_trainer):
+def _sampling(clock: FakeClock, seconds: float):
+    """ReplayBuffer.sample's stand-in: waits ``seconds`` for rollouts."""
+
+    def sample(*args, **kwargs):
+        clock.sleep(seconds)
+        return "batch", {}
+
+    return sample
+
+
+def test_categories_add_up_to_the_step_and_the_wait_is_waiting(captured, v0_trainer, clock):
     from verl.utils.profiler import marked_timer
     from verl.utils.tracking import Tracking
 
     timing: dict[str, float] = {}
     with marked_timer("step", timing):
         with marked_timer("gen", timing):
-            waits.sample_wrapper(_sleep_sample, object(), (3, "train", 4), {})
-            time.sleep(0.01)
+            waits.sample_wrapper(_sampling(clock, 5.0), object(), (3, "train", 4), {})
+            clock.sleep(1.0)
         with marked_timer("update_actor", timing):
             with marked_timer("nested", timing):  # not a top-level stage: inside update_actor's time
-                time.sleep(0.02)
+                clock.sleep(2.0)
         with marked_timer("update_weights", timing):
-            time.sleep(0.005)
+            clock.sleep(0.5)
         with marked_timer("adv", timing):
             pass
-        time.sleep(0.01)  # between stages
+        clock.sleep(1.0)  # between stages
     Tracking(project_name="p", experiment_name="e", default_backend=[]).log(data={"x": 1.0}, step=3)
 
     (step,) = [s for s in captured.finished() if s.name == semconv.SPAN_STEP]
     seconds = {c: step.attributes[semconv.ATTR_TIME_PREFIX + c] for c in accounting.CATEGORIES}
-    step_s = (step.end_time - step.start_time) / 1e9
-    assert sum(seconds.values()) == pytest.approx(step_s, abs=0.002)
-    # A sleep never ends early but may end late on a loaded machine: exact lower bounds, loose upper ones.
-    assert 0.05 <= seconds[accounting.WAITING] < 0.05 + SLACK
-    assert 0.01 <= seconds[accounting.ROLLOUT] < 0.01 + SLACK
-    assert 0.02 <= seconds[accounting.TRAINING] < 0.02 + SLACK
-    assert 0.005 <= seconds[accounting.WEIGHT_SYNC] < 0.005 + SLACK
-    assert 0.01 <= seconds[accounting.OTHER] < 0.01 + SLACK
-    assert seconds[accounting.DRIVER] < SLACK
+    assert seconds == {
+        accounting.ROLLOUT: 1.0,  # gen less the wait inside it
+        accounting.WAITING: 5.0,
+        accounting.TRAINING: 2.0,
+        accounting.WEIGHT_SYNC: 0.5,
+        accounting.CHECKPOINT: 0.0,
+        accounting.VALIDATION: 0.0,
+        accounting.DRIVER: 0.0,  # adv took no time
+        accounting.OTHER: 1.0,  # between stages
+    }
+    assert sum(seconds.values()) == 9.5  # the step, exactly
 
     points = captured.metric_points()
     by_category = {dict(p.attributes)[semconv.ATTR_TIME_CATEGORY]: p.value for p in points[semconv.M_STEP_TIME]}
-    assert by_category == pytest.approx(seconds, abs=1e-5)
+    assert by_category == seconds
     (idle,) = points[semconv.M_TRAINER_IDLE_RATIO]
-    assert idle.value == pytest.approx(seconds[accounting.WAITING] / sum(seconds.values()), rel=1e-3)
+    assert idle.value == 5.0 / 9.5
 
 
 def test_a_stage_outside_a_step_is_not_counted():
@@ -68,7 +95,7 @@ def test_a_stage_outside_a_step_is_not_counted():
     assert seconds is not None and seconds[accounting.ROLLOUT] == 0.0
 
 
-def test_pool_time_partitions_the_step_for_each_role(captured, v0_trainer):
+def test_pool_time_partitions_the_step_for_each_role(captured, v0_trainer, clock):
     """``verl.pool.time``: busy (the role's stages), waiting (the trainer roles' verl.wait),
     idle; the three add up to the step for every role; ``verl.rollout.idle_ratio`` = idle / step."""
     from verl.utils.profiler import marked_timer
@@ -77,40 +104,40 @@ def test_pool_time_partitions_the_step_for_each_role(captured, v0_trainer):
     timing: dict[str, float] = {}
     with marked_timer("step", timing):
         with marked_timer("gen", timing):
-            waits.sample_wrapper(_sleep_sample, object(), (3, "train", 4), {})
+            waits.sample_wrapper(_sampling(clock, 5.0), object(), (3, "train", 4), {})
         with marked_timer("ref", timing):
-            time.sleep(0.02)
+            clock.sleep(2.0)
         with marked_timer("update_actor", timing):
-            time.sleep(0.03)
+            clock.sleep(3.0)
         with marked_timer("update_weights", timing):
-            time.sleep(0.01)
-        time.sleep(0.02)
+            clock.sleep(1.0)
+        clock.sleep(2.0)
     Tracking(project_name="p", experiment_name="e", default_backend=[]).log(data={"x": 1.0}, step=3)
 
     (step,) = [s for s in captured.finished() if s.name == semconv.SPAN_STEP]
-    step_s = (step.end_time - step.start_time) / 1e9
     points = captured.metric_points()
     pools = {
         (dict(p.attributes)[semconv.ATTR_POOL_ROLE], dict(p.attributes)[semconv.ATTR_POOL_STATE]): p.value
         for p in points[semconv.M_POOL_TIME]
     }
-    roles = {role for role, _ in pools}
-    assert roles == {accounting.POOL_ACTOR, accounting.POOL_ROLLOUT, accounting.POOL_REF}  # no critic/reward stage
-    for role in roles:
-        assert sum(pools[(role, s)] for s in accounting.POOL_STATES) == pytest.approx(step_s, abs=0.002)
-        assert pools[(role, accounting.BUSY)] == pytest.approx(
-            step.attributes[f"{semconv.ATTR_POOL_PREFIX}{role}.{accounting.BUSY}"], abs=1e-5
-        )
-    assert 0.06 <= pools[(accounting.POOL_ROLLOUT, accounting.BUSY)] < 0.06 + SLACK  # gen + weights
-    assert pools[(accounting.POOL_ROLLOUT, accounting.POOL_WAITING)] == 0.0
-    assert 0.04 <= pools[(accounting.POOL_ACTOR, accounting.BUSY)] < 0.04 + SLACK  # update + weights
-    assert 0.05 <= pools[(accounting.POOL_ACTOR, accounting.POOL_WAITING)] < 0.05 + SLACK
-    assert (
-        pools[(accounting.POOL_REF, accounting.POOL_WAITING)] == pools[(accounting.POOL_ACTOR, accounting.POOL_WAITING)]
-    )
-    assert 0.02 <= pools[(accounting.POOL_REF, accounting.BUSY)] < 0.02 + SLACK
-    (idle,) = points[semconv.M_ROLLOUT_IDLE_RATIO]
-    assert idle.value == pytest.approx(pools[(accounting.POOL_ROLLOUT, accounting.IDLE)] / step_s, rel=0.01)
+    step_s = 13.0  # gen 5 (all of it the wait), ref 2, update_actor 3, update_weights 1, between stages 2
+    busy, waiting, idle = accounting.BUSY, accounting.POOL_WAITING, accounting.IDLE
+    assert pools == {  # no critic or reward stage ran: no such roles
+        (accounting.POOL_ROLLOUT, busy): 6.0,  # gen + weights
+        (accounting.POOL_ROLLOUT, waiting): 0.0,  # the wait is the rollout role's busy time
+        (accounting.POOL_ROLLOUT, idle): 7.0,
+        (accounting.POOL_ACTOR, busy): 4.0,  # update + weights
+        (accounting.POOL_ACTOR, waiting): 5.0,  # the trainer waiting for rollouts
+        (accounting.POOL_ACTOR, idle): 4.0,
+        (accounting.POOL_REF, busy): 2.0,
+        (accounting.POOL_REF, waiting): 5.0,
+        (accounting.POOL_REF, idle): 6.0,
+    }
+    for role in {role for role, _ in pools}:
+        assert sum(pools[(role, s)] for s in accounting.POOL_STATES) == step_s
+        assert step.attributes[f"{semconv.ATTR_POOL_PREFIX}{role}.{busy}"] == pools[(role, busy)]
+    (ratio,) = points[semconv.M_ROLLOUT_IDLE_RATIO]
+    assert ratio.value == 7.0 / step_s
 
 
 def test_pool_seconds_never_exceed_the_step():

@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import verl.checkpoint_engine.base as base
 from opentelemetry import trace
 
 from otel_verl import semconv
-
-base = pytest.importorskip("verl.checkpoint_engine.base")
 
 
 class _Replica:

@@ -10,17 +10,14 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 from opentelemetry import trace
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from otel_verl import semconv
 from otel_verl.config import settings
 from otel_verl.hooks import trainer as trainer_hooks
 from otel_verl.process.state import PROCESS
-
-pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
-
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
-from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync  # noqa: E402
 
 
 class MyPPOTrainer(PPOTrainerSync):

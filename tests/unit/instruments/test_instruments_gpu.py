@@ -179,7 +179,6 @@ def test_torch_fallback_reports_memory_of_the_device_in_use(captured, fresh):
 
 
 def test_process_metrics_are_limited_to_process_star(captured, fresh):
-    pytest.importorskip("opentelemetry.instrumentation.system_metrics")
     from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
 
     fresh.setitem(sys.modules, "pynvml", fake_nvml([], fail_init=True))

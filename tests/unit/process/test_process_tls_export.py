@@ -7,19 +7,17 @@ import datetime
 import ipaddress
 from concurrent import futures
 
+import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-grpc = pytest.importorskip("grpc")
-x509 = pytest.importorskip("cryptography.x509")
-
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc  # noqa: E402
-
-from otel_verl import config, semconv  # noqa: E402
-from otel_verl.process.resource import Identity  # noqa: E402
-from otel_verl.process.telemetry import build_own  # noqa: E402
+from otel_verl import config, semconv
+from otel_verl.process.resource import Identity
+from otel_verl.process.telemetry import build_own
 
 
 def _cert(subject: str, issuer_key, issuer_name, key, *, ca: bool):

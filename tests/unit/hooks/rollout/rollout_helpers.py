@@ -9,20 +9,16 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-import pytest
 from omegaconf import OmegaConf
-
-pytest.importorskip("verl.experimental.agent_loop.agent_loop")
-
-from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import (
     AgentLoopMetrics,
     AgentLoopOutput,
     AgentLoopWorker,
     register,
 )
-from verl.protocol import DataProto  # noqa: E402
-from verl.workers.rollout.llm_server import LLMServerClient  # noqa: E402
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+from verl.protocol import DataProto
+from verl.workers.rollout.llm_server import LLMServerClient
+from verl.workers.rollout.replica import TokenOutput
 
 PROMPT = [11, 12, 13]
 

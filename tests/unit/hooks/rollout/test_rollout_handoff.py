@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from opentelemetry import trace
 from rollout_helpers import CONFIG, StubbedWorker, _Remote, by_name, make_batch, make_worker
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+from verl.trainer.ppo.v1 import agent_loop_tq
 
 from otel_verl import propagation, semconv
 from otel_verl.process.state import PROCESS
@@ -77,7 +78,6 @@ def test_manager_injects_for_the_call_only_and_keeps_auto_await_semantics(captur
 
 
 # ------------------------------------------------------------------------------ v1: links to the gen span
-agent_loop_tq = pytest.importorskip("verl.trainer.ppo.v1.agent_loop_tq")
 TQ_CONFIG = OmegaConf.merge(CONFIG, {"actor_rollout_ref": {"rollout": {"n": 2}}})
 
 

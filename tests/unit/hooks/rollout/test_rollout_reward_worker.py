@@ -14,14 +14,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from opentelemetry import trace
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+from verl.protocol import DataProto
 
 from otel_verl import current_step, propagation, semconv, step_attributes, step_context
 from otel_verl.hooks.rollout import reward_worker
-
-pytest.importorskip("verl.experimental.reward_loop.reward_loop")
-
-from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
-from verl.protocol import DataProto  # noqa: E402
 
 
 class _Manager:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 
 import pytest
+from components import require_chromium
 from offline_otlp_json import gauge, log_record, span, write_logs, write_metrics, write_spans
 
 from otel_verl import semconv
@@ -87,13 +87,13 @@ def test_identical_curves_stay_visible(tmp_path):
     assert '<small class="same">(same values as critic/score/mean)</small>' in page
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed (scripts/setup.sh installs it)")
 def test_the_any_metric_chart_labels_its_axes(v1_run, tmp_path):
+    chromium = require_chromium()
     page = tmp_path / "page.html"
     page.write_text(render(build(v1_run)))
     dom = subprocess.run(
         [
-            "chromium",
+            chromium,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
@@ -284,10 +284,10 @@ def _chromium(page) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed (scripts/setup.sh installs it)")
 def test_the_page_runs_its_own_script_and_nothing_else(v1_run, tmp_path):
     """The Content-Security-Policy allows the page's own script and stylesheet (by hash): they run
     without a violation, while markup an escaping bug would let in runs nothing."""
+    require_chromium()
     page = render(build(v1_run))
     assert page.count('http-equiv="Content-Security-Policy"') == 1 and "unsafe-inline" not in page
     clean = tmp_path / "clean.html"

@@ -1,0 +1,80 @@
+"""What a test needs from the machine, and the one rule for when it is missing.
+
+``scripts/setup.sh`` installs every component the tests use (the CPU harness, Debian's
+Prometheus tools, Chromium, the live stack's Go-built backends; Node.js comes with the machine).
+Where one is missing a test stops with :func:`require`: on a workstation that is a skip naming
+what is missing and how to get it; under CI (``CI`` set, as CI systems do) it is a failure, so
+that a CI run can never pass with tests that did not run.
+
+Skips that are not about a missing component (a GPU-only path on a CPU machine, another Python
+or tool version) stay plain ``pytest.skip``.
+
+Importable as ``components`` from any test: pytest puts ``tests/`` on ``sys.path`` for the root
+``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import time
+from types import ModuleType
+from typing import NoReturn
+
+import pytest
+
+# When this pytest session started (tests/conftest.py sets it at session start): the wait for the
+# background backend build is bounded against it, so that it fits a CI job's time limit.
+SESSION_START = time.monotonic()
+
+
+def in_ci() -> bool:
+    """Whether this runs under CI: ``CI`` is set to anything but an explicit no."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(component: str, why: str) -> NoReturn:
+    """Stop the calling test because ``component`` is missing; ``why`` says what and how to get it.
+
+    A skip on a workstation; under CI a failure: CI installs everything, so a missing component
+    there is a broken set-up to fix, never a reason to pass."""
+    message = f"missing {component}: {why}"
+    if in_ci():
+        pytest.fail(f"{message} (CI: a missing component fails the run instead of skipping)", pytrace=False)
+    pytest.skip(message, allow_module_level=True)
+
+
+def require_tool(name: str, how: str) -> str:
+    """The path of executable ``name`` on PATH; else :func:`require` (``how``: how to install it)."""
+    path = shutil.which(name)
+    if path is None:
+        require(name, f"not on PATH; {how}")
+    return path
+
+
+def require_module(name: str, how: str) -> ModuleType:
+    """Module ``name``, imported; else :func:`require` (``how``: how to install it)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        require(name, f"cannot be imported ({exc}); {how}")
+
+
+HARNESS_HOW = "`bash scripts/setup.sh` installs it (pip install -e tests/harness)"
+
+
+def require_harness() -> ModuleType:
+    """``verl_cpu_harness`` (real verl runs on CPU), or :func:`require`."""
+    return require_module("verl_cpu_harness", HARNESS_HOW)
+
+
+CHROMIUM_HOW = "`bash scripts/setup.sh` installs the Debian package (apt-get install chromium)"
+
+
+def require_chromium() -> str:
+    """A headless-capable Chromium (the report pages are rendered in it), or :func:`require`."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    require("chromium", f"none of chromium, chromium-browser, google-chrome is on PATH; {CHROMIUM_HOW}")

@@ -1,0 +1,34 @@
+"""opskit's excuse rule for kit queries on a live run: per metric name, never per query."""
+
+from __future__ import annotations
+
+import opskit
+import pytest
+
+GPU = "hw_gpu_utilization_ratio"
+NONFINITE = "verl_training_nonfinite_total"
+LOSS = "verl_actor_pg_loss"  # a generic name: there when verl logged actor/pg_loss
+
+
+def test_an_excused_name_does_not_excuse_the_others_of_its_query():
+    present = {LOSS}.__contains__
+    assert opskit.excused_names("q", {GPU, LOSS}, {LOSS}, present) == {GPU: f"{GPU} needs a GPU"}
+    with pytest.raises(AssertionError, match=r"no series of \['verl_training_step'\]"):
+        opskit.excused_names("q", {GPU, "verl_training_step"}, set(), present)  # a catalog name is never excused
+
+
+def test_an_excuse_holds_only_while_the_run_lacks_the_name():
+    assert opskit.excused_names("q", {NONFINITE}, set(), {NONFINITE}.__contains__) == {}  # there: checked
+    assert NONFINITE in opskit.excused_names("q", {NONFINITE}, set(), lambda name: False)
+
+
+def test_a_generic_name_is_excused_only_if_verl_logged_no_key_for_it():
+    assert LOSS in opskit.excused_names("q", {LOSS}, set(), lambda name: False)
+    with pytest.raises(AssertionError, match=LOSS):
+        opskit.excused_names("q", {LOSS}, {LOSS}, lambda name: False)  # logged but not in Prometheus
+
+
+def test_the_reason_names_what_was_checked_instead():
+    excused = {GPU: f"{GPU} needs a GPU"}
+    assert opskit.excused_reason(excused, {GPU}) == f"{GPU} needs a GPU"
+    assert opskit.excused_reason(excused, {GPU, LOSS}) == f"{GPU} needs a GPU (its other names have series: [{LOSS!r}])"
