@@ -230,8 +230,12 @@ def _daemons_pythonpath(kwargs: dict[str, Any]) -> str | None:
         return None  # not under opentelemetry-instrument, runtime_env off, or the user's own PYTHONPATH for workers
     if not _starts_local_cluster(kwargs):
         return None  # a running cluster: its processes never had it; this launcher's paths may not exist there
-    env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return os.pathsep.join(p for p in os.environ["PYTHONPATH"].split(os.pathsep) if p != folder)
+    from otel_verl.process.worker_bootstrap import SITE_DIR
+
+    paths = os.environ["PYTHONPATH"].split(os.pathsep)
+    # the job's workers: the same bootstrap without a configurator (``process.worker_bootstrap``)
+    env_vars["PYTHONPATH"] = os.pathsep.join(SITE_DIR if p == folder else p for p in paths)
+    return os.pathsep.join(p for p in paths if p != folder)
 
 
 def _ray_init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
