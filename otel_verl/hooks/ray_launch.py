@@ -191,8 +191,12 @@ def _auto_instrumentation_dir() -> str | None:
     auto = sys.modules.get("opentelemetry.instrumentation.auto_instrumentation")  # loaded by that sitecustomize
     if auto is None or not getattr(auto, "__file__", None):
         return None
-    folder = os.path.dirname(os.path.abspath(auto.__file__))
-    return folder if folder in os.environ.get("PYTHONPATH", "").split(os.pathsep) else None
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(auto.__file__)))
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        # as written there: the launcher may reach the same venv through a link (a symlinked venv)
+        if entry and os.path.realpath(entry) == folder:
+            return entry
+    return None
 
 
 def _starts_local_cluster(kwargs: dict[str, Any]) -> bool:
