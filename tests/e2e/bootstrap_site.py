@@ -3,8 +3,9 @@
 ``opentelemetry-bootstrap -a requirements`` names an instrumentation for every library it finds
 installed (about twenty with verl's: asyncio, grpc, requests, urllib3, httpx, aiohttp, fastapi,
 jinja2, logging, threading, ...), pinned to opentelemetry-instrumentation's own version. They are
-installed without pip's resolver (which would replace the venv's OpenTelemetry packages) into a cached folder beside the venv
-instead of into it, so that one test's runs see them and every other test sees the plain set-up.
+installed without pip's resolver (which would replace the venv's OpenTelemetry packages) into a
+cached folder beside the venv instead of into it, so that one test's runs see them and every other
+test sees the plain set-up.
 A package index that lacks a pinned version (a partial mirror) gets the newest version not above
 it; what they need and the venv lacks (``opentelemetry-util-http``) is added the same way.
 ``build()`` returns the folder and the requirement list it was built from.
@@ -22,9 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from packaging.requirements import Requirement
-
 from opentelemetry.instrumentation.version import __version__ as INSTRUMENTATION_VERSION
+from packaging.requirements import Requirement
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "otel-verl" / "bootstrap-site"
 

@@ -46,9 +46,7 @@ def run(run_verl_instrumented, tmp_path_factory):
             "OTEL_EXPORTER_OTLP_ENDPOINT": rx.url,
             ut.HTTP_URL_VAR: rx.url + REWARD_PATH,
         }
-        result = run_verl_instrumented(
-            workdir, "v1", "grpo", env=env, steps=STEPS, extra=tuple(ut.overrides(workdir))
-        )
+        result = run_verl_instrumented(workdir, "v1", "grpo", env=env, steps=STEPS, extra=tuple(ut.overrides(workdir)))
     assert result.returncode == 0, result.output[-4000:]
     assert sorted(k for k in result.console if k > 0) == list(range(1, STEPS + 1))
     result.received = rx.requests  # type: ignore[attr-defined]
