@@ -54,3 +54,41 @@ def initialize() -> None:
         if ours:
             os.environ.pop(CONFIGURATOR_VAR, None)
             loader_log.removeFilter(quiet)
+
+
+def selected(group: str, env_var: str) -> str | None:
+    """The entry point of ``group`` that OpenTelemetry's bootstrap loads, as ``name (distribution)``:
+    the one ``env_var`` names, else the first installed (its loader's rule for distros and
+    configurators); None for none."""
+    from importlib.metadata import entry_points
+
+    found = list(entry_points(group=group))
+    wanted = os.environ.get(env_var)
+    chosen = [ep for ep in found if ep.name == wanted] if wanted else found[:1]
+    if not chosen:
+        return None
+    dist = getattr(chosen[0].dist, "name", None)
+    return f"{chosen[0].name} ({dist})" if dist else chosen[0].name
+
+
+def loaded_instrumentations() -> dict[str, str | None]:
+    """Every ``opentelemetry_instrumentor`` entry point and why it would not load here (None: it loads):
+    switched off by ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``, or its library is not installed."""
+    from importlib.metadata import entry_points
+
+    from opentelemetry.instrumentation.dependencies import get_dist_dependency_conflicts
+
+    from otel_verl.config import disabled_instrumentations
+
+    off = set(disabled_instrumentations())
+    out: dict[str, str | None] = {}
+    for ep in entry_points(group="opentelemetry_instrumentor"):
+        if "*" in off or ep.name in off:
+            out[ep.name] = "disabled"
+            continue
+        try:
+            conflict = get_dist_dependency_conflicts(ep.dist) if ep.dist is not None else None
+        except Exception:  # noqa: BLE001 - a broken distribution: OpenTelemetry's loader skips it too
+            conflict = "unreadable"
+        out[ep.name] = None if conflict is None else "its library is not installed"
+    return out
