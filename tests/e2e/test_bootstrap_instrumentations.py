@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-import bootstrap_site
 import pytest
 from otlp_http_receiver import OtlpReceiver
+from verl_cpu_harness import bootstrap_site
 from verl_cpu_harness import user_telemetry as ut
 
 from otel_verl import semconv
