@@ -9,7 +9,9 @@ child process: the driver, Ray's daemons, every actor. Variants:
 * ``collector``: ``opentelemetry-instrument``, OTLP/gRPC to a live Collector (``otel-verl stack up``
   with the binaries of ``scripts/backends.sh``, on free ports; the stack's own CPU is not in the job's
   tree, so it is not counted);
-* ``dead``: ``opentelemetry-instrument``, OTLP/gRPC to a port nobody listens on.
+* ``dead``: ``opentelemetry-instrument``, OTLP/gRPC to a port nobody listens on;
+* ``bootstrap``: as ``file``, plus every instrumentation ``opentelemetry-bootstrap -a install``
+  picks for this venv (``verl_cpu_harness.bootstrap_site``) on the job's ``PYTHONPATH``.
 
 Every round runs every variant at two lengths (``--short`` and ``--long`` training steps), in a
 rotated order, so slow drifts of this shared machine's load hit every variant alike. Per round and
@@ -52,12 +54,13 @@ from _util import machine, table
 from e2e_overhead import _closed_port
 
 REPO = Path(__file__).resolve().parents[1]
-VARIANTS = ("plain", "file", "collector", "dead")
+VARIANTS = ("plain", "file", "collector", "dead", "bootstrap")
 LABELS = {
     "plain": "not instrumented",
     "file": "instrumented, OTLP JSON files",
     "collector": "instrumented, OTLP gRPC to a live Collector",
     "dead": "instrumented, OTLP gRPC to a dead endpoint",
+    "bootstrap": "instrumented, OTLP JSON files, opentelemetry-bootstrap's instrumentations",
 }
 # Two-sided 95% Student t quantiles by degrees of freedom (rounds - 1).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
@@ -69,7 +72,12 @@ def _env(variant: str, folder: Path, otlp_port: int | None) -> tuple[dict[str, s
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "verl"  # the verl.plugins entry point stays off
         return env, None
     env.update({"OTEL_SERVICE_NAME": "bench-job-cpu", "OTEL_VERL_FILE_DIR": str(folder)})
-    if variant == "file":
+    if variant == "bootstrap":
+        from verl_cpu_harness import bootstrap_site
+
+        site, _ = bootstrap_site.build()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)
+    if variant in ("file", "bootstrap"):
         for signal in ("TRACES", "METRICS", "LOGS"):
             env[f"OTEL_{signal}_EXPORTER"] = "otlp_json_file"
     else:

@@ -1,12 +1,46 @@
-"""A minimal OTLP/HTTP receiver for tests: records every POST (path, lower-cased headers, JSON body)."""
+"""A minimal OTLP/HTTP receiver for tests: records every POST (path, lower-cased headers, body as OTLP JSON).
+
+Bodies in OTLP/HTTP's protobuf encoding (what the SDK's exporters send) are decoded with the
+opentelemetry-proto messages into the OTLP JSON shape (hex ids), so both encodings read alike."""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+def _hex_ids(node: Any) -> Any:
+    # protobuf's JSON mapping writes bytes as base64; OTLP JSON writes trace and span ids as hex
+    if isinstance(node, dict):
+        return {
+            k: base64.b64decode(v).hex() if k in _ID_KEYS and isinstance(v, str) else _hex_ids(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_hex_ids(v) for v in node]
+    return node
+
+
+def _decode(path: str, headers: Any, body: bytes) -> Any:
+    if "protobuf" not in (headers.get("Content-Type") or ""):
+        return json.loads(body)
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    cls = {"/v1/traces": ExportTraceServiceRequest, "/v1/metrics": ExportMetricsServiceRequest}.get(
+        path, ExportLogsServiceRequest
+    )
+    message = cls()
+    message.ParseFromString(body)
+    return _hex_ids(MessageToDict(message))
 
 
 class OtlpReceiver:
@@ -44,7 +78,11 @@ class OtlpReceiver:
                     receiver.sizes.append(len(body))
                     if not too_big:
                         receiver.requests.append(
-                            (self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(body))
+                            (
+                                self.path,
+                                {k.lower(): v for k, v in self.headers.items()},
+                                _decode(self.path, self.headers, body),
+                            )
                         )
                     n = len(receiver.requests)
                 if receiver.delay:

@@ -191,8 +191,12 @@ def _auto_instrumentation_dir() -> str | None:
     auto = sys.modules.get("opentelemetry.instrumentation.auto_instrumentation")  # loaded by that sitecustomize
     if auto is None or not getattr(auto, "__file__", None):
         return None
-    folder = os.path.dirname(os.path.abspath(auto.__file__))
-    return folder if folder in os.environ.get("PYTHONPATH", "").split(os.pathsep) else None
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(auto.__file__)))
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        # as written there: the launcher may reach the same venv through a link (a symlinked venv)
+        if entry and os.path.realpath(entry) == folder:
+            return entry
+    return None
 
 
 def _starts_local_cluster(kwargs: dict[str, Any]) -> bool:
@@ -230,8 +234,12 @@ def _daemons_pythonpath(kwargs: dict[str, Any]) -> str | None:
         return None  # not under opentelemetry-instrument, runtime_env off, or the user's own PYTHONPATH for workers
     if not _starts_local_cluster(kwargs):
         return None  # a running cluster: its processes never had it; this launcher's paths may not exist there
-    env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return os.pathsep.join(p for p in os.environ["PYTHONPATH"].split(os.pathsep) if p != folder)
+    from otel_verl.process.worker_bootstrap import SITE_DIR
+
+    paths = os.environ["PYTHONPATH"].split(os.pathsep)
+    # the job's workers: the same bootstrap without a configurator (``process.worker_bootstrap``)
+    env_vars["PYTHONPATH"] = os.pathsep.join(SITE_DIR if p == folder else p for p in paths)
+    return os.pathsep.join(p for p in paths if p != folder)
 
 
 def _ray_init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

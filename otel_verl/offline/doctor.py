@@ -19,6 +19,10 @@ Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a not
   a TCP connect (1 s timeout, once per URL) and judged for each signal that uses it; for
   ``otlp_json_file`` the folder, checked writable; for ``prometheus`` the ports
   (``OTEL_EXPORTER_PROMETHEUS_PORT``: a whole number from 1 to 65535);
+* what ``opentelemetry-instrument`` sets up in each kind of process: the distro and configurator
+  it loads in the launcher, none in the job's Ray workers (``otel_verl.process.worker_bootstrap``)
+  unless ``OTEL_PYTHON_CONFIGURATOR`` names one, and the instrumentations it loads (those switched
+  off or whose library is missing listed apart);
 * every hook of ``otel_verl.hooks.all_hooks()``: whether its target exists in the installed verl
   (imports verl's modules; the warnings verl gives while importing are collected and listed after
   the hooks).
@@ -293,6 +297,37 @@ def _resolve(module_name: str, target: str) -> str | None:
     return None
 
 
+def check_opentelemetry_setup(r: Checks, s: config.Settings) -> None:
+    """What ``opentelemetry-instrument`` sets up in each kind of process (``process.worker_bootstrap``)."""
+    from otel_verl.hooks.ray_launch import SYSTEM_METRICS
+    from otel_verl.process import worker_bootstrap as wb
+
+    distro = wb.selected("opentelemetry_distro", "OTEL_PYTHON_DISTRO")
+    configurator = wb.selected("opentelemetry_configurator", wb.CONFIGURATOR_VAR)
+    r.note(f"distro: {distro or 'none'}")
+    if configurator is None:
+        r.note("configurator: none; every verl process builds otel-verl's pipeline, the global one for user code")
+    else:
+        r.note(f"launcher: the configurator {configurator} builds the SDK providers at start-up")
+        if os.environ.get(wb.CONFIGURATOR_VAR):
+            r.note(
+                f"Ray workers: {configurator}, named by {wb.CONFIGURATOR_VAR}, runs there too: otel-verl leaves "
+                "its providers, so user code's telemetry lacks the run id, role and rank (unset it: one pipeline)"
+            )
+        else:
+            r.note(f"Ray workers: no configurator ({configurator} is left out): otel-verl's pipeline is the one")
+    r.note("Ray's own daemons (GCS, raylet, dashboard) run no bootstrap on a cluster ray.init starts")
+    found = wb.loaded_instrumentations()
+    loads = sorted(name for name, why in found.items() if why is None)
+    ray_off = [] if s.ray_system_metrics or SYSTEM_METRICS not in loads else [SYSTEM_METRICS]
+    r.note(f"instrumentations loaded in every process ({len(loads)}): {', '.join(loads) or 'none'}")
+    if ray_off:
+        r.note(f"  but not in Ray's processes: {', '.join(ray_off)} (OTEL_VERL_RAY_SYSTEM_METRICS=true keeps it)")
+    skipped = sorted(f"{name} ({why})" for name, why in found.items() if why is not None)
+    if skipped:
+        r.note(f"instrumentations installed but not loaded: {', '.join(skipped)}")
+
+
 def check_hooks(r: Checks, hooks: Sequence[Hook] | None = None) -> None:
     # Imported here: the hooks import wrapt and the instrumentation package, which the other
     # checks (and the other otel-verl commands) do not need.
@@ -337,6 +372,8 @@ def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None) -> in
     check_guard_rules(r, s)
     print("exporters:", file=out)
     check_exporters(r)
+    print("opentelemetry-instrument:", file=out)
+    check_opentelemetry_setup(r, s)
     print("hooks:", file=out)
     if verl_ok:
         check_hooks(r, hooks)

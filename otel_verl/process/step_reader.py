@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any
 
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
 
 from otel_verl import private_api, semconv
@@ -100,7 +101,10 @@ class StepMetricReader(MetricReader):
 
     def _export(self, batch: MetricsData) -> None:
         try:
-            self._exporter.export(batch)
+            # as the SDK's own readers do: the exporter's HTTP/gRPC calls are no telemetry
+            # (the requests/urllib3/grpc instrumentations would trace every export)
+            with suppress_instrumentation():
+                self._exporter.export(batch)
         except Exception:  # noqa: BLE001 - never kill the export thread
             # An exporter that raises (instead of returning FAILURE) would otherwise lose
             # every step silently: say so once per process.

@@ -1,5 +1,8 @@
 """End-to-end: user code with the plain OpenTelemetry API joins the run (real trainer on CPU).
 
+OpenTelemetry is set up as its zero-code guide says: ``opentelemetry-distro`` is installed (the
+test extra has it), so its configurator would build providers in every process at start-up.
+
 The run uses ``verl_cpu_harness.user_telemetry``: a custom reward function (reward-loop worker
 processes) and a custom agent loop (agent-loop worker processes), each recording spans and
 metrics through ``opentelemetry.trace`` / ``opentelemetry.metrics`` only. Ground truth: the
@@ -9,6 +12,7 @@ before training) and otel-verl's own trajectory spans of the same run.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections import Counter
 
 import pytest
@@ -126,3 +130,17 @@ def test_a_user_gauge_in_the_agent_loop_is_exported_every_step(run):
     assert all(p.resource[semconv.RES_RUN_ID] == _run_id(run) for p in points)
     # one export at least per batch of trajectories: validation and each step
     assert len({p.time_ns for p in points}) >= STEPS + 1, Counter(p.time_ns for p in points)
+
+
+def test_with_opentelemetry_distro_each_process_has_one_pipeline_otel_verls(run):
+    """The distro's configurator runs in the launcher only; in the Ray workers otel-verl's pipeline is
+    the global one (``process.worker_bootstrap``): user spans carry the run's identity (above), their
+    process runs one span export thread (one trace exporter here) and no periodic metric reader, and
+    no process had to leave a provider someone else set (otel-verl would say so once)."""
+    assert importlib.metadata.version("opentelemetry-distro")  # the common set-up, not a bare SDK
+    user = [s for s in run.spans if s.name == ut.SPAN_REWARD]
+    assert user
+    assert {s.attributes[ut.ATTR_SPAN_THREADS] for s in user} == {1}
+    assert {s.attributes[ut.ATTR_PERIODIC_THREADS] for s in user} == {0}
+    assert "global OpenTelemetry provider was already set" not in run.output
+    assert "not loaded because" not in run.output  # the skipped configurator is not announced

@@ -5,6 +5,12 @@
 - ``UserAgentLoop``: a custom agent loop (registered through ``agent_loop_config_path``) that
   records a span around verl's single-turn loop; it runs in the agent-loop worker processes.
 
+With ``HTTP_URL_VAR`` set, the reward function also POSTs each response there with ``requests``
+(a reward model behind an API): with the requests instrumentation loaded, that call is a span of
+its own. Each reward span says how many SDK export threads its process runs (``ATTR_*_THREADS``):
+one span processor's thread per trace exporter and no periodic metric reader when the process has
+one pipeline, otel-verl's.
+
 Only the plain API is used, plus otel-verl's one helper for what that API cannot know (the
 training step, ``otel_verl.step_attributes``) on the spans. ``overrides()`` gives the Hydra
 overrides that plug both into a harness run.
@@ -13,6 +19,8 @@ overrides that plug both into a harness run.
 from __future__ import annotations
 
 import functools
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +40,9 @@ HISTOGRAM = "my.reward.sentiment"
 COUNTER = "my.reward.calls"
 GAUGE = "my.agent.last_response_chars"
 AGENT_NAME = "user_loop"
+HTTP_URL_VAR = "VERL_CPU_HARNESS_USER_HTTP_URL"
+ATTR_SPAN_THREADS = "my.process.span_export_threads"
+ATTR_PERIODIC_THREADS = "my.process.periodic_metric_threads"
 
 tracer = trace.get_tracer("my.reward")
 meter = metrics.get_meter("my.reward")
@@ -43,11 +54,24 @@ calls = meter.create_counter(COUNTER, unit="{call}")
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
     with tracer.start_as_current_span(SPAN_REWARD) as span:
         value = 1.0 if solution_str.strip().startswith(ground_truth) else 0.0
-        span.set_attributes({"my.reward.value": value, **step_attributes()})
+        span.set_attributes({"my.reward.value": value, **step_attributes(), **_export_threads()})
+        url = os.environ.get(HTTP_URL_VAR)
+        if url:
+            import requests
+
+            requests.post(url, json={"response": solution_str}, timeout=10)
         quality = min(1.0, len(solution_str.strip()) / 16.0)
         sentiment.record(quality, {"data_source": data_source})
         calls.add(1, {"data_source": data_source})
         return value
+
+
+def _export_threads() -> dict[str, int]:
+    names = [t.name for t in threading.enumerate()]
+    return {
+        ATTR_SPAN_THREADS: sum(n.startswith("OtelBatchSpanRecordProcessor") for n in names),
+        ATTR_PERIODIC_THREADS: sum(n.startswith("OtelPeriodicExportingMetricReader") for n in names),
+    }
 
 
 @functools.cache

@@ -133,10 +133,13 @@ def _init_seen(kwargs, *, starts_cluster: bool, monkeypatch) -> tuple[dict, str]
 
 
 def test_a_new_local_clusters_daemons_start_without_the_sitecustomize(under_opentelemetry_instrument, monkeypatch):
+    from otel_verl.process.worker_bootstrap import SITE_DIR
+
     own = os.environ["PYTHONPATH"]
     kw, daemons = _init_seen({"num_cpus": 2}, starts_cluster=True, monkeypatch=monkeypatch)
     assert daemons == "/work/dir"  # Ray's own processes: no opentelemetry-instrument bootstrap
-    assert kw["runtime_env"]["env_vars"]["PYTHONPATH"] == own  # the job's workers: instrumented as before
+    # the job's workers: the same bootstrap, without a configurator, in the same place on the path
+    assert kw["runtime_env"]["env_vars"]["PYTHONPATH"] == os.pathsep.join([SITE_DIR, "/work/dir"])
     assert os.environ["PYTHONPATH"] == own  # restored for this process's later children
 
 

@@ -337,3 +337,23 @@ def test_a_bad_prometheus_port_is_a_problem(env, raw):
     env.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "9600")
     rc, text = _run()
     assert rc == 0 and "ok  metrics: prometheus pull endpoint on 127.0.0.1:9600-9631" in text, text
+
+
+def test_the_opentelemetry_setup_per_process_kind(env, listener):
+    """With opentelemetry-distro installed (the test extra): its configurator in the launcher, none in
+    the Ray workers unless OTEL_PYTHON_CONFIGURATOR names one; the instrumentations it loads."""
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{listener}")
+    env.delenv("OTEL_PYTHON_CONFIGURATOR", raising=False)
+    rc, text = _run()
+    assert rc == 0, text
+    assert "--  distro: distro (opentelemetry-distro)" in text
+    assert "launcher: the configurator configurator (opentelemetry-distro) builds the SDK providers" in text
+    assert "Ray workers: no configurator" in text
+    loaded = next(line for line in text.splitlines() if "instrumentations loaded in every process" in line)
+    assert "verl" in loaded.split(": ", 1)[1].split(", ")
+    assert "but not in Ray's processes: system_metrics" in text
+    env.setenv("OTEL_PYTHON_CONFIGURATOR", "configurator")
+    env.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "system_metrics")
+    rc, text = _run()
+    assert "named by OTEL_PYTHON_CONFIGURATOR, runs there too" in text
+    assert "system_metrics (disabled)" in text

@@ -1,0 +1,94 @@
+"""OpenTelemetry's auto-instrumentation in a verl job's Ray workers, minus the SDK configurator.
+
+``opentelemetry-instrument`` runs its bootstrap in every process that has its ``sitecustomize`` on
+``PYTHONPATH``: the distro (``opentelemetry-distro`` sets the exporter defaults), then the first
+``opentelemetry_configurator`` entry point (the distro's: it builds a TracerProvider, MeterProvider
+and LoggerProvider with periodic export and makes them global), then every installed
+instrumentation. In a verl process that configurator's pipeline would be a second one, made at
+interpreter start, before anyone knows which process this is: its resource has no run id, role or
+rank, and the global providers it sets keep user code (reward functions, agent loops, tools) and
+the other instrumentations off otel-verl's pipeline.
+
+So the job's workers get this module's ``sitecustomize`` instead (``hooks.ray_launch``): the same
+bootstrap with the configurator left out, through its own switch ``OTEL_PYTHON_CONFIGURATOR``,
+named for no configurator. The distro and every instrumentation load as usual; otel-verl builds
+each verl process's pipeline from the same ``OTEL_*`` environment once it knows who the process is
+and installs it as the global providers (``global_providers``). A configurator the user chose by
+name (``OTEL_PYTHON_CONFIGURATOR`` set) still runs: otel-verl then leaves its providers and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+CONFIGURATOR_VAR = "OTEL_PYTHON_CONFIGURATOR"
+NO_CONFIGURATOR = "otel-verl:none"  # no entry point has this name
+SITE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_worker_site")
+# The loader says, for every configurator it skips, that OTEL_PYTHON_CONFIGURATOR named another
+# (opentelemetry/instrumentation/auto_instrumentation/_load.py): expected here, so not shown.
+_LOADER_LOGGER = "opentelemetry.instrumentation.auto_instrumentation._load"
+
+
+class _SkippedByUs(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (len(args) == 3 and args[1] == NO_CONFIGURATOR and args[2] == CONFIGURATOR_VAR)
+
+
+def initialize() -> None:
+    """Run OpenTelemetry's auto-instrumentation here, without a configurator unless one was named."""
+    ours = not os.environ.get(CONFIGURATOR_VAR)
+    quiet = _SkippedByUs()
+    loader_log = logging.getLogger(_LOADER_LOGGER)
+    if ours:
+        os.environ[CONFIGURATOR_VAR] = NO_CONFIGURATOR
+        loader_log.addFilter(quiet)
+    try:
+        from opentelemetry.instrumentation.auto_instrumentation import initialize as otel_initialize
+
+        otel_initialize()
+    except Exception:  # noqa: BLE001 - never stop a Ray worker from starting
+        logging.getLogger("otel_verl").warning("otel-verl: OpenTelemetry's auto-instrumentation failed", exc_info=True)
+    finally:
+        if ours:
+            os.environ.pop(CONFIGURATOR_VAR, None)
+            loader_log.removeFilter(quiet)
+
+
+def selected(group: str, env_var: str) -> str | None:
+    """The entry point of ``group`` that OpenTelemetry's bootstrap loads, as ``name (distribution)``:
+    the one ``env_var`` names, else the first installed (its loader's rule for distros and
+    configurators); None for none."""
+    from importlib.metadata import entry_points
+
+    found = list(entry_points(group=group))
+    wanted = os.environ.get(env_var)
+    chosen = [ep for ep in found if ep.name == wanted] if wanted else found[:1]
+    if not chosen:
+        return None
+    dist = getattr(chosen[0].dist, "name", None)
+    return f"{chosen[0].name} ({dist})" if dist else chosen[0].name
+
+
+def loaded_instrumentations() -> dict[str, str | None]:
+    """Every ``opentelemetry_instrumentor`` entry point and why it would not load here (None: it loads):
+    switched off by ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``, or its library is not installed."""
+    from importlib.metadata import entry_points
+
+    from opentelemetry.instrumentation.dependencies import get_dist_dependency_conflicts
+
+    from otel_verl.config import disabled_instrumentations
+
+    off = set(disabled_instrumentations())
+    out: dict[str, str | None] = {}
+    for ep in entry_points(group="opentelemetry_instrumentor"):
+        if "*" in off or ep.name in off:
+            out[ep.name] = "disabled"
+            continue
+        try:
+            conflict = get_dist_dependency_conflicts(ep.dist) if ep.dist is not None else None
+        except Exception:  # noqa: BLE001 - a broken distribution: OpenTelemetry's loader skips it too
+            conflict = "unreadable"
+        out[ep.name] = None if conflict is None else "its library is not installed"
+    return out

@@ -1,0 +1,110 @@
+"""End-to-end: every instrumentation ``opentelemetry-bootstrap -a install`` picks, loaded in every
+process of a real run (real trainer on CPU), as many users set up zero-code OpenTelemetry.
+
+The set (``bootstrap_site``: asyncio, grpc, requests, urllib3, httpx, aiohttp, fastapi, jinja2,
+logging, threading, system-metrics, ...) is on the job's ``PYTHONPATH``; the job exports to the
+OTLP JSON files and over OTLP/HTTP (protobuf, through ``requests``) to a local receiver, and its
+reward function POSTs each response to that receiver (a reward model behind an API). Measured on
+this harness: besides otel-verl's and the user's spans, the instrumentations add one
+``jinja2.render`` span per trajectory (the chat template) and one ``jinja2.compile`` per process
+that renders; Ray's own traffic adds none (its daemons do not run the bootstrap, its workers talk
+through Ray's core), and neither do the exporters' own calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+from otlp_http_receiver import OtlpReceiver
+from verl_cpu_harness import bootstrap_site
+from verl_cpu_harness import user_telemetry as ut
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 2
+TRAJECTORIES = STEPS * 4 * 2 + 16  # 4 prompts x rollout.n 2 per step, 16 validation ones
+REWARD_PATH = "/reward"
+OWN = ("verl.", "my.")
+
+
+@pytest.fixture(scope="module")
+def run(run_verl_instrumented, tmp_path_factory):
+    site, requirements = bootstrap_site.build()
+    assert len(requirements) >= 15, requirements
+    workdir = tmp_path_factory.mktemp("bootstrap")
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    with OtlpReceiver() as rx:
+        env = {
+            "PYTHONPATH": path,
+            "OTEL_TRACES_EXPORTER": "otlp_json_file,otlp",
+            "OTEL_METRICS_EXPORTER": "otlp_json_file,otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": rx.url,
+            ut.HTTP_URL_VAR: rx.url + REWARD_PATH,
+        }
+        result = run_verl_instrumented(workdir, "v1", "grpo", env=env, steps=STEPS, extra=tuple(ut.overrides(workdir)))
+    assert result.returncode == 0, result.output[-4000:]
+    assert sorted(k for k in result.console if k > 0) == list(range(1, STEPS + 1))
+    result.received = rx.requests  # type: ignore[attr-defined]
+    return result
+
+
+def _foreign(spans):
+    return [s for s in spans if not s.name.startswith(OWN)]
+
+
+def _url(span) -> str:
+    # the HTTP semantic conventions' old and new names (OTEL_SEMCONV_STABILITY_OPT_IN picks)
+    return str(span.attributes.get("url.full") or span.attributes.get("http.url") or "")
+
+
+def test_the_users_http_call_is_a_child_of_its_reward_span_in_the_trajectory_trace(run):
+    by_id = {s.span_id: s for s in run.spans}
+    posts = [s for s in _foreign(run.spans) if _url(s).endswith(REWARD_PATH)]
+    rewards = [s for s in run.spans if s.name == ut.SPAN_REWARD]
+    assert rewards and len(posts) == len(rewards)
+    received = [r for r in run.received if r[0] == REWARD_PATH]
+    assert len(received) >= len(posts)  # the reward worker's last spans may be cut at job end
+    for post in posts:
+        reward = by_id[post.parent_id]
+        assert reward.name == ut.SPAN_REWARD
+        trajectory = by_id[by_id[reward.parent_id].parent_id]  # through the reward worker's span
+        assert trajectory.name == semconv.SPAN_ROLLOUT_TRAJECTORY
+        assert post.trace_id == trajectory.trace_id
+        assert post.resource[semconv.RES_RUN_ID] == trajectory.resource[semconv.RES_RUN_ID]
+        assert post.resource[semconv.RES_ROLE] == semconv.ROLE_REWARD_WORKER
+
+
+def test_foreign_spans_are_bounded_and_none_is_rays_plumbing_or_an_export(run):
+    others = [s for s in _foreign(run.spans) if not _url(s).endswith(REWARD_PATH)]
+    names = Counter(s.name for s in others)
+    processes = len({s.resource["process.pid"] for s in run.spans})
+    assert len(others) <= TRAJECTORIES + processes, names
+    urls = [_url(s) for s in _foreign(run.spans)]
+    assert not [u for u in urls if "/v1/" in u], urls  # no export traced (the SDK and otel-verl suppress it)
+    assert not [s for s in others if s.attributes.get("rpc.system") == "grpc"]  # no Ray gRPC
+
+
+def test_every_span_and_point_carries_the_runs_identity_and_one_pipeline_per_process(run):
+    run_ids = {s.resource.get(semconv.RES_RUN_ID) for s in run.spans} | {
+        p.resource.get(semconv.RES_RUN_ID) for p in run.points
+    }
+    assert len(run_ids) == 1 and None not in run_ids
+    assert all(s.resource.get(semconv.RES_ROLE) not in (None, semconv.ROLE_UNKNOWN) for s in run.spans)
+    user = [s for s in run.spans if s.name == ut.SPAN_REWARD]
+    assert {s.attributes[ut.ATTR_SPAN_THREADS] for s in user} == {2}  # the file and OTLP exporters
+    assert {s.attributes[ut.ATTR_PERIODIC_THREADS] for s in user} == {0}
+    assert "global OpenTelemetry provider was already set" not in run.output
+
+
+def test_otel_verls_own_telemetry_is_intact(run):
+    steps = sorted(s.attributes[semconv.ATTR_STEP] for s in run.spans if s.name == semconv.SPAN_STEP)
+    assert steps == list(range(1, STEPS + 1))
+    trajectories = [s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
+    assert len(trajectories) == TRAJECTORIES
+    received = {r[0] for r in run.received}
+    assert {"/v1/traces", "/v1/metrics"} <= received  # the OTLP/HTTP exporters delivered too
