@@ -12,12 +12,10 @@ import os
 import subprocess
 import sys
 
+import opentelemetry.distro  # noqa: F401 - the test extra installs it: an ImportError is a regression
 import opentelemetry.instrumentation.auto_instrumentation as auto
-import pytest
 
 from otel_verl.process.worker_bootstrap import SITE_DIR
-
-pytest.importorskip("opentelemetry.distro", reason="the test extra installs opentelemetry-distro")
 
 PROBE = """
 import json, os, sys
