@@ -131,14 +131,15 @@ print("PATCHED" if hasattr(perf._timer, "__wrapped__") else "PLAIN")
 
 
 def test_under_opentelemetry_instrument_a_process_pays_only_when_it_imports_verl():
-    """``opentelemetry-instrument``'s sitecustomize runs in every Ray process (daemons too): there
+    """The job's Ray workers run OpenTelemetry's bootstrap (``process.worker_bootstrap``'s
+    sitecustomize: no configurator, so no SDK even with opentelemetry-distro installed): there
     otel-verl only waits for ``import verl``; the hooks are in place before verl's first module."""
-    import opentelemetry.instrumentation.auto_instrumentation as auto
+    from otel_verl.process.worker_bootstrap import SITE_DIR
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update({"OTEL_VERL_RUN_ID": "r1", "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"})
     env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "system_metrics"
-    env["PYTHONPATH"] = os.path.dirname(auto.__file__)
+    env["PYTHONPATH"] = SITE_DIR
     out = subprocess.run(
         [sys.executable, "-c", _SITECUSTOMIZE_PROBE], env=env, capture_output=True, text=True, timeout=120
     )
