@@ -1,4 +1,4 @@
-"""OpenTelemetry's auto-instrumentation in a verl job's Ray workers, minus the SDK configurator.
+"""OpenTelemetry's auto-instrumentation in a verl job's Ray workers, minus the distro and configurator.
 
 ``opentelemetry-instrument`` runs its bootstrap in every process that has its ``sitecustomize`` on
 ``PYTHONPATH``: the distro (``opentelemetry-distro`` sets the exporter defaults), then the first
@@ -11,10 +11,13 @@ the other instrumentations off otel-verl's pipeline.
 
 So the job's workers get this module's ``sitecustomize`` instead (``hooks.ray_launch``): the same
 bootstrap with the configurator left out, through its own switch ``OTEL_PYTHON_CONFIGURATOR``,
-named for no configurator. The distro and every instrumentation load as usual; otel-verl builds
-each verl process's pipeline from the same ``OTEL_*`` environment once it knows who the process is
-and installs it as the global providers (``global_providers``). A configurator the user chose by
-name (``OTEL_PYTHON_CONFIGURATOR`` set) still runs: otel-verl then leaves its providers and says so.
+named for no configurator, and the distro too (``OTEL_PYTHON_DISTRO``): it ran in the launcher,
+whose environment, its defaults included, the workers inherit or get through the runtime_env, and
+importing it imports the SDK in every idle worker. Every instrumentation loads as usual; otel-verl
+builds each verl process's pipeline from the same ``OTEL_*`` environment once it knows who the
+process is and installs it as the global providers (``global_providers``). A distro or
+configurator the user chose by name (``OTEL_PYTHON_DISTRO`` / ``OTEL_PYTHON_CONFIGURATOR`` set)
+still runs: a named configurator's providers are then left as they are, and otel-verl says so.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import logging
 import os
 
 CONFIGURATOR_VAR = "OTEL_PYTHON_CONFIGURATOR"
-NO_CONFIGURATOR = "otel-verl:none"  # no entry point has this name
+DISTRO_VAR = "OTEL_PYTHON_DISTRO"
+NO_CONFIGURATOR = "otel-verl:none"  # no entry point has this name (for no distro either)
 SITE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_worker_site")
 # The loader says, for every configurator it skips, that OTEL_PYTHON_CONFIGURATOR named another
 # (opentelemetry/instrumentation/auto_instrumentation/_load.py): expected here, so not shown.
@@ -37,10 +41,14 @@ class _SkippedByUs(logging.Filter):
 
 
 def initialize() -> None:
-    """Run OpenTelemetry's auto-instrumentation here, without a configurator unless one was named."""
+    """Run OpenTelemetry's auto-instrumentation here, without a distro or configurator unless one
+    was named (the loader then uses its default distro, silently)."""
     ours = not os.environ.get(CONFIGURATOR_VAR)
+    no_distro = not os.environ.get(DISTRO_VAR)
     quiet = _SkippedByUs()
     loader_log = logging.getLogger(_LOADER_LOGGER)
+    if no_distro:
+        os.environ[DISTRO_VAR] = NO_CONFIGURATOR
     if ours:
         os.environ[CONFIGURATOR_VAR] = NO_CONFIGURATOR
         loader_log.addFilter(quiet)
@@ -51,6 +59,8 @@ def initialize() -> None:
     except Exception:  # noqa: BLE001 - never stop a Ray worker from starting
         logging.getLogger("otel_verl").warning("otel-verl: OpenTelemetry's auto-instrumentation failed", exc_info=True)
     finally:
+        if no_distro:
+            os.environ.pop(DISTRO_VAR, None)
         if ours:
             os.environ.pop(CONFIGURATOR_VAR, None)
             loader_log.removeFilter(quiet)

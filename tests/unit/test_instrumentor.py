@@ -123,7 +123,7 @@ def test_disabled_switches_are_respected_by_the_plugin():
 
 _SITECUSTOMIZE_PROBE = """
 import sys
-heavy = ("opentelemetry.sdk", "otel_verl.hooks", "otel_verl.process", "otel_verl.stall", "yaml", "verl")
+heavy = ("opentelemetry.sdk", "otel_verl.hooks", "otel_verl.process.state", "otel_verl.stall", "yaml", "verl")
 print("LOADED", *sorted(m for m in heavy if m in sys.modules))
 import verl.utils.profiler.performance as perf
 print("PATCHED" if hasattr(perf._timer, "__wrapped__") else "PLAIN")

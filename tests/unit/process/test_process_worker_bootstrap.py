@@ -24,8 +24,10 @@ print(json.dumps({
     "tracer_provider": type(trace.get_tracer_provider()).__name__,
     "meter_provider": type(metrics.get_meter_provider()).__name__,
     "run_id": os.environ.get("OTEL_VERL_RUN_ID"),  # set by otel-verl's instrumentor: instrumentors loaded
-    "exporter_default": os.environ.get("OTEL_TRACES_EXPORTER"),  # set by the distro
+    "exporter": os.environ.get("OTEL_TRACES_EXPORTER"),
+    "sdk_imported": "opentelemetry.sdk" in sys.modules,
     "configurator_var": os.environ.get("OTEL_PYTHON_CONFIGURATOR"),
+    "distro_var": os.environ.get("OTEL_PYTHON_DISTRO"),
     "pythonpath": os.environ.get("PYTHONPATH", "").split(os.pathsep),
 }))
 """
@@ -52,19 +54,21 @@ def test_opentelemetry_instruments_own_site_runs_the_distros_configurator():
     assert seen["meter_provider"] == "MeterProvider"
 
 
-def test_the_workers_site_loads_distro_and_instrumentations_but_no_configurator():
+def test_the_workers_site_loads_the_instrumentations_but_no_distro_or_configurator():
     seen, stderr = _start(SITE_DIR)
     # no provider built at start-up: otel-verl's pipeline becomes the global one later
     assert seen["tracer_provider"] == "ProxyTracerProvider"
     assert seen["meter_provider"] == "_ProxyMeterProvider"
     assert seen["run_id"]  # the instrumentors ran (otel-verl's among them)
-    assert seen["exporter_default"] == "otlp"  # and the distro's defaults
-    assert seen["configurator_var"] is None  # the switch was for the bootstrap only
+    assert not seen["sdk_imported"]  # nor the distro, which imports it (it ran in the launcher)
+    assert seen["exporter"] is None  # its defaults reach workers from the launcher's environment
+    assert seen["configurator_var"] is None and seen["distro_var"] is None  # switches for the bootstrap only
     assert seen["pythonpath"][0] == SITE_DIR  # children (a Ray worker's subprocesses) do the same
     assert "not loaded" not in stderr  # the skipped configurator is not announced in every worker
 
 
-def test_a_configurator_the_user_named_still_runs():
-    seen, _ = _start(SITE_DIR, OTEL_PYTHON_CONFIGURATOR="configurator")
+def test_a_distro_and_configurator_the_user_named_still_run():
+    seen, _ = _start(SITE_DIR, OTEL_PYTHON_CONFIGURATOR="configurator", OTEL_PYTHON_DISTRO="distro")
     assert seen["tracer_provider"] == "TracerProvider"
     assert seen["configurator_var"] == "configurator"
+    assert seen["exporter"] == "otlp"  # the named distro's default
