@@ -315,9 +315,7 @@ def check_opentelemetry_setup(r: Checks, s: config.Settings) -> None:
                 "its providers, so user code's telemetry lacks the run id, role and rank (unset it: one pipeline)"
             )
         else:
-            r.note(
-                f"Ray workers: no distro or configurator ({configurator} is left out): otel-verl's pipeline is the one"
-            )
+            r.note(f"Ray workers: no distro or configurator ({configurator} is left out): otel-verl's pipeline")
     r.note("Ray's own daemons (GCS, raylet, dashboard) run no bootstrap on a cluster ray.init starts")
     found = wb.loaded_instrumentations()
     loads = sorted(name for name, why in found.items() if why is None)
