@@ -8,12 +8,11 @@ a nested ``@safe`` call is inside its caller's window. Calls in otel-verl's own 
 counted here: those threads' whole CPU time is read from their thread clocks
 (``process.overhead``), and counting both would count twice.
 
-Not counted: the wrapper frames around a hook (wrapt's proxy, ``call_traced``: about a
-microsecond per call) and work our hooks cause later on verl's threads (garbage collection of
-our objects, Ray pickling a propagated context). Cost of the measurement itself: two clock reads
+Not counted: the wrapper frames around a hook (wrapt's proxy, ``call_traced``) and work our hooks
+cause later on verl's threads (garbage collection of our objects, Ray pickling a propagated
+context). Cost of the measurement itself: two clock reads
 (``clock_gettime(CLOCK_THREAD_CPUTIME_ID)``, a system call) and a thread-local look-up per call,
-about 2 us, half of it inside the measured window
-(``tests/unit/test_hook_clock.py`` bounds it).
+half of it inside the measured window (``tests/unit/test_hook_clock.py`` bounds it).
 
 Each thread adds to its own cell, so the hot path takes no lock; the metric sums the cells.
 """

@@ -1,6 +1,7 @@
 """``otel-verl``: command-line tools around a run's telemetry.
 
-Argument parsing and dispatch only; each command is a module of ``otel_verl.offline``:
+Argument parsing and dispatch only; each command is a module of ``otel_verl.offline`` (stored
+telemetry) or ``otel_verl.live`` (live things):
 
 ``otel-verl summary DIR`` prints what a run wrote with the ``otlp_json_file`` exporters;
 ``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page;
@@ -9,8 +10,8 @@ Argument parsing and dispatch only; each command is a module of ``otel_verl.offl
 ``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker).
 
 Whatever goes wrong ends as one ``otel-verl <command>: ...`` line on stderr and an exit code
-(``otel_verl.offline.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback; text
-from a run folder in it is escaped (``otel_verl.offline.text``).
+(``otel_verl.commands.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback; text
+from a run folder in it is escaped (``otel_verl.commands.text``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from otel_verl.offline.errors import OK, PROBLEM, USAGE, CommandError, say
+from otel_verl.commands.errors import OK, PROBLEM, USAGE, CommandError, say
 
 EPILOG = "exit codes: 0 ok, 1 problem found (named on stderr), 2 usage error"
 
@@ -148,10 +149,10 @@ def _run(ns: argparse.Namespace) -> int:
         limit = ns.max_request_bytes or MAX_REQUEST_BYTES
         return replay(ns.folder, ns.endpoint, ns.headers, ns.timeout, max_request_bytes=limit)
     if ns.command == "stack":
-        from otel_verl.offline.stack import stack
+        from otel_verl.live.stack import stack
 
         return stack(ns.action, ns.bin_dir, ns.data_dir, ns.port, ns.timeout, ns.config_dir)
-    from otel_verl.offline.doctor import doctor
+    from otel_verl.live.doctor import doctor
 
     return doctor()
 

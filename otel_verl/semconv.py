@@ -14,6 +14,14 @@ import re
 SCOPE = "otel_verl"
 
 # ---------------------------------------------------------------- resource attributes
+# OpenTelemetry's resource semantic conventions (service.*, process.*, host.*, telemetry.distro.*)
+RES_SERVICE_NAME = "service.name"
+RES_SERVICE_INSTANCE_ID = "service.instance.id"
+RES_PROCESS_PID = "process.pid"
+RES_HOST_NAME = "host.name"
+RES_DISTRO_NAME = "telemetry.distro.name"
+RES_DISTRO_VERSION = "telemetry.distro.version"
+DISTRO_NAME = "otel-verl"  # the value of RES_DISTRO_NAME
 SERVICE_NAME_DEFAULT = "verl"
 RES_RUN_ID = "verl.run.id"
 RES_PROJECT = "verl.project"

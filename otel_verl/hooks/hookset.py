@@ -8,8 +8,6 @@ of the package that owns it; training is unaffected.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,21 +35,6 @@ class Hook:
     def package(self) -> str:
         """The distribution that owns the target (for the "cannot hook" message)."""
         return self.module.split(".", 1)[0]
-
-
-def around_auto_await(original: Any, build: Callable[[Any], Any]) -> Any:
-    """A ``Hook.replace`` value for verl's ``auto_await(async def ...)`` methods: ``auto_await``
-    re-applied around ``build(inner)``, or None when ``original`` no longer has that shape.
-
-    ``auto_await`` decides from its caller's frame whether to hand back a coroutine (an awaiting
-    caller) or run it (a sync one); a wrapper in between would change that answer, so the traced
-    code goes inside it, around the inner coroutine function."""
-    inner = getattr(original, "__wrapped__", None)
-    if inner is None or not inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(original):
-        return None
-    from otel_verl.hooks import targets
-
-    return importlib.import_module(targets.RAY_UTILS).auto_await(build(inner))
 
 
 def _owner(module: Any, target: str) -> tuple[Any, str]:

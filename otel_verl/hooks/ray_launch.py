@@ -24,18 +24,20 @@ environment (an endpoint's credentials in ``OTEL_EXPORTER_OTLP_HEADERS`` there, 
 ``opentelemetry-instrument`` also starts every other installed instrumentation in each of the
 job's ~25 Ray processes (GCS, raylet, dashboard modules, idle workers, ...). One of them, the
 generic system-metrics instrumentation (a dependency of otel-verl, for ``process.*``), would
-collect the host's 32 ``system.*`` metrics in every one of them (~45 ms CPU per process and
-collection): ``system_metrics`` is added to ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` for the
+collect the host's ``system.*`` metrics in every one of them (tens of milliseconds of CPU per
+process and collection): ``system_metrics`` is added to ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` for the
 processes Ray starts, unless ``OTEL_VERL_RAY_SYSTEM_METRICS=true``. The launcher keeps it (one
 copy of the host's metrics) and verl's processes report their own ``process.*``.
 
-Start-up cost: that ``sitecustomize`` costs every Python process ~0.1 CPU-s (importing
-``opentelemetry.instrumentation``; no setting of its own skips it). When ``ray.init`` starts a
-local cluster, Ray's own Python processes (dashboard, agents, log monitor, autoscaler monitor,
-``setup_worker.py`` before each worker, idle workers) are started without it: its folder is left
-out of ``PYTHONPATH`` while ``ray.init`` runs, and the job's workers get the launcher's
-``PYTHONPATH`` back through the job's ``runtime_env`` (Ray's supported way), so every worker of the
-job (verl's and the user's) is auto-instrumented as before (``bench/startup_cost.py``).
+Start-up cost: that ``sitecustomize`` costs every Python process that runs it the import of
+``opentelemetry.instrumentation`` (no setting of its own skips it; figures in bench/README.md).
+When ``ray.init`` starts a local cluster, Ray's own Python processes (dashboard, agents, log
+monitor, autoscaler monitor, ``setup_worker.py`` before each worker, idle workers) are started
+without it: its folder is left out of ``PYTHONPATH`` while ``ray.init`` runs, and the job's workers
+get the launcher's ``PYTHONPATH`` back through the job's ``runtime_env`` (Ray's supported way), with
+otel-verl's own ``sitecustomize`` in that folder's place: the same bootstrap, every instrumentation,
+no SDK configurator, so that otel-verl's pipeline is the one of each verl process
+(``otel_verl.process.worker_bootstrap``; start-up figures: ``bench/startup_cost.py``).
 """
 
 from __future__ import annotations

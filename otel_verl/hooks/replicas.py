@@ -13,7 +13,7 @@ Each span is a child of the current stage, with ``verl.replicas.count``. The met
 ``auto_await(async def ...)``, and ``auto_await`` decides from its caller's frame whether to
 hand back a coroutine: a wrapper in between would change that answer (and break verl's own
 ``await self.abort_replicas()``), so the hook replaces each with ``auto_await`` around a traced
-copy of the inner coroutine function (``hookset.around_auto_await``), like
+copy of the inner coroutine function (``verl_async.around_auto_await``), like
 ``AgentLoopManager.generate_sequences``.
 """
 
@@ -30,8 +30,9 @@ from opentelemetry.trace import Span
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.hooks import targets
-from otel_verl.hooks.hookset import Hook, around_auto_await
+from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import end_span, start_span
+from otel_verl.hooks.verl_async import around_auto_await
 from otel_verl.process.state import PROCESS
 
 # CheckpointEngineManager method -> span name suffix

@@ -15,7 +15,7 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
   set): otherwise they time nothing, twice a step (their time stays in ``verl.stage.duration``);
 * the ``verl.stage.duration`` histogram is not recorded here but from the ``timing_s/<stage>``
   values verl logs once per step (``otel_verl.instruments.training``): equal to verl's figures by construction,
-  and a metric record (~15-25 us in the SDK) per stage call stays off the training thread's path;
+  and a metric record in the SDK per stage call stays off the training thread's path;
 * where the step's time went (``accounting``): ``verl.step.time`` by category, ``verl.time.*``
   attributes on the step span, ``verl.trainer.idle_ratio``; per pool role ``verl.pool.time``,
   ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``;

@@ -3,7 +3,7 @@
 Every numeric value verl logs is recorded (see ``otel_verl.instruments.training``) after verl's own
 backends (console, wandb, ...) got it, whatever ``trainer.logger`` says, and the step's
 metrics are exported right away (``OTEL_VERL_STEP_EXPORT``). The training thread only hands
-over a copy of the dict (~10 us); recording, collecting and exporting happen in the
+over a copy of the dict; recording, collecting and exporting happen in the
 background, one step after the other (``Telemetry.submit``).
 """
 

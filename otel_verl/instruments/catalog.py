@@ -2,7 +2,7 @@
 
 The one definition. ``Instruments`` (``otel_verl.instruments``) builds them on a process's meter,
 ``prometheus.prometheus_name`` derives the series names the ``collector/`` kit queries, and
-README.md's reference tables are checked against this list (``tests/unit/test_instruments.py``).
+README.md's reference tables are checked against this list (``tests/unit/instruments/test_instruments_catalog.py``).
 Names themselves are constants in ``otel_verl.semconv``.
 """
 

@@ -1,15 +1,13 @@
-"""Tools that work on a run's stored telemetry (or on the environment), off the training path.
+"""Tools that work on a run's stored telemetry, off the training path (``otel-verl`` commands).
 
-Nothing here runs inside a training process; the ``otel-verl`` commands (``otel_verl.cli``) call them.
+Nothing here runs inside a training process; ``otel_verl.cli`` calls them. What operates live
+things (``doctor``, ``stack``) is ``otel_verl.live``; what every command shares, ``otel_verl.commands``.
 
 * ``summary``: ``otel-verl summary DIR``, the run as a few lines of text;
 * ``report``: ``otel-verl report DIR``, the run as one self-contained HTML page;
-* ``replay``: ``otel-verl replay DIR``, the stored OTLP JSON sent to an OTLP/HTTP endpoint;
-* ``doctor``: ``otel-verl doctor``, what the instrumentation would do in this environment;
+* ``replay``: ``otel-verl replay DIR``, the stored OTLP JSON sent to an OTLP/HTTP endpoint
+  (``http_post``: how it talks to an endpoint it does not trust);
 * ``otlp_files``: reads the OTLP JSON-lines files the ``otlp_json_file`` exporters write;
-* ``endpoints``: the OTLP endpoint rule (``OTEL_EXPORTER_OTLP_*``) replay and doctor share;
 * ``run_facts``: what summary and report both state (the slowest trajectory, values per step);
-* ``errors``: how a command ends (exit codes, the one stderr line) and how it prints (``say``);
-* ``text``: text from a run folder made safe to show (bounded, control characters escaped);
-* ``atomic``: an output file written whole or not at all, never through a planted link.
+* ``pools``: busy and idle seconds of each rollout replica, from the LLM-call spans.
 """

@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
+from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
 
 SIGNALS = ("traces", "metrics", "logs")
 # signal -> (the request's list of resources, each resource's list of scopes, each scope's items)

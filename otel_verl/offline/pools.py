@@ -14,21 +14,7 @@ from collections.abc import Iterable
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import SpanRecord
-
-
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    start = 0
-    for lo, hi in sorted(intervals):
-        if end is None or lo > end:
-            if end is not None:
-                total += end - start
-            start, end = lo, hi
-        else:
-            end = max(end, hi)
-    if end is not None:
-        total += end - start
-    return total
+from otel_verl.offline.run_facts import union_ns
 
 
 def replica_busy_seconds(spans: Iterable[SpanRecord], start_ns: int, end_ns: int) -> dict[str, float]:
@@ -41,7 +27,7 @@ def replica_busy_seconds(spans: Iterable[SpanRecord], start_ns: int, end_ns: int
         lo, hi = max(s.start_ns, start_ns), min(s.end_ns, end_ns)
         if hi > lo:
             calls[server].append((lo, hi))
-    return {server: _union_ns(iv) / 1e9 for server, iv in calls.items()}
+    return {server: union_ns(iv) / 1e9 for server, iv in calls.items()}
 
 
 def replica_idle_ratio(

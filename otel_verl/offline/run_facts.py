@@ -16,7 +16,7 @@ from typing import Any
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
 
-INSTANCE = "service.instance.id"
+INSTANCE = semconv.RES_SERVICE_INSTANCE_ID
 
 
 def is_trajectory(span: SpanRecord) -> bool:
@@ -77,7 +77,7 @@ def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[i
     groups: dict[tuple[Any, int], list[MetricPoint]] = defaultdict(list)
     for p in points:
         if p.kind == "gauge" and p.value is not None:
-            who = p.resource.get(INSTANCE) or p.resource.get("process.pid")
+            who = p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID)
             groups[(str(who), p.time_ns)].append(p)
     out: dict[tuple[str, tuple], dict[int, float]] = defaultdict(dict)
     for key in sorted(groups, key=lambda k: k[1]):
@@ -129,7 +129,7 @@ def stall_reports(records: Iterable[LogEntry]) -> tuple[list[LogEntry], list[Sta
     for r in records:
         if r.event_name != semconv.EVENT_STALL_STACKS:
             continue
-        key = (r.resource.get("host.name"), r.resource.get("process.pid"))
+        key = (r.resource.get(semconv.RES_HOST_NAME), r.resource.get(semconv.RES_PROCESS_PID))
         if key not in latest or r.time_ns >= latest[key].time_ns:
             latest[key] = r
     reports = []
@@ -190,7 +190,7 @@ def _cumulative(points: Iterable[MetricPoint], name: str, key: Any) -> dict[tupl
     out: dict[tuple, list[tuple[int, float, bool]]] = defaultdict(list)
     for p in points:
         if p.name == name and p.kind == "sum" and p.value is not None:
-            who = p.resource.get(INSTANCE) or p.resource.get("process.pid")
+            who = p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID)
             out[(str(who), key(p))].append((p.time_ns, float(p.value), p.temporality == 1))
     for series in out.values():
         series.sort()
@@ -251,20 +251,29 @@ def overhead(points: list[MetricPoint], steps: list[tuple[int, int, int]]) -> Ov
 
 
 # ---------------------------------------------------------------- where a step's time went
+def union_ns(intervals: Iterable[tuple[int, int]]) -> int:
+    """Nanoseconds that at least one of the ``(start, end)`` intervals covers (overlaps counted once)."""
+    total, start, end = 0, 0, None
+    for lo, hi in sorted(intervals):
+        if end is None or lo > end:
+            if end is not None:
+                total += end - start
+            start, end = lo, hi
+        else:
+            end = max(end, hi)
+    if end is not None:
+        total += end - start
+    return total
+
+
 def covered_seconds(parent: SpanRecord, children: Iterable[SpanRecord]) -> float:
     """Seconds of ``parent`` that some child span covers (overlaps counted once, clipped to it)."""
-    intervals = sorted(
+    clipped = (
         (max(c.start_ns, parent.start_ns), min(c.end_ns, parent.end_ns))
         for c in children
         if c.end_ns > parent.start_ns and c.start_ns < parent.end_ns
     )
-    total, end = 0, parent.start_ns
-    for start, stop in intervals:
-        start = max(start, end)
-        if stop > start:
-            total += stop - start
-            end = stop
-    return total / 1e9
+    return union_ns(clipped) / 1e9
 
 
 def attributed_seconds(step: SpanRecord, trace: Iterable[SpanRecord]) -> float:

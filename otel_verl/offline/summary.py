@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TextIO
 
 from otel_verl import semconv
-from otel_verl.offline.errors import CommandError, say, warn
+from otel_verl.commands.errors import CommandError, say, warn
+from otel_verl.commands.text import printable
 from otel_verl.offline.otlp_files import run_folder
 from otel_verl.offline.report.model import Report, StepRow, build
 from otel_verl.offline.run_facts import as_number
-from otel_verl.offline.text import printable
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
 MISSING = "-"

@@ -40,7 +40,7 @@ PROMOTED_RESOURCE_ATTRIBUTES = (
     semconv.RES_EXPERIMENT,
     semconv.RES_ROLE,
     semconv.RES_RANK,
-    "host.name",
+    semconv.RES_HOST_NAME,
 )
 
 

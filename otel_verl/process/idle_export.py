@@ -10,7 +10,7 @@ export when their last running call ends:
   ``telemetry.SPAN_FLUSH_GAP_S`` (0.1 s) after the previous span export, so calls ending close
   together share one;
 * metrics at most once per ``gap_s`` (1 s), from the background recorder thread: a collection
-  and its export cost ~1 ms however few points they hold, and a worker rank serves several driver
+  and its export cost about the same however few points they hold, and a worker rank serves several driver
   calls a step (``compute_log_prob``, ``update_actor``, ...), a reward worker one per trajectory.
   Calls that end while an export waits join it. What a process's last second recorded may be
   cut short at the job's end: these metrics (``process.*``, ``hw.gpu.*``, otel-verl's own cost,

@@ -16,9 +16,9 @@ total: per step is the difference between two exports, per second ``rate()``.
 
 What it does not count (so the figure is a lower bound of the true cost): native threads that
 are not Python threads (gRPC's C-core threads when ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``), garbage
-collection of our objects on verl's threads, the wrapper frames around hooks (~1 us per call),
+collection of our objects on verl's threads, the wrapper frames around hooks,
 the GIL time verl's threads wait while ours run (wall time, not CPU), and everything before the
-first hook ran: importing the SDK and our bootstrap at process start (issue 14, part 3).
+first hook ran: importing the SDK and our bootstrap at process start (``bench/startup_cost.py``).
 
 Thread clocks are Linux's per-thread CPU clocks addressed by thread id (``CLOCK_THREAD_CPUTIME``
 of a tid, the clock id glibc's ``pthread_getcpuclockid`` returns): unlike a ``pthread_t``, a tid of

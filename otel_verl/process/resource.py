@@ -74,10 +74,10 @@ def build_resource(identity: Identity) -> Resource:
 
     attrs: dict[str, Any] = {
         semconv.RES_ROLE: identity.role,
-        "process.pid": os.getpid(),
-        "host.name": socket.gethostname(),
-        "telemetry.distro.name": "otel-verl",
-        "telemetry.distro.version": __version__,
+        semconv.RES_PROCESS_PID: os.getpid(),
+        semconv.RES_HOST_NAME: socket.gethostname(),
+        semconv.RES_DISTRO_NAME: semconv.DISTRO_NAME,
+        semconv.RES_DISTRO_VERSION: __version__,
     }
     run_id = settings().run_id
     if run_id:
@@ -93,9 +93,9 @@ def build_resource(identity: Identity) -> Resource:
     instance = f"{run_id or 'run'}-{identity.role}"
     if identity.rank is not None:
         instance += f"-{identity.rank}"
-    attrs["service.instance.id"] = f"{instance}-{os.getpid()}"
+    attrs[semconv.RES_SERVICE_INSTANCE_ID] = f"{instance}-{os.getpid()}"
     attrs.update(identity.extra)
     if not os.environ.get(OTEL_SERVICE_NAME):
-        attrs["service.name"] = semconv.SERVICE_NAME_DEFAULT
+        attrs[semconv.RES_SERVICE_NAME] = semconv.SERVICE_NAME_DEFAULT
     # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME on top.
     return Resource.create(attrs)

@@ -46,8 +46,8 @@ _log = logging.getLogger(__name__)
 MAX_PENDING_STEPS = 64  # steps of metrics waiting to be recorded (normally 0 or 1)
 # Coalesced flush requests (``request_flush(coalesce=True)``) wait until this long after the last
 # span export: a reward worker or a rollout server that goes idle after every call would otherwise
-# export one span at a time, thousands a step in a real run (an OTLP/HTTP export costs ~1.5 ms of
-# CPU however few spans it holds). Short: Ray may end an actor soon after its last call, without
+# export one span at a time, thousands a step in a real run (an export's CPU cost hardly depends on
+# how few spans it holds). Short: Ray may end an actor soon after its last call, without
 # ``atexit`` (worker ranks within milliseconds of the job's last update: theirs never wait).
 SPAN_FLUSH_GAP_S = 0.1
 

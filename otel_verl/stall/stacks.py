@@ -62,8 +62,8 @@ def report(state: dict[str, Any], actor_class: str | None = None) -> bool:
     identity = PROCESS.identity
     attrs: dict[str, Any] = {
         semconv.RES_ROLE: identity.role,
-        "process.pid": os.getpid(),
-        "host.name": socket.gethostname(),
+        semconv.RES_PROCESS_PID: os.getpid(),
+        semconv.RES_HOST_NAME: socket.gethostname(),
         semconv.ATTR_STALL_EPISODE: int(state.get("episode", 0)),
         semconv.ATTR_STALL_SECONDS: float(state.get("stalled_s", 0.0)),
     }

@@ -62,7 +62,7 @@ from components import require_harness
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_verl import semconv
-from otel_verl.offline import stack
+from otel_verl.live import stack
 from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the stack, polling, a verl run

@@ -597,8 +597,8 @@ def stack_bin_dir() -> Path | None:
     """The folder for ``otel-verl stack``'s binaries (``scripts/backends.sh``'s, if built); stops the
     calling test by ``require``, naming what is missing, when the binaries are not there. Waits for a
     build that is still running (``require_backend_build``)."""
-    from otel_verl.offline import stack
-    from otel_verl.offline.errors import CommandError
+    from otel_verl.commands.errors import CommandError
+    from otel_verl.live import stack
 
     require_backend_build()
     bin_dir = backends_dir() if backends_dir().is_dir() else None
@@ -669,7 +669,7 @@ def running_stack(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterat
     """(binaries folder, data folder, ports) of ``otel-verl stack up`` with collector/'s configs on free
     ports, its data in a new tmp folder ``name``; down on exit, what up and down said printed (pytest
     shows it with a failure). Skips without the binaries (``stack_bin_dir``)."""
-    from otel_verl.offline import stack
+    from otel_verl.live import stack
 
     bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp(name)

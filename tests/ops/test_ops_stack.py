@@ -12,8 +12,8 @@ import yaml
 from opskit import COLLECTOR, COMPOSE_FILE, load_yaml
 
 from otel_verl import cli
-from otel_verl.offline import stack
-from otel_verl.offline.errors import PROBLEM, USAGE, CommandError
+from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
+from otel_verl.live import stack
 
 
 def _fake_binaries(folder: Path) -> Path:

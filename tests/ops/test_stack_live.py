@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opskit import COLLECTOR, free_ports, get_json, stack_bin_dir
 
-from otel_verl.offline import stack
+from otel_verl.live import stack
 
 pytestmark = pytest.mark.live_stack  # runs last; waits for a background backends build
 

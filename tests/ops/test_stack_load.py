@@ -31,22 +31,18 @@ no other test made it first, 1.5-5 min. Needs the binaries of ``bash scripts/bac
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+import stack_loadgen as stack_load
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opskit import stack_bin_dir
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "bench"))
-import stack_load  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 

@@ -29,9 +29,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind
 from otel_verl import propagation, semconv
 from otel_verl._safe import safe
 from otel_verl._values import as_int
-from otel_verl.hooks.hookset import around_auto_await
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.spans import SpanState, call_traced, call_traced_async, close_span, open_span
+from otel_verl.hooks.verl_async import around_auto_await
 from otel_verl.process.state import PROCESS
 
 

@@ -15,7 +15,7 @@ Servers are found by that protocol, not by class name: ``ray_actor`` wraps ``gen
 Ray actor class whose ``generate`` takes ``prompt_ids``, ``sampling_params`` and ``request_id``.
 The process is named ``verl.process.role=rollout_server``. It has no step boundary: it exports
 when it goes idle (``IdleExport``), about once per step in the synchronous modes. The wrapper
-costs two lock-guarded updates per request (1.2 us of CPU, bench/README.md).
+costs two lock-guarded updates per request (bench/README.md has the figure).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from otel_verl.offline.atomic import write_file
-from otel_verl.offline.errors import USAGE, CommandError, say, warn
+from otel_verl.commands.atomic import write_file
+from otel_verl.commands.errors import USAGE, CommandError, say, warn
 from otel_verl.offline.otlp_files import run_folder, signal_files
 from otel_verl.offline.report.model import Report, build
 from otel_verl.offline.report.page import render

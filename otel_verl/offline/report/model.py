@@ -463,7 +463,7 @@ def _meta(spans: list[SpanRecord], points: list[MetricPoint], step_spans: list[S
     resources = [s.resource for s in spans] + [p.resource for p in points]
     for key, label in (
         (semconv.RES_RUN_ID, "run id"),
-        ("service.name", "service"),
+        (semconv.RES_SERVICE_NAME, "service"),
         (semconv.RES_PROJECT, "project"),
         (semconv.RES_EXPERIMENT, "experiment"),
     ):

@@ -12,6 +12,7 @@ from functools import cache
 from importlib import resources
 
 from otel_verl import semconv
+from otel_verl.commands.text import printable
 from otel_verl.offline.report.charts import (
     OTHER,
     SLOWEST_COLOR,
@@ -29,7 +30,6 @@ from otel_verl.offline.report.charts import (
 )
 from otel_verl.offline.report.markup import csp_meta, esc, script_json
 from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label
-from otel_verl.offline.text import printable
 from otel_verl.version import __version__
 
 FOLD_ROWS = 50  # longer tables start folded

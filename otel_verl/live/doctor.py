@@ -15,7 +15,7 @@ Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a not
   (``otel_verl.guard.rules.read_rules_file``: a regular file of at most 1 MiB, valid rules);
 * the exporters of each signal from ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` /
   ``OTEL_LOGS_EXPORTER``, each resolved to its entry point, and for OTLP the signal's protocol and
-  endpoint (``otel_verl.offline.endpoints``): a malformed one is a problem, a URL is probed with
+  endpoint (``otel_verl.commands.endpoints``): a malformed one is a problem, a URL is probed with
   a TCP connect (1 s timeout, once per URL) and judged for each signal that uses it; for
   ``otlp_json_file`` the folder, checked writable; for ``prometheus`` the ports
   (``OTEL_EXPORTER_PROMETHEUS_PORT``: a whole number from 1 to 65535);
@@ -27,7 +27,7 @@ Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a not
   (imports verl's modules; the warnings verl gives while importing are collected and listed after
   the hooks).
 
-Exit code 0 when nothing is wrong, 1 otherwise (``otel_verl.offline.errors``).
+Exit code 0 when nothing is wrong, 1 otherwise (``otel_verl.commands.errors``).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from otel_verl import config
-from otel_verl.offline import endpoints
-from otel_verl.offline.errors import CommandError
+from otel_verl.commands import endpoints
+from otel_verl.commands.errors import CommandError
 from otel_verl.package import _instruments, installed_version, package_version
 
 if TYPE_CHECKING:

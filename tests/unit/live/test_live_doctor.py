@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from otel_verl import cli, config
+from otel_verl.commands.errors import CommandError
 from otel_verl.hooks import Hook
-from otel_verl.offline import doctor
-from otel_verl.offline.errors import CommandError
+from otel_verl.live import doctor
 
 
 def _noop(wrapped, instance, args, kwargs):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from otel_verl.offline.errors import OK, PROBLEM, USAGE, CommandError
+from otel_verl.commands.errors import OK, PROBLEM, USAGE, CommandError
 
 HOST = "127.0.0.1"
 
