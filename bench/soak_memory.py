@@ -94,7 +94,8 @@ def _queues(tel) -> dict[str, int]:
     out: dict[str, int] = {}
     if tel is None:
         return out
-    for i, proc in enumerate(tel.tracer_provider._active_span_processor._span_processors):  # noqa: SLF001
+    active = tel.trees.inner if tel.trees is not None else tel.tracer_provider._active_span_processor  # noqa: SLF001
+    for i, proc in enumerate(active._span_processors):  # noqa: SLF001
         bp = getattr(proc, "_batch_processor", None)
         if bp is not None:
             out[f"spans{i}"], out[f"spans{i}_max"] = len(bp._queue), bp._max_queue_size  # noqa: SLF001

@@ -38,6 +38,7 @@ SAMPLES_EVERY_N_STEPS = "OTEL_VERL_SAMPLES_EVERY_N_STEPS"
 SAMPLES_PER_STEP = "OTEL_VERL_SAMPLES_PER_STEP"
 SAMPLES_MAX_CHARS = "OTEL_VERL_SAMPLES_MAX_CHARS"
 ROLLOUT_SPANS_PER_STEP = "OTEL_VERL_ROLLOUT_SPANS_PER_STEP"
+ROLLOUT_SLOWEST_PER_STEP = "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP"
 GPU_METRICS = "OTEL_VERL_GPU_METRICS"
 PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
@@ -193,6 +194,7 @@ class Settings:
     ray_runtime_env: bool
     ray_runtime_env_secrets: bool
     rollout_spans_per_step: int
+    rollout_slowest_per_step: int
     gpu_metrics: bool
     process_metrics: bool
     ray_system_metrics: bool
@@ -242,6 +244,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(RAY_RUNTIME_ENV_SECRETS, "ray_runtime_env_secrets", False, env_bool),
     Variable(RAY_SYSTEM_METRICS, "ray_system_metrics", False, env_bool),
     Variable(ROLLOUT_SPANS_PER_STEP, "rollout_spans_per_step", 64, partial(env_int, minimum=-1, maximum=100_000)),
+    Variable(ROLLOUT_SLOWEST_PER_STEP, "rollout_slowest_per_step", 8, partial(env_int, minimum=1, maximum=100_000)),
     Variable(GPU_METRICS, "gpu_metrics", True, env_bool),
     Variable(PROCESS_METRICS, "process_metrics", True, env_bool),
     Variable(LOG_LEVEL, "log_level", logging.WARNING, env_log_level),

@@ -32,6 +32,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from otel_verl import patches, private_api
 
 CARRIER_KEY = "_otel_verl_traceparent"
+# in a carrier: the receiver hands its spans back instead of exporting them (their tree is decided later)
+DEFER_KEY = "otel_verl_defer"
 # W3C trace context + baggage (the step for user code, ``step_context``), whatever
 # OTEL_PROPAGATORS says: the carrier never leaves verl's own processes.
 _PROPAGATOR = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
@@ -55,10 +57,13 @@ def find_data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return data if _kind(data) else None
 
 
-def carrier_value(context: Context | None = None) -> str | None:
-    """``context`` (default: the current one) as a carrier value, or None (nothing to carry)."""
+def carrier_value(context: Context | None = None, defer: bool = False) -> str | None:
+    """``context`` (default: the current one) as a carrier value, or None (nothing to carry);
+    ``defer``: marked for the receiver to hand its spans back (``hooks/rollout/reward_worker``)."""
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier, context=context)
+    if carrier and defer:
+        carrier[DEFER_KEY] = "1"
     return json.dumps(carrier) if carrier else None
 
 
@@ -98,11 +103,28 @@ def take(data: Any) -> Context | None:
 def take_from_batch(data: Any) -> Context | None:
     """Remove a carrier from a ``DataProto``'s ``non_tensor_batch`` (where verl copies per-sample
     kwargs, one array entry per row) and return its context, if any."""
+    return take_from_batch_deferred(data)[0]
+
+
+def take_from_batch_deferred(data: Any) -> tuple[Context | None, bool]:
+    """``take_from_batch``, and whether the carrier was marked deferred."""
     batch = getattr(data, "non_tensor_batch", None)
     if not isinstance(batch, dict) or CARRIER_KEY not in batch:
-        return None
+        return None, False
     values = batch.pop(CARRIER_KEY)
-    return extract(values[0] if len(values) else None)
+    value = values[0] if len(values) else None
+    return extract(value), is_deferred(value)
+
+
+def is_deferred(value: Any) -> bool:
+    """Whether a carrier value is marked deferred (``carrier_value(defer=True)``)."""
+    if not isinstance(value, str) or DEFER_KEY not in value:
+        return False
+    try:
+        carrier = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(carrier, dict) and carrier.get(DEFER_KEY) == "1"
 
 
 def extract(value: Any) -> Context | None:

@@ -152,6 +152,23 @@ ATTR_ROLLOUT_TOOL_REWARD = "verl.rollout.tool.reward"
 ATTR_ROLLOUT_CACHED_TOKENS = "verl.rollout.cached_tokens"  # vLLM prefix-cache hits
 ATTR_ROLLOUT_PREEMPTIONS = "verl.rollout.preemptions"
 ATTR_ROLLOUT_WEIGHT_VERSION = "verl.rollout.weight_version"  # TokenOutput.extra_fields["global_steps"]
+# which trajectory trees are exported (hooks/rollout/keep.py): on the trajectory span of a kept tree
+ATTR_ROLLOUT_KEPT_BECAUSE = "verl.rollout.kept_because"  # slowest | error | sample
+ATTR_ROLLOUT_SAMPLE_RATE = "verl.rollout.sample_rate"  # kept / eligible of its kind (1 for slowest and error)
+ATTR_ROLLOUT_SLOWEST_RANK = "verl.rollout.slowest_rank"  # 1 = the slowest of its step in its worker
+ATTR_ROLLOUT_TREE_DROPPED = "verl.rollout.tree.dropped_spans"  # spans of the tree left out by a bound
+KEPT_SLOWEST = "slowest"
+KEPT_ERROR = "error"
+KEPT_SAMPLE = "sample"
+# on the slowest-trajectory event: the trees its worker kept and dropped in that step
+ATTR_ROLLOUT_SLOWEST_TRACE_ID = "verl.rollout.slowest.trace_id"
+ATTR_ROLLOUT_KEPT_PREFIX = "verl.rollout.kept."  # + slowest / error / sample: trees kept for each reason
+ATTR_ROLLOUT_NOT_KEPT = "verl.rollout.not_kept"  # trajectories whose tree was not exported
+# the TaskRunner's side of a dispatch to the agent-loop workers (hooks/rollout/dispatch.py)
+SPAN_ROLLOUT_DISPATCH = "verl.rollout.dispatch"
+ATTR_ROLLOUT_WORKERS = "verl.rollout.workers"  # agent-loop workers the batch goes to
+ATTR_ROLLOUT_QUEUED = "verl.rollout.queued"  # s from the dispatch to the first worker starting the batch (v0)
+ATTR_ROLLOUT_QUEUED_MAX = "verl.rollout.queued_max"  # ... to the last one
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 STATUS_CANCELLED = "cancelled"
@@ -236,6 +253,7 @@ SPAN_WAIT = "verl.wait"  # the trainer waiting (hooks/waits.py), child of the st
 ATTR_WAIT_FOR = "verl.wait.for"  # what is waited for: rollouts, ...
 ATTR_WAIT_SOURCE = "verl.wait.source"  # the verl call that waits: replay_buffer.sample, ...
 ATTR_WAIT_PARTITION = "verl.wait.partition"  # v1 replay buffer partition: train / val
+WAIT_AGENT_LOOP_WORKERS = "agent_loop_workers"  # verl.wait.for: the workers to start the dispatched batch
 M_POOL_TIME = "verl.pool.time"  # seconds of a step per pool role and state (hooks/accounting.py)
 M_ROLLOUT_IDLE_RATIO = "verl.rollout.idle_ratio"  # the rollout role's idle / step time
 ATTR_POOL_ROLE = "verl.pool.role"  # actor | rollout | ref | critic | reward
@@ -284,4 +302,5 @@ M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"  # observable counter, attri
 ATTR_DROPPED_KIND = "otel_verl.dropped.kind"
 DROPPED_STEP = "step"  # a step's logged values, never recorded (the recorder queue was full)
 DROPPED_METRIC_EXPORT = "metric_export"  # a collected metric batch, never exported (the export queue was full)
-DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT)
+DROPPED_SPAN_TREE = "span_tree"  # a span of an undecided rollout tree, beyond the hold-back bound
+DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT, DROPPED_SPAN_TREE)

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_verl import VerlInstrumentor, _safe
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
+from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.state import PROCESS
 
 
@@ -58,7 +59,7 @@ class Captured:
 def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
     monkeypatch.setenv("OTEL_VERL_RUN_ID", "test-run")
     spans = InMemorySpanExporter()
-    tp = TracerProvider()
+    tp = TracerProvider(active_span_processor=TreeBuffer())  # as the pipeline otel-verl builds
     tp.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader])

@@ -6,7 +6,9 @@ of each step the categories partition the step's duration exactly:
 
 * ``rollout``: the ``gen`` stage (v0: the agent loop's batch; v1: what the replay buffer's wait
   does not cover);
-* ``waiting``: ``verl.wait`` inside any stage (v1: the trainer waiting for finished rollouts);
+* ``waiting``: ``verl.wait`` in the step (v1: the trainer waiting for finished rollouts; both
+  drivers: for the agent-loop workers to start a dispatched batch, ``rollout/handoff``); a wait
+  inside another wait counts once;
 * ``training``: ``old_log_prob``, ``ref``, ``values``, ``reward`` (a colocated reward model),
   ``update_actor``, ``update_critic``;
 * ``weight_sync``: ``update_weights`` (trainer -> rollout weights);
@@ -141,6 +143,8 @@ class StepAccount:
         self._step_id: int | None = None  # span id of the open verl.step
         self._step_start = 0.0
         self._open: dict[int, float] = {}  # span id of an open top-level stage -> clock() at start
+        self._last_stage_end = 0.0  # clock() when the step's last top-level stage ended
+        self._waits = 0  # waits open now (one inside another counts once)
         self._seconds: dict[str, float] = {}
         self._waiting_in_stage = 0.0  # verl.wait seconds inside the open top-level stage
         self._stages: dict[str, float] = {}  # top-level stage -> seconds in this step
@@ -150,6 +154,7 @@ class StepAccount:
     def step_started(self, span_id: int) -> None:
         with self._lock:
             self._step_id, self._step_start = span_id, clock()
+            self._last_stage_end = self._step_start
             self._open.clear()
             self._seconds = dict.fromkeys(CATEGORIES, 0.0)
             self._waiting_in_stage = 0.0
@@ -161,17 +166,34 @@ class StepAccount:
             if self._step_id is not None and parent_id == self._step_id:
                 self._open[span_id] = clock()
 
-    def wait_ended(self, seconds: float) -> None:
+    def wait_started(self) -> bool:
+        """A wait begins (pass what this returns to ``wait_ended``): False inside another wait."""
         with self._lock:
-            if self._step_id is not None and self._open:
+            self._waits += 1
+            return self._waits == 1
+
+    def wait_ended(self, seconds: float, outermost: bool | None = None) -> None:
+        """A wait of ``seconds`` ended: ``waiting`` time of the step. ``outermost``: what its
+        ``wait_started`` said (None: a wait measured after the fact, counted unless one is open)."""
+        with self._lock:
+            if outermost is not None:
+                self._waits = max(0, self._waits - 1)
+            elif self._waits:
+                return  # inside a wait that counts this time already
+            if outermost is False or self._step_id is None:
+                return
+            if self._open:
                 self._waiting_in_stage += seconds
+            else:  # between stages (v1 dispatches in prepare_step): out of "other", never more than it
+                self._seconds[WAITING] += min(seconds, max(0.0, clock() - self._last_stage_end))
 
     def stage_ended(self, span_id: int, stage: str) -> None:
         with self._lock:
             start = self._open.pop(span_id, None)
             if start is None:
                 return
-            seconds = clock() - start
+            self._last_stage_end = clock()
+            seconds = self._last_stage_end - start
             waiting = min(self._waiting_in_stage, seconds)
             self._waiting_in_stage = 0.0
             self._seconds[WAITING] += waiting

@@ -43,9 +43,12 @@ def start_span(
     kind: SpanKind = SpanKind.INTERNAL,
     attributes: dict[str, Any] | None = None,
     links: list[Link] | None = None,
+    start_time: int | None = None,
 ) -> Span:
-    """Start ``name`` with this process's tracer (not made current)."""
-    return PROCESS.telemetry.tracer.start_span(name, context=context, kind=kind, attributes=attributes, links=links)
+    """Start ``name`` with this process's tracer (not made current); ``start_time`` in ns, default now."""
+    return PROCESS.telemetry.tracer.start_span(
+        name, context=context, kind=kind, attributes=attributes, links=links, start_time=start_time
+    )
 
 
 def open_span(

@@ -21,4 +21,5 @@ LLM_SERVER = "verl.workers.rollout.llm_server"  # LLMServerClient: every engine 
 RAY = "ray"  # ray.init
 RAY_FUNCTION_MANAGER = "ray._private.function_manager"  # _inject_tracing_into_class (private)
 CHECKPOINT_ENGINE = "verl.checkpoint_engine.base"  # CheckpointEngineManager: replicas sleep/wake/sync
+PROTOCOL = "verl.protocol"  # DataProto.concat: v0's agent-loop replies merged (their start times taken out)
 RAY_UTILS = "verl.utils.ray_utils"  # auto_await, re-applied around AgentLoopManager.generate_sequences

@@ -27,7 +27,7 @@ SOURCE_REPLAY_BUFFER = "replay_buffer.sample"
 
 
 @safe("replay buffer wait span start")
-def _sample_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState, float] | None:
+def _sample_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState, float, bool] | None:
     if PROCESS.trainer is None:
         return None
     attrs: dict[str, Any] = {
@@ -40,14 +40,14 @@ def _sample_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanSt
     step = kwargs.get("global_steps", args[0] if args else None)
     if isinstance(step, int):
         attrs[semconv.ATTR_STEP] = step
-    return open_span(semconv.SPAN_WAIT, attributes=attrs), accounting.clock()
+    return open_span(semconv.SPAN_WAIT, attributes=attrs), accounting.clock(), ACCOUNT.wait_started()
 
 
 @safe("replay buffer wait span end")
-def _sample_end(state: tuple[SpanState, float], result: Any, error: BaseException | None) -> None:
-    opened, start = state
+def _sample_end(state: tuple[SpanState, float, bool], result: Any, error: BaseException | None) -> None:
+    opened, start, outermost = state
     close_span(opened, error=error)
-    ACCOUNT.wait_ended(accounting.clock() - start)  # the step's "waiting" (hooks/accounting.py)
+    ACCOUNT.wait_ended(accounting.clock() - start, outermost)  # the step's "waiting" (hooks/accounting.py)
 
 
 def sample_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

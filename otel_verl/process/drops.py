@@ -23,6 +23,7 @@ from otel_verl.instruments import catalog
 _WHAT = {
     semconv.DROPPED_STEP: "a training step's metrics were dropped before they were recorded",
     semconv.DROPPED_METRIC_EXPORT: "a collected metric batch was dropped before it was exported",
+    semconv.DROPPED_SPAN_TREE: "a span of a rollout trajectory's tree was dropped while its fate was undecided",
 }
 
 _lock = threading.Lock()
@@ -30,15 +31,16 @@ _counts: dict[str, int] = {}
 _registered: set[int] = set()  # id() of meters that have the counter
 
 
-def dropped(kind: str, queued: int) -> None:
+def dropped(kind: str, queued: int, why: str = "a slow or unreachable exporter") -> None:
     """One item of ``kind`` was dropped from a full queue of ``queued`` items: count it, say it once."""
     with _lock:
         _counts[kind] = _counts.get(kind, 0) + 1
     warn_once(
         f"dropped {kind}",
-        "%s (%d were queued already: a slow or unreachable exporter); every drop is counted in %s{%s=%s}",
+        "%s (%d were queued already: %s); every drop is counted in %s{%s=%s}",
         _WHAT.get(kind, f"telemetry of kind {kind} was dropped"),
         queued,
+        why,
         semconv.M_TELEMETRY_DROPPED,
         semconv.ATTR_DROPPED_KIND,
         kind,

@@ -30,14 +30,16 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
-from otel_verl.process import drops, exporters, logs, sdk_log_throttle
+from otel_verl.process import drops, exporters, logs, sdk_log_throttle, span_trees
 from otel_verl.process.background import OrderedWorker
 from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.resource import Identity, build_resource
+from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.step_reader import StepMetricReader
 from otel_verl.version import __version__
 
@@ -62,12 +64,15 @@ class Telemetry:
         step_readers: list[StepMetricReader] | None = None,
         owned: bool = False,
         logger_provider: Any = None,
+        trees: TreeBuffer | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         # None when logs are off (``OTEL_LOGS_EXPORTER=none``); the global one for given providers.
         self.logger_provider = logger_provider if owned else (logger_provider or get_logger_provider())
         self.tracer = tracer_provider.get_tracer(semconv.SCOPE, __version__)
+        # span trees decided when they end (rollout trajectories): the provider's hold-back and exporters
+        self.trees = span_trees.for_provider(tracer_provider, InstrumentationScope(semconv.SCOPE, __version__), trees)
         self.meter = meter_provider.get_meter(semconv.SCOPE, __version__)
         self._step_readers = step_readers or []
         self._owned = owned
@@ -236,7 +241,8 @@ def build_own(identity: Identity) -> Telemetry:
     resource = build_resource(identity)
     started: list[Any] = []
     try:
-        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        trees = TreeBuffer()  # in front of the span exporters: holds trees not decided yet
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False, active_span_processor=trees)
         started.append(tracer_provider)
         for name, cls in classes["traces"].items():
             exporter = exporters.make_exporter(name, cls, "traces", identity)
@@ -270,7 +276,9 @@ def build_own(identity: Identity) -> Telemetry:
         for part in reversed(started):
             run_bounded(part.shutdown, 1.0)
         raise
-    telemetry = Telemetry(tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider)
+    telemetry = Telemetry(
+        tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider, trees=trees
+    )
     atexit.register(telemetry.shutdown)
     logs.attach(logger_provider)  # Python logging -> this pipeline's logs
     sdk_log_throttle.attach()  # an unreachable endpoint: a line of a kind each 5 min, not one per retry

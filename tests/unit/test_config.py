@@ -78,6 +78,7 @@ INVALID = {
     config.RAY_RUNTIME_ENV_SECRETS: ("yes please", "ray_runtime_env_secrets", False, "False"),
     config.RAY_SYSTEM_METRICS: ("maybe", "ray_system_metrics", False, "False"),
     config.ROLLOUT_SPANS_PER_STEP: ("-2", "rollout_spans_per_step", 64, "64"),
+    config.ROLLOUT_SLOWEST_PER_STEP: ("0", "rollout_slowest_per_step", 8, "8"),
     config.GPU_METRICS: ("nvml", "gpu_metrics", True, "True"),
     config.PROCESS_METRICS: ("enabled!", "process_metrics", True, "True"),
     config.LOG_LEVEL: ("LOUD", "log_level", logging.WARNING, "'WARNING'"),
@@ -162,6 +163,7 @@ def test_invalid_value_warns_naming_the_variable_and_uses_the_default(monkeypatc
 RANGES = {
     config.SHUTDOWN_TIMEOUT: (0.0, 300.0),
     config.ROLLOUT_SPANS_PER_STEP: (-1, 100_000),
+    config.ROLLOUT_SLOWEST_PER_STEP: (1, 100_000),
     config.LOG_LEVEL: (0, 50),
     config.SAMPLES_EVERY_N_STEPS: (1, 1_000_000),
     config.SAMPLES_PER_STEP: (1, 10_000),
@@ -269,6 +271,8 @@ def test_values_out_of_range_warn_with_the_range(monkeypatch, caplog, var, raw, 
         (config.LOG_LEVEL, "20", "log_level", 20),
         (config.LOG_LEVEL, "debug", "log_level", logging.DEBUG),
         (config.ROLLOUT_SPANS_PER_STEP, "-1", "rollout_spans_per_step", -1),
+        (config.ROLLOUT_SLOWEST_PER_STEP, "1", "rollout_slowest_per_step", 1),
+        (config.ROLLOUT_SLOWEST_PER_STEP, "100000", "rollout_slowest_per_step", 100_000),
     ],
 )
 def test_values_at_the_edges_of_their_range_are_taken(monkeypatch, caplog, var, raw, field, value):

@@ -2,16 +2,19 @@
 
 * ``trajectory``: trajectory spans with their reward-scoring and tool-call spans, the long tail;
 * ``llm``: LLM call spans (``gen_ai.*``);
-* ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links);
+* ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links), and the
+  TaskRunner's ``verl.rollout.dispatch`` span with the wait for the workers to start;
+* ``keep``: which trajectory trees are exported, decided when they end;
 * ``reward_worker``: the reward-loop worker's span around each trajectory's scoring (user reward code);
 * ``server``: the rollout replicas' own busy clock, in the LLM server actors (any backend);
 * ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers (and servers theirs);
 * ``state``: per-process state those share (open trajectories, step groups, span budget).
 
-Only ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` trajectories per step (and validate flag) and worker get
-spans (their LLM calls too); the histograms count every trajectory and call. Every wrapper stays
-a coroutine and costs a few microseconds when its trajectory is not sampled. Spans and
-attributes: README.md, "Rollout spans and GPU metrics".
+Every trajectory is recorded (cheaply: plain records) and at most ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``
+trees per step (and validate flag) and worker are exported, chosen when they end: the slowest
+first, then a uniform sample, failed ones always (``keep``); the histograms count every trajectory
+and call. Every wrapper stays a coroutine. Spans and attributes: README.md, "Rollout spans and GPU
+metrics".
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ def not_in_task_runner() -> bool:
     """
     actor = ray_actor_class()
     return actor is None or not (actor == UNKNOWN_ACTOR or actor.startswith("TaskRunner"))
+
+
+def not_in_a_worker() -> bool:
+    """The TaskRunner-side hooks on verl's data classes apply everywhere but verl's other actors
+    (in a process that is no Ray actor, such as the launcher, they are inert: nothing dispatches there)."""
+    actor = ray_actor_class()
+    return actor is None or actor == UNKNOWN_ACTOR or actor.startswith("TaskRunner")
 
 
 HOOKS = [
@@ -70,6 +80,8 @@ HOOKS = [
         reward_worker.compute_score_wrapper,
         only_if=not_in_task_runner,
     ),
+    # v0: the workers' start times come out of their replies before verl merges them (TaskRunner)
+    Hook(targets.PROTOCOL, "DataProto.concat", handoff.concat_wrapper, only_if=not_in_a_worker),
     Hook(targets.LLM_SERVER, "LLMServerClient.generate", llm.generate_wrapper),
     Hook(targets.LLM_SERVER, "LLMServerClient._acquire_server", llm.acquire_server_wrapper, optional=True),
     Hook(targets.TOOL_AGENT_LOOP, "ToolAgentLoop._call_tool", trajectory.call_tool_wrapper, optional=True),

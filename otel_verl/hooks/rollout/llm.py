@@ -1,9 +1,9 @@
 """LLM call spans: every engine call of an agent loop (``LLMServerClient.generate``).
 
-``verl.rollout.llm_call`` (CLIENT, child of the sampled trajectory) with the ``gen_ai.*`` request
-and usage attributes; ``LLMServerClient._acquire_server`` adds the server id and the seconds the
-load balancer took to hand it out. The ``verl.rollout.llm_call.duration`` histogram counts every
-call, sampled or not.
+``verl.rollout.llm_call`` (CLIENT, child of the trajectory) with the ``gen_ai.*`` request and usage
+attributes; ``LLMServerClient._acquire_server`` adds the server id and the seconds the load
+balancer took to hand it out. A record until its trajectory's tree is decided (``trajectory``);
+the ``verl.rollout.llm_call.duration`` histogram counts every call, kept or not.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl._values import as_int
 from otel_verl.hooks.rollout import state as rs
-from otel_verl.hooks.spans import call_traced_async, start_span
+from otel_verl.hooks.rollout import trajectory
+from otel_verl.hooks.spans import call_traced_async
 
 
 def _provider(instance: Any) -> str | None:
@@ -60,15 +60,11 @@ def _request_attributes(instance: Any, traj: rs.Trajectory, kwargs: dict[str, An
 def _llm_start(instance: Any, kwargs: dict[str, Any]) -> rs.LLMCall:
     traj = rs.TRAJECTORY.get()
     validate = traj.validate if traj is not None else False
-    span = None
-    if traj is not None and traj.span is not None:
-        span = start_span(
-            semconv.SPAN_ROLLOUT_LLM_CALL,
-            context=trace.set_span_in_context(traj.span),
-            kind=SpanKind.CLIENT,
-            attributes=_request_attributes(instance, traj, kwargs),
-        )
-    call = rs.LLMCall(span, time.perf_counter(), {semconv.ATTR_ROLLOUT_VALIDATE: validate})
+    rec = None
+    if traj is not None and traj.rec is not None:
+        attrs = _request_attributes(instance, traj, kwargs)
+        rec = trajectory.child_record(traj, semconv.SPAN_ROLLOUT_LLM_CALL, attrs, SpanKind.CLIENT)
+    call = rs.LLMCall(rec, rs.clock(), {semconv.ATTR_ROLLOUT_VALIDATE: validate})
     call.token = rs.LLM_CALL.set(call)  # _acquire_server, inside the call, finds it here
     return call
 
@@ -79,7 +75,7 @@ def _response_attributes(attrs: dict[str, Any], output: Any) -> None:
         attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = len(token_ids)
     stop = getattr(output, "stop_reason", None)
     if stop is not None:
-        attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [str(stop)]
+        attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = (str(stop),)  # a sequence, as the SDK stores it
     preempted = as_int(getattr(output, "num_preempted", None))
     if preempted is not None and preempted >= 0:
         attrs[semconv.ATTR_ROLLOUT_PREEMPTIONS] = preempted
@@ -98,17 +94,16 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
     if call.token is not None:
         rs.LLM_CALL.reset(call.token)
         call.token = None
-    duration = time.perf_counter() - call.start
-    status = rs.status_of(call.span, error)
+    duration = rs.clock() - call.start
+    status = rs.status_of(error)
     rs.metrics().llm_call.record(duration, {**call.attrs, semconv.ATTR_ROLLOUT_STATUS: status})
-    span = call.span
-    if span is None:
+    rec = call.rec
+    if rec is None:
         return
-    attrs: dict[str, Any] = {semconv.ATTR_ROLLOUT_STATUS: status}
+    rec.attributes[semconv.ATTR_ROLLOUT_STATUS] = status
     if output is not None:
-        _response_attributes(attrs, output)
-    span.set_attributes(attrs)  # one call: the SDK takes the span's lock once
-    span.end()
+        _response_attributes(rec.attributes, output)
+    rs.ended(rec, time.time_ns(), status, error)
 
 
 async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -118,10 +113,9 @@ async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) 
 @safe("rollout server id")
 def _note_server(result: Any, waited_s: float) -> None:
     call = rs.LLM_CALL.get()
-    if call is not None and call.span is not None and isinstance(result, tuple) and result:
-        call.span.set_attributes(
-            {semconv.ATTR_ROLLOUT_SERVER_ID: str(result[0]), semconv.ATTR_ROLLOUT_SERVER_WAIT: waited_s}
-        )
+    if call is not None and call.rec is not None and isinstance(result, tuple) and result:
+        call.rec.attributes[semconv.ATTR_ROLLOUT_SERVER_ID] = str(result[0])
+        call.rec.attributes[semconv.ATTR_ROLLOUT_SERVER_WAIT] = waited_s
 
 
 async def acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -1,34 +1,57 @@
-"""Per-process rollout state of an agent-loop worker: open trajectories, step groups, sampling.
+"""Per-process rollout state of an agent-loop worker: open trajectories, step groups, their trees.
 
 The wrappers of one trajectory talk through context variables (``TRAJECTORY``, ``LLM_CALL``,
 ``BATCH_SPAN``, ``LINK``): asyncio copies them into the tasks verl spawns, so an LLM call or a
 tool call finds its trajectory without any argument of verl's carrying it.
+
+A recorded trajectory keeps its own span and its LLM and tool calls as records
+(``otel_verl.process.span_records``), the spans others start under it in its ``TreeBuffer`` tree,
+and the reward worker's handed-back spans as wire data, until ``keep`` decides whether its tree
+is exported: at most ``MAX_CHILDREN`` records and ``MAX_HANDBACKS`` hand-backs per trajectory
+(more are counted on the trajectory span, ``verl.rollout.tree.dropped_spans``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import random
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.trace import Link, Span, SpanContext
 
 from otel_verl import semconv
 from otel_verl.config import settings
-from otel_verl.hooks.spans import record_error
+from otel_verl.hooks.rollout.keep import Round
 from otel_verl.instruments.rollout import RolloutMetrics
 from otel_verl.process import worker_metrics
+from otel_verl.process.span_records import Rec
 from otel_verl.process.state import PROCESS
 
+# The clock trajectory and LLM-call durations are read on (what the histograms and the choice of the
+# slowest see): one seam, so that tests can drive it.
+clock: Callable[[], float] = time.perf_counter
+
 MAX_GROUPS = 16  # (step, validate) groups remembered per process for the span budget
+MAX_CHILDREN = 256  # LLM-call and tool records of one trajectory
+MAX_HANDBACKS = 8  # reward-worker hand-backs of one trajectory (one per scoring call)
+MAX_DURATIONS = 65536  # trajectory durations a group keeps for its median (a uniform sample beyond)
 
 
 class Trajectory:
     """One trajectory (prompt x ``rollout.n``) while it runs."""
 
     __slots__ = (
-        "span",
+        "rec",
+        "kept",
+        "tree",
+        "trace_state",
+        "children",
+        "handbacks",
+        "dropped",
         "start",
         "key",
         "step",
@@ -45,7 +68,13 @@ class Trajectory:
     )
 
     def __init__(self) -> None:
-        self.span: Any = None
+        self.rec: Rec | None = None  # its span, as a record; None: not recorded (budget 0, not sampled)
+        self.kept: tuple[int, int] | None = None  # (trace id, span id) once its tree was exported
+        self.tree: Any = None  # its TreeBuffer tree (spans others start under it)
+        self.trace_state: Any = None
+        self.children: list[Rec] = []  # LLM and tool calls
+        self.handbacks: list[Any] = []  # the reward worker's spans of it, as wire data
+        self.dropped = 0  # records and hand-backs left out by the bounds
         self.prompt_tokens: int | None = None
         self.response_tokens: int | None = None
         self.generated_tokens: int | None = None
@@ -53,12 +82,26 @@ class Trajectory:
         self.reward: float | None = None
         self.tokens: tuple[Any, Any] | None = None  # (context var token, OTel context token)
 
+    def child(self, rec: Rec) -> bool:
+        """Add an LLM or tool call record; False (counted) beyond ``MAX_CHILDREN``."""
+        if len(self.children) < MAX_CHILDREN:
+            self.children.append(rec)
+            return True
+        self.dropped += 1
+        return False
+
+    def handback(self, data: Any) -> None:
+        if len(self.handbacks) < MAX_HANDBACKS:
+            self.handbacks.append(data)
+        else:
+            self.dropped += 1
+
 
 class LLMCall:
-    __slots__ = ("span", "start", "attrs", "token")
+    __slots__ = ("rec", "start", "attrs", "token")
 
-    def __init__(self, span: Any, start: float, attrs: dict[str, Any]) -> None:
-        self.span = span
+    def __init__(self, rec: Rec | None, start: float, attrs: dict[str, Any]) -> None:
+        self.rec = rec
         self.start = start
         self.attrs = attrs
         self.token: Any = None
@@ -67,14 +110,63 @@ class LLMCall:
 class Group:
     """The trajectories of one (submit step, validate) in this worker."""
 
-    __slots__ = ("spans", "in_flight", "done", "batch_span", "link")
+    __slots__ = (
+        "in_flight",
+        "batch_span",
+        "link",
+        "round",
+        "kept",
+        "counts",
+        "not_kept",
+        "rate",
+        "durations",
+        "seen",
+        "slowest",
+    )
 
     def __init__(self) -> None:
-        self.spans = 0
         self.in_flight = 0
-        self.done: list[tuple[float, Trajectory]] = []
         self.batch_span: Any = None
         self.link: SpanContext | None = None  # v1: the dispatching span, for the tail span
+        self.round: Round | None = None  # the trees waiting for this group's end
+        self.kept = 0  # trees kept by earlier rounds (not failed ones): what is left of the budget
+        # since the group's last end (what its slowest-trajectory event says): trees kept per reason, not kept
+        self.counts = dict.fromkeys((semconv.KEPT_SLOWEST, semconv.KEPT_SAMPLE, semconv.KEPT_ERROR), 0)
+        self.not_kept = 0
+        self.rate: float | None = None  # the sample rate of the last finished round
+        self.durations: list[float] = []  # of the ended (not cancelled) trajectories since the last end
+        self.seen = 0
+        self.slowest: tuple[float, Trajectory] | None = None
+
+    def ended(self, duration: float, st: Trajectory) -> None:
+        """Note an ended trajectory for the tail figures (bounded: a uniform sample of durations)."""
+        self.seen += 1
+        if len(self.durations) < MAX_DURATIONS:
+            self.durations.append(duration)
+        else:
+            j = _RNG.randrange(self.seen)
+            if j < MAX_DURATIONS:
+                self.durations[j] = duration
+        if self.slowest is None or duration > self.slowest[0]:
+            self.slowest = (duration, st)
+
+    def new_round(self) -> Round:
+        budget = settings().rollout_spans_per_step
+        if budget > 0:
+            budget = max(0, budget - self.kept)
+        self.round = Round(budget, settings().rollout_slowest_per_step, _RNG)
+        return self.round
+
+
+_RNG = random.Random()
+
+
+def new_id(bits: int = 64) -> int:
+    """A random span (or trace) id, as the SDK's ``RandomIdGenerator`` makes them."""
+    value = random.getrandbits(bits)
+    while not value:
+        value = random.getrandbits(bits)
+    return value
 
 
 TRAJECTORY: contextvars.ContextVar[Trajectory | None] = contextvars.ContextVar("otel_verl_traj", default=None)
@@ -125,26 +217,27 @@ def identify() -> None:
             worker_metrics.ensure_worker_metrics()  # process.* gauges (no GPU of its own: none of those)
 
 
-def sampled(group: Group) -> bool:
-    """Whether the next trajectory of ``group`` gets spans (``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``)."""
-    budget = settings().rollout_spans_per_step
-    if budget < 0:
-        return True
-    if group.spans >= budget:
-        return False
-    group.spans += 1
-    return True
+def recording() -> bool:
+    """Whether trajectories are recorded at all (``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` is not 0)."""
+    return settings().rollout_spans_per_step != 0
 
 
 def links(link: SpanContext | None, step: int) -> list[Link] | None:
     return [Link(link, {semconv.ATTR_STEP: step})] if link is not None else None
 
 
-def status_of(span: Any, error: BaseException | None) -> str:
-    """``ok`` / ``error`` / ``cancelled``; an error is recorded on ``span`` (a cancelled trajectory
-    is not an exception event). The caller sets the status attribute with the span's others."""
-    status = semconv.STATUS_OK
+def status_of(error: BaseException | None) -> str:
+    """``ok`` / ``error`` / ``cancelled``."""
+    if error is None:
+        return semconv.STATUS_OK
+    return semconv.STATUS_CANCELLED if isinstance(error, asyncio.CancelledError) else semconv.STATUS_ERROR
+
+
+def ended(rec: Rec | None, end_ns: int, status: str, error: BaseException | None) -> None:
+    """End ``rec`` with ``status``; an error is recorded on it (a cancelled call is no exception event).
+    The caller sets the status attribute with the record's others."""
+    if rec is None:
+        return
+    rec.end_ns = max(end_ns, rec.start_ns)
     if error is not None:
-        status = semconv.STATUS_CANCELLED if isinstance(error, asyncio.CancelledError) else semconv.STATUS_ERROR
-        record_error(span, error, exception_event=status == semconv.STATUS_ERROR)
-    return status
+        rec.error(error, rec.end_ns, event=status == semconv.STATUS_ERROR)

@@ -5,23 +5,39 @@
   token counts, turns and reward come from ``AgentLoopWorker._compute_score`` (its
   ``outputs[-1]`` is the unpadded ``AgentLoopOutput``).
 * ``ToolAgentLoop._call_tool`` -> ``execute_tool <name>`` (GenAI conventions; never the tool's
-  arguments or result), a child of a sampled trajectory's span.
+  arguments or result), a child of the trajectory's span.
 * ``AgentLoopWorker._compute_score`` makes no span of its own: the trajectory's context goes with
   the call to the reward-loop worker, whose ``verl.reward_worker.compute_score`` span (where the
   scoring and the user's reward code run) is the trajectory's child (``reward_worker``). A span
-  here would only repeat it, 8-64 spans a step and worker for the Ray hop's few milliseconds,
-  which the trace shows anyway as the gap before the reward worker's span.
-* Inside a trajectory the budget leaves out the current span is an unsampled one, so the reward
-  worker's span and user spans are not recorded either (``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``
-  bounds every span a trajectory causes).
-* When a step's trajectories in this worker are all done, ``verl.rollout.tail_ratio`` (slowest /
-  median) is set and the slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on
-  the v0 batch span; v1: on a short ``verl.rollout.tail`` span).
+  here would only repeat it, for the Ray hop's few milliseconds, which the trace shows anyway as
+  the gap before the reward worker's span.
+
+Decided at the end (``keep``): every trajectory is recorded while it runs, and whether its tree is
+exported is decided when it ends (failed or cancelled: kept) or when its group (submit step and
+validate flag, in this worker) has ended (the slowest, then a uniform sample, within
+``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``). The tree is whole, in every process:
+
+* this process's spans of it (the trajectory, its LLM and tool calls) are plain records until
+  then (``otel_verl.process.span_records``); a kept tree's become spans in one go;
+* spans others start under it here (user spans in an agent loop or a tool) are real SDK spans,
+  sampled because the trajectory's context says so, and held in its ``TreeBuffer`` tree;
+* the reward worker's span and the user spans under it are recorded there and handed back with
+  the scoring's reply (``reward_worker``): ``_compute_score``'s wrapper takes them out of the
+  result before verl's code reads it, and they follow this trajectory's decision, exported from
+  here with the reward worker's own resource.
+
+While no trajectory span exists yet, the current span inside a recorded trajectory is one with the
+trajectory's ids (a ``NonRecordingSpan``: user code setting attributes on "the current span" there
+sets nothing). Inside a trajectory that is not recorded at all (budget 0, or the sampler said no)
+the current span is an unsampled one, so what it causes elsewhere is not recorded either.
+
+When a step's trajectories in this worker are all done, ``verl.rollout.tail_ratio`` (slowest /
+median) is set and the slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on
+the v0 batch span; v1: on a short ``verl.rollout.tail`` span), with the trees kept and not kept.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from typing import Any
@@ -33,11 +49,15 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from otel_verl import propagation, semconv, step_context
 from otel_verl._safe import safe
 from otel_verl._values import as_int
-from otel_verl.config import settings
 from otel_verl.hooks.rollout import handoff, reward_worker
 from otel_verl.hooks.rollout import state as rs
-from otel_verl.hooks.spans import SpanState, call_traced_async, close_span, open_span, start_span
+from otel_verl.hooks.rollout.state import new_id
+from otel_verl.hooks.spans import call_traced_async, start_span
+from otel_verl.process import span_records
+from otel_verl.process.span_records import Rec
 from otel_verl.process.state import PROCESS
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 # ------------------------------------------------------------------------------ trajectory
@@ -67,27 +87,17 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any], link: SpanC
         link = rs.LINK.get()
     if link is not None:
         group.link = link
-    if rs.sampled(group):
-        attrs: dict[str, Any] = {
-            semconv.ATTR_ROLLOUT_SUBMIT_STEP: st.step,
-            semconv.ATTR_ROLLOUT_VALIDATE: st.validate,
-            semconv.GEN_AI_AGENT_NAME: st.agent,
-        }
-        if st.sample_index is not None:
-            attrs[semconv.ATTR_ROLLOUT_SAMPLE_INDEX] = st.sample_index
-        if st.rollout_index is not None:
-            attrs[semconv.ATTR_ROLLOUT_INDEX] = st.rollout_index
-        st.span = start_span(semconv.SPAN_ROLLOUT_TRAJECTORY, attributes=attrs, links=rs.links(link, st.step))
-    st.start = time.perf_counter()
+    st.start = rs.clock()
+    if rs.recording():
+        _record_start(st, link)
     try:
         # a failure above leaves no context behind
-        # the step goes along for user code (``otel_verl.step_context``), with or without a span
-        current = trace.set_span_in_context(st.span if st.span is not None else _unsampled_parent())
+        # the step goes along for user code (``otel_verl.step_context``), with or without a record
+        current = trace.set_span_in_context(_inside(st))
         ctx_token = otel_context.attach(step_context.with_step(st.step, context=current) or otel_context.get_current())
         st.tokens = (rs.TRAJECTORY.set(st), ctx_token)
     except BaseException:
-        if st.span is not None:
-            st.span.end()  # this trajectory gets no end hook: its span must not stay open
+        _forget(st)  # this trajectory gets no end hook: its tree must not stay open
         raise
     # Last: only a trajectory whose end will run (this returned it) is counted in flight. One
     # counted before a failure above would never be taken off again: its group would never be
@@ -96,14 +106,65 @@ def _trajectory_start(args: tuple[Any, ...], kwargs: dict[str, Any], link: SpanC
     return st
 
 
-def _unsampled_parent() -> trace.Span:
-    """The parent of what runs inside a trajectory the budget leaves without spans: one that is
-    not sampled (W3C flag off), so the reward worker's span across the Ray call and the user's
-    own spans are not recorded either (parent-based sampling, the default) and cost nothing."""
+def _record_start(st: rs.Trajectory, link: SpanContext | None) -> None:
+    """Record the trajectory's span, if the sampler takes it (as it would a span started here)."""
+    trees = PROCESS.telemetry.trees
+    if trees is None:
+        return  # no SDK pipeline: nothing would be exported
+    attrs: dict[str, Any] = {
+        semconv.ATTR_ROLLOUT_SUBMIT_STEP: st.step,
+        semconv.ATTR_ROLLOUT_VALIDATE: st.validate,
+        semconv.GEN_AI_AGENT_NAME: st.agent,
+    }
+    if st.sample_index is not None:
+        attrs[semconv.ATTR_ROLLOUT_SAMPLE_INDEX] = st.sample_index
+    if st.rollout_index is not None:
+        attrs[semconv.ATTR_ROLLOUT_INDEX] = st.rollout_index
+    links = rs.links(link, st.step)
+    current = otel_context.get_current()
+    parent = trace.get_current_span(current).get_span_context()
+    trace_id = parent.trace_id if parent.is_valid else new_id(128)
+    decision = trees.sampler.should_sample(
+        current, trace_id, semconv.SPAN_ROLLOUT_TRAJECTORY, SpanKind.INTERNAL, attrs, links
+    )
+    if not decision.decision.is_sampled():
+        return
+    if decision.attributes:
+        attrs.update(decision.attributes)
+    span_id = new_id()
+    rec = Rec(
+        semconv.SPAN_ROLLOUT_TRAJECTORY,
+        trace_id,
+        span_id,
+        parent.span_id if parent.is_valid else 0,
+        time.time_ns(),
+        attrs,
+        links=links,
+    )
+    rec.parent_remote = parent.is_valid and parent.is_remote
+    st.rec, st.trace_state = rec, decision.trace_state
+    st.tree = trees.open(span_id)
+
+
+def _inside(st: rs.Trajectory) -> trace.Span:
+    """The current span inside the trajectory: its recorded one's ids (sampled), or an unsampled
+    one (W3C flag off) when it is not recorded, so the reward worker's span across the Ray call
+    and the user's own spans are not recorded either (parent-based sampling, the default)."""
+    if st.rec is not None:
+        rec = st.rec
+        return trace.NonRecordingSpan(SpanContext(rec.trace_id, rec.span_id, False, _SAMPLED, st.trace_state))
     parent = trace.get_current_span().get_span_context()
-    trace_id = parent.trace_id if parent.is_valid else random.getrandbits(128) or 1
+    trace_id = parent.trace_id if parent.is_valid else new_id(128)
     unsampled = TraceFlags(TraceFlags.DEFAULT)
-    return trace.NonRecordingSpan(SpanContext(trace_id, random.getrandbits(64) or 1, False, unsampled))
+    return trace.NonRecordingSpan(SpanContext(trace_id, new_id(), False, unsampled))
+
+
+def _forget(st: rs.Trajectory) -> None:
+    """Drop the trajectory's tree (it will never end)."""
+    trees = PROCESS.telemetry.trees
+    if st.tree is not None and trees is not None:
+        trees.end(st.tree, False)
+    st.rec = st.tree = None
 
 
 def _leave(st: rs.Trajectory) -> None:
@@ -125,16 +186,17 @@ def _trajectory_end(st: rs.Trajectory, result: Any, error: BaseException | None)
 
 
 def _record(st: rs.Trajectory, error: BaseException | None) -> None:
-    duration = time.perf_counter() - st.start
-    status = rs.status_of(st.span, error)
+    end_ns = time.time_ns()
+    duration = rs.clock() - st.start
+    status = rs.status_of(error)
     inst = rs.metrics()
     attrs = {semconv.ATTR_ROLLOUT_VALIDATE: st.validate, semconv.GEN_AI_AGENT_NAME: st.agent}
     inst.trajectory.record(duration, {**attrs, semconv.ATTR_ROLLOUT_STATUS: status})
     if st.response_tokens is not None:
         inst.response_tokens.record(st.response_tokens, attrs)
-    span = st.span
-    if span is not None:
-        end_attrs: dict[str, Any] = {semconv.ATTR_ROLLOUT_STATUS: status}
+    rec = st.rec
+    if rec is not None:
+        rec.attributes[semconv.ATTR_ROLLOUT_STATUS] = status
         for key, value in (
             (semconv.ATTR_ROLLOUT_PROMPT_TOKENS, st.prompt_tokens),
             (semconv.ATTR_ROLLOUT_RESPONSE_TOKENS, st.response_tokens),
@@ -143,35 +205,96 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
             (semconv.ATTR_ROLLOUT_REWARD, st.reward),
         ):
             if value is not None:
-                end_attrs[key] = value
-        span.set_attributes(end_attrs)  # one call: the SDK takes the span's lock once
-        span.end()
+                rec.attributes[key] = value
+        rs.ended(rec, end_ns, status, error)
     group = rs.STATE.groups.get(st.key)
     if group is None:
+        _decide(st, status != semconv.STATUS_OK, semconv.KEPT_ERROR, 1.0)  # a group evicted meanwhile
         return
     group.in_flight -= 1
     if status != semconv.STATUS_CANCELLED:
-        group.done.append((duration, st))
+        group.ended(duration, st)
+    if rec is not None:
+        if status != semconv.STATUS_OK:  # failed or cancelled: always kept, beyond the budget
+            _decide(st, True, semconv.KEPT_ERROR, 1.0)
+            group.counts[semconv.KEPT_ERROR] += 1
+        else:
+            kept, dropped = (group.round or group.new_round()).offer(duration, st)
+            if kept is not None:  # every tree is kept (budget -1): not among the slowest so far
+                _decide(kept, True, semconv.KEPT_SAMPLE, 1.0)
+                group.counts[semconv.KEPT_SAMPLE] += 1
+            if dropped is not None:
+                _decide(dropped, False)
+                group.not_kept += 1
     if group.in_flight <= 0:
         _group_done(st.key, group)
 
 
+def _decide(st: rs.Trajectory, keep: bool, because: str = "", rate: float = 1.0, rank: int | None = None) -> None:
+    """Export ``st``'s whole tree (marked why, with its sample rate) or drop it."""
+    trees = PROCESS.telemetry.trees
+    rec, tree = st.rec, st.tree
+    st.rec = st.tree = None  # decided once
+    if rec is None or trees is None:
+        return
+    if not keep:
+        if tree is not None:
+            trees.end(tree, False)
+        st.children, st.handbacks = [], []
+        return
+    st.kept = (rec.trace_id, rec.span_id)
+    rec.attributes[semconv.ATTR_ROLLOUT_KEPT_BECAUSE] = because
+    rec.attributes[semconv.ATTR_ROLLOUT_SAMPLE_RATE] = rate
+    if rank is not None:
+        rec.attributes[semconv.ATTR_ROLLOUT_SLOWEST_RANK] = rank
+    recs = [rec, *st.children]
+    spans = span_records.readable_all(recs, trees.resource, trees.scope, st.trace_state)
+    for data in st.handbacks:  # the reward worker's spans of this trajectory, with its resource
+        found = span_records.from_wire(data, rec.trace_id)
+        if found is not None:
+            resource, theirs = found
+            spans += span_records.readable_all(theirs, resource, trees.scope, st.trace_state)
+    dropped = st.dropped + (tree.dropped if tree is not None else 0)
+    if dropped:
+        rec.attributes[semconv.ATTR_ROLLOUT_TREE_DROPPED] = dropped
+    st.children, st.handbacks = [], []
+    if tree is not None:
+        trees.end(tree, True, spans)
+    else:
+        trees.export(spans)
+
+
 def _group_done(key: tuple[int, bool], group: rs.Group) -> None:
-    """All of this worker's trajectories of a step are done: long-tail figures and an export."""
-    done, group.done = group.done, []
+    """All of this worker's trajectories of a step are done: its kept trees, long-tail figures, an export."""
+    if group.round is not None:
+        slowest, sample, rate = group.round.finish()
+        group.round = None
+        for st, rank in slowest:
+            _decide(st, True, semconv.KEPT_SLOWEST, 1.0, rank)
+        for st in sample:
+            _decide(st, True, semconv.KEPT_SAMPLE, rate)
+        group.counts[semconv.KEPT_SLOWEST] += len(slowest)
+        group.counts[semconv.KEPT_SAMPLE] += len(sample)
+        group.kept += len(slowest) + len(sample)
+        group.rate = rate
+    durations, group.durations, group.seen = group.durations, [], 0
+    found, group.slowest = group.slowest, None
+    counts, group.counts = group.counts, dict.fromkeys(group.counts, 0)
+    not_kept, group.not_kept = group.not_kept, 0
+    rate, group.rate = group.rate, None
     batch_span, group.batch_span = group.batch_span, None
     link, group.link = group.link, None
-    if done:
-        slowest, st = max(done, key=lambda d: d[0])
-        median = statistics.median(d for d, _ in done)
-        ratio = slowest / median if median > 0 else 1.0
+    if found is not None:
+        slowest_s, st = found
+        median = statistics.median(durations)
+        ratio = slowest_s / median if median > 0 else 1.0
         rs.metrics().tail_ratio.set(ratio, {semconv.ATTR_ROLLOUT_VALIDATE: key[1]})
-        event = {
+        event: dict[str, Any] = {
             semconv.ATTR_ROLLOUT_SUBMIT_STEP: key[0],
             semconv.ATTR_ROLLOUT_VALIDATE: key[1],
-            semconv.ATTR_ROLLOUT_DURATION: slowest,
+            semconv.ATTR_ROLLOUT_DURATION: slowest_s,
             semconv.ATTR_ROLLOUT_TAIL_RATIO: ratio,
-            semconv.ATTR_ROLLOUT_TRAJECTORIES: len(done),
+            semconv.ATTR_ROLLOUT_TRAJECTORIES: len(durations) if len(durations) < rs.MAX_DURATIONS else -1,
         }
         for attr, value in (
             (semconv.ATTR_ROLLOUT_SAMPLE_INDEX, st.sample_index),
@@ -180,11 +303,18 @@ def _group_done(key: tuple[int, bool], group: rs.Group) -> None:
         ):
             if value is not None:
                 event[attr] = value
-        if st.span is not None:
-            event[semconv.ATTR_ROLLOUT_SLOWEST_SPAN_ID] = format(st.span.get_span_context().span_id, "016x")
+        if st.kept is not None:  # its tree was exported
+            event[semconv.ATTR_ROLLOUT_SLOWEST_TRACE_ID] = format(st.kept[0], "032x")
+            event[semconv.ATTR_ROLLOUT_SLOWEST_SPAN_ID] = format(st.kept[1], "016x")
+        if rs.recording():
+            for because, n in counts.items():
+                event[semconv.ATTR_ROLLOUT_KEPT_PREFIX + because] = n
+            event[semconv.ATTR_ROLLOUT_NOT_KEPT] = not_kept
+            if rate is not None:
+                event[semconv.ATTR_ROLLOUT_SAMPLE_RATE] = rate
         if batch_span is not None and batch_span.is_recording():
             batch_span.add_event(semconv.EVENT_SLOWEST_TRAJECTORY, event)
-        elif settings().rollout_spans_per_step != 0:
+        elif rs.recording():
             tail = start_span(
                 semconv.SPAN_ROLLOUT_TAIL,
                 context=otel_context.Context(),  # a root: v1 requests outlive the dispatch
@@ -231,30 +361,45 @@ def _note_outputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         st.reward = float(reward)
 
 
-@safe("rollout child span start")
-def _child_start(name: str, attrs: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL) -> SpanState | None:
-    """A child span of the current trajectory, if that trajectory has one (sampled)."""
-    traj = rs.TRAJECTORY.get()
-    if traj is None or traj.span is None:
+def child_record(
+    traj: rs.Trajectory, name: str, attrs: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL
+) -> Rec | None:
+    """A record of a call inside ``traj`` (an LLM or tool call), if ``traj`` is recorded."""
+    parent = traj.rec
+    if parent is None:
         return None
-    return open_span(name, context=trace.set_span_in_context(traj.span), kind=kind, attributes=attrs)
+    rec = Rec(name, parent.trace_id, new_id(), parent.span_id, time.time_ns(), attrs, kind)
+    return rec if traj.child(rec) else None
 
 
 async def compute_score_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``AgentLoopWorker._compute_score(outputs, kwargs)``: the trajectory's context goes to the
-    reward worker (``reward_worker.carry``); its reward and token counts onto the trajectory."""
-    inside = rs.TRAJECTORY.get() is not None
-    if inside:
-        args, kwargs = reward_worker.carry(args, kwargs) or (args, kwargs)
+    reward worker (``reward_worker.carry``), its spans come back (``reward_worker.take_handback``);
+    its reward and token counts onto the trajectory."""
+    traj = rs.TRAJECTORY.get()
+    if traj is not None:
+        args, kwargs = reward_worker.carry(args, kwargs, defer=traj.rec is not None) or (args, kwargs)
     result = await wrapped(*args, **kwargs)
-    if inside:
-        _note_outputs(args, kwargs)
+    if traj is not None:
+        _after_score(traj, args, kwargs)
     return result
+
+
+@safe("rollout reward hand-back")
+def _after_score(traj: rs.Trajectory, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    outputs = kwargs.get("outputs", args[0] if args else None)
+    data = reward_worker.take_handback(outputs)  # before verl's code reads the reward's extra info
+    if data is not None and traj.rec is not None:
+        traj.handback(data)
+    _note_outputs(args, kwargs)
 
 
 # ------------------------------------------------------------------------------ tool calls
 @safe("rollout tool span start")
-def _tool_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpanState | None:
+def _tool_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Rec, Any] | None:
+    traj = rs.TRAJECTORY.get()
+    if traj is None or traj.rec is None:
+        return None
     # the FunctionCall (name, arguments): first positional when bound, keyword ``tool_call`` otherwise
     call = kwargs.get("tool_call") or next((a for a in args if hasattr(a, "arguments")), None)
     name = getattr(call, "name", None)
@@ -267,16 +412,25 @@ def _tool_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> SpanState | No
     call_id = getattr(call, "tool_call_id", None) or getattr(call, "id", None)
     if isinstance(call_id, str) and call_id:
         attrs[semconv.GEN_AI_TOOL_CALL_ID] = call_id
-    return _child_start(semconv.SPAN_ROLLOUT_TOOL_PREFIX + name, attrs)
+    rec = child_record(traj, semconv.SPAN_ROLLOUT_TOOL_PREFIX + name, attrs)
+    trees = PROCESS.telemetry.trees
+    if rec is None or trees is None:
+        return None
+    if traj.tree is not None:
+        trees.join(traj.tree, rec.span_id)  # a user span inside the tool is the tool's child: in the tree
+    ctx = SpanContext(rec.trace_id, rec.span_id, False, _SAMPLED, traj.trace_state)
+    return rec, otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(ctx)))
 
 
 @safe("rollout tool span end")
-def _tool_end(state: SpanState, result: Any, error: BaseException | None) -> None:
+def _tool_end(state: tuple[Rec, Any], result: Any, error: BaseException | None) -> None:
+    rec, token = state
+    otel_context.detach(token)
     # verl turns a failing tool into an error text with reward 0.0; arguments and results are
     # never recorded (they may hold prompt or user data)
     if isinstance(result, tuple) and len(result) > 1 and isinstance(result[1], (int, float)):
-        state[0].set_attribute(semconv.ATTR_ROLLOUT_TOOL_REWARD, float(result[1]))
-    close_span(state, error=error)
+        rec.attributes[semconv.ATTR_ROLLOUT_TOOL_REWARD] = float(result[1])
+    rs.ended(rec, time.time_ns(), rs.status_of(error), error)
 
 
 async def call_tool_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

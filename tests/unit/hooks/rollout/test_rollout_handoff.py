@@ -61,7 +61,10 @@ def test_manager_injects_for_the_call_only_and_keeps_auto_await_semantics(captur
             manager.generate_sequences(prompts)  # sync caller: auto_await runs it
     assert propagation.CARRIER_KEY not in prompts.meta_info  # driver's batch left as it was
     parent = propagation.take(chunks[0])
-    assert trace.get_current_span(parent).get_span_context().span_id == gen.get_span_context().span_id
+    dispatches = {s.context.span_id: s for s in by_name(captured, semconv.SPAN_ROLLOUT_DISPATCH)}
+    dispatch = dispatches[trace.get_current_span(parent).get_span_context().span_id]  # the workers' parent
+    assert dispatch.parent.span_id == gen.get_span_context().span_id
+    assert dispatch.status.status_code == trace.StatusCode.ERROR  # verl's error, recorded
 
     async def caller():
         with tracer.start_as_current_span("verl.gen") as gen2:
@@ -73,7 +76,9 @@ def test_manager_injects_for_the_call_only_and_keeps_auto_await_semantics(captur
 
     gen2 = asyncio.run(caller())
     parent = propagation.take(chunks[1])
-    assert trace.get_current_span(parent).get_span_context().span_id == gen2.get_span_context().span_id
+    dispatches = {s.context.span_id: s for s in by_name(captured, semconv.SPAN_ROLLOUT_DISPATCH)}
+    dispatch = dispatches[trace.get_current_span(parent).get_span_context().span_id]
+    assert dispatch.parent.span_id == gen2.get_span_context().span_id
     assert propagation.CARRIER_KEY not in prompts.meta_info
 
 

@@ -1,5 +1,6 @@
 """The per-step span budget (``otel_verl.hooks.rollout.state``: ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``,
-per (submit step, validate) group): only sampled trajectories get spans, histograms count all.
+per (submit step, validate) group): only kept trajectories' trees are exported, histograms count all
+(which ones are kept: ``test_rollout_keep``).
 """
 
 from __future__ import annotations
@@ -46,31 +47,31 @@ def test_zero_budget_means_no_spans(captured, monkeypatch):
     assert duration.count == 4
 
 
-def test_what_runs_inside_an_unsampled_trajectory_is_not_recorded_either(captured, monkeypatch):
-    """The budget bounds every span a trajectory causes: user spans in the agent loop and the
-    reward worker's span (its parent comes through the carrier) follow an unsampled parent."""
+def test_what_runs_inside_a_trajectory_follows_whether_it_is_recorded(captured, monkeypatch):
+    """A recorded trajectory (any budget but 0) hands its reward worker a sampled, deferred carrier
+    and records user spans (held until its tree is decided); one that is not (budget 0) an
+    unsampled carrier, so nothing it causes is recorded; the step travels either way."""
     from otel_verl import propagation
     from otel_verl.hooks.rollout import trajectory
     from otel_verl.process.state import PROCESS
 
-    monkeypatch.setenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP", "1")
-    settings.cache_clear()
     tracer = PROCESS.telemetry.tracer_provider.get_tracer("user")
     seen = []
-    try:
-        for i in range(2):
-            args, kwargs = (None, {"step": 5, "sample_index": i}), {"agent_name": "a"}
-            st = trajectory._trajectory_start(args, kwargs, None)
-            with tracer.start_as_current_span(f"user-{i}") as user:
-                seen.append((user.is_recording(), propagation.carrier_value()))
-            trajectory._trajectory_end(st, None, None)
-    finally:
-        monkeypatch.delenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP")
+    for budget in ("2", "0"):
+        monkeypatch.setenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP", budget)
         settings.cache_clear()
-    (sampled_user, sampled_carrier), (unsampled_user, unsampled_carrier) = seen
-    assert sampled_user and not unsampled_user
-    flags = [int(json.loads(c)["traceparent"].rsplit("-", 1)[1], 16) for c in (sampled_carrier, unsampled_carrier)]
+        args, kwargs = (None, {"step": 5, "sample_index": 0}), {"agent_name": "a"}
+        st = trajectory._trajectory_start(args, kwargs, None)
+        with tracer.start_as_current_span(f"user-{budget}") as user:
+            seen.append((user.is_recording(), propagation.carrier_value(defer=st.rec is not None)))
+        trajectory._trajectory_end(st, None, None)
+    monkeypatch.delenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP")
+    settings.cache_clear()
+    (recorded_user, recorded_carrier), (unrecorded_user, unrecorded_carrier) = seen
+    assert recorded_user and not unrecorded_user
+    flags = [int(json.loads(c)["traceparent"].rsplit("-", 1)[1], 16) for c in (recorded_carrier, unrecorded_carrier)]
     assert [f & 1 for f in flags] == [1, 0]  # the W3C sampled flag
-    assert "verl.step=5" in unsampled_carrier  # the step still travels, for user code
+    assert [propagation.is_deferred(c) for c in (recorded_carrier, unrecorded_carrier)] == [True, False]
+    assert "verl.step=5" in unrecorded_carrier  # the step still travels, for user code
     names = sorted(s.name for s in captured.finished() if s.name != semconv.SPAN_ROLLOUT_TAIL)
-    assert names == ["user-0", semconv.SPAN_ROLLOUT_TRAJECTORY], names
+    assert names == ["user-2", semconv.SPAN_ROLLOUT_TRAJECTORY], names  # the recorded one's tree, whole

@@ -144,7 +144,7 @@ def test_a_trajectory_whose_start_failed_leaves_its_step_group_done(captured, mo
     from otel_verl.hooks.rollout import trajectory
 
     monkeypatch.setattr(_safe, "_seen", set())
-    real, calls = trajectory.start_span, []
+    real, calls = trajectory._record_start, []
 
     def failing_once(*args, **kwargs):
         calls.append(args[0])
@@ -152,12 +152,13 @@ def test_a_trajectory_whose_start_failed_leaves_its_step_group_done(captured, mo
             raise RuntimeError("our bug")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trajectory, "start_span", failing_once)
+    monkeypatch.setattr(trajectory, "_record_start", failing_once)
     worker = make_worker()
     asyncio.run(worker.generate_sequences(make_batch(step=3, prompts=1, n=2)))  # verl's call is unaffected
     group = rs.STATE.groups[(3, False)]
     assert group.in_flight == 0  # the failed one was never counted; the other one ended
     assert len(by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)) == 1
+    assert PROCESS.telemetry.trees.trees == 0  # no tree left open behind it
     for step in range(4, 4 + rs.MAX_GROUPS):  # later steps push the old groups out
         rs.STATE.group((step, False))
     assert (3, False) not in rs.STATE.groups and len(rs.STATE.groups) == rs.MAX_GROUPS
