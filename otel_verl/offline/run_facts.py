@@ -49,6 +49,65 @@ def slowest_rule(include_validation: bool) -> str:
     return "training trajectories only; --include-validation counts validation ones too"
 
 
+def tree_below(root: SpanRecord, children: dict[str, list[SpanRecord]]) -> list[SpanRecord]:
+    """Every span under ``root`` (``children``: parent span id -> spans), in every process: the
+    trajectory tree otel-verl kept (its LLM, tool and reward worker spans, user spans under them)."""
+    out: list[SpanRecord] = []
+    seen = {root.span_id}
+    todo = [root.span_id]
+    while todo and len(out) < 100_000:  # a file may hold a cycle or a chain too deep to recurse
+        for child in children.get(todo.pop(), ()):
+            if child.span_id not in seen:
+                seen.add(child.span_id)
+                out.append(child)
+                todo.append(child.span_id)
+    return out
+
+
+def children_of(spans: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
+    out: dict[str, list[SpanRecord]] = defaultdict(list)
+    for s in spans:
+        if s.parent_id:
+            out[s.parent_id].append(s)
+    return out
+
+
+@dataclass
+class StepTail:
+    """A step's long tail as its agent-loop workers measured it over every trajectory (their
+    ``verl.rollout.slowest_trajectory`` events), not only the trees they exported."""
+
+    trajectories: int | None  # all of the step's trajectories; None when a worker could not count them
+    ratio: float | None  # slowest / median in the worker that had the step's slowest trajectory
+    seconds: float  # the slowest trajectory's
+
+
+def step_tails(spans: Iterable[SpanRecord], include_validation: bool = False) -> dict[int, StepTail]:
+    """Submit step -> its ``StepTail``, from the workers' long-tail events (training ones, or all)."""
+    found: dict[int, StepTail] = {}
+    for s in spans:
+        if s.name not in (semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL):
+            continue
+        for e in s.event_attributes(semconv.EVENT_SLOWEST_TRAJECTORY):
+            step = e.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
+            seconds = as_number(e.get(semconv.ATTR_ROLLOUT_DURATION))
+            if not isinstance(step, int) or seconds is None:
+                continue
+            if e.get(semconv.ATTR_ROLLOUT_VALIDATE) and not include_validation:
+                continue
+            n = e.get(semconv.ATTR_ROLLOUT_TRAJECTORIES)
+            n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+            ratio = as_number(e.get(semconv.ATTR_ROLLOUT_TAIL_RATIO))
+            old = found.get(step)
+            if old is None:
+                found[step] = StepTail(n, ratio, seconds)
+                continue
+            old.trajectories = None if old.trajectories is None or n is None else old.trajectories + n
+            if seconds > old.seconds:
+                old.ratio, old.seconds = ratio, seconds
+    return found
+
+
 def tail_ratio(pool: Iterable[SpanRecord]) -> float | None:
     """Slowest / median duration of one step's trajectories (as ``verl.rollout.tail_ratio``); None
     without a median."""

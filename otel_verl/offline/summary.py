@@ -11,6 +11,7 @@ line goes out through ``errors.say``: names from the files reach the terminal es
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -18,7 +19,7 @@ from typing import TextIO
 from otel_verl import semconv
 from otel_verl.commands.errors import CommandError, say, warn
 from otel_verl.commands.text import printable
-from otel_verl.offline.otlp_files import run_folder
+from otel_verl.offline.otlp_files import SpanRecord, run_folder
 from otel_verl.offline.report.model import Report, StepRow, build
 from otel_verl.offline.run_facts import as_number
 
@@ -171,13 +172,24 @@ def _slowest(rep: Report) -> list[str]:
     if row is not None and row.tail_ratio is not None and row.slowest is not None and row.slowest.span_id == s.span_id:
         gen = row.stages.get("gen")
         facts.append(f"{row.tail_ratio:.1f}x its step's median" + (f", in a gen stage of {gen:.2f} s" if gen else ""))
+    tree = [] if row is None or row.slowest is None or row.slowest.span_id != s.span_id else [_tree(s, row.tree)]
     return [
         "",
         f"slowest rollout trajectory ({rep.slowest_rule}):",
         "  " + ", ".join(facts),
         "  A step's rollout ends with its slowest trajectory: a long tail idles the other rollout slots and",
         "  delays the whole step (verl.rollout.tail_ratio tracks it; the report's timeline shows it in red).",
+        *tree,
     ]
+
+
+def _tree(s: SpanRecord, tree: Sequence[SpanRecord]) -> str:
+    """Where the trajectory's kept tree is: its trace and span id, what it holds, why it was kept."""
+    names = Counter(t.name for t in tree)
+    held = ", ".join(f"{n} {name}" for name, n in sorted(names.items())) or "no child spans"
+    because = s.attributes.get(semconv.ATTR_ROLLOUT_KEPT_BECAUSE)
+    why = f" (kept because {because})" if isinstance(because, str) else ""
+    return f"  its tree{why}: trace {s.trace_id} span {s.span_id}, {held}"
 
 
 def _telemetry(rep: Report) -> list[str]:
@@ -192,4 +204,10 @@ def _telemetry(rep: Report) -> list[str]:
             f"  step {r.step}: trace {r.span.trace_id}, {r.spans} spans, {r.trajectories} trajectories"
             f"{', worker spans' + ranks if r.worker_ranks else ''}{error}"
         )
+        if r.slowest is not None:  # where to open the step's slowest trajectory, its tree kept whole
+            of = "" if r.all_trajectories is None else f" (trees of {r.trajectories} of its {r.all_trajectories})"
+            out.append(
+                f"    slowest trajectory{of}: span {r.slowest.span_id} in trace {r.slowest.trace_id}, "
+                f"{len(r.tree)} spans below it"
+            )
     return out

@@ -130,3 +130,32 @@ def done_event():
     event = threading.Event()
     event.set()
     return event
+
+
+def test_slow_and_fail_switches_pick_every_nth_sampled_request(monkeypatch):
+    import asyncio
+
+    from verl_cpu_harness import hfcpu
+
+    monkeypatch.setenv(hfcpu.SLOW_EVERY, "2:0")
+    monkeypatch.setenv(hfcpu.FAIL_EVERY, "3")
+    monkeypatch.setattr(hfcpu, "_sampled_calls", [0])
+    slept = []
+
+    async def sleep(seconds):
+        slept.append(hfcpu._sampled_calls[0])
+
+    monkeypatch.setattr(hfcpu.asyncio, "sleep", sleep)
+
+    async def run():
+        out = []
+        for params in [{"temperature": 0}] + [{"temperature": 1.0}] * 6:
+            try:
+                await hfcpu._maybe_slow_or_fail(params)
+                out.append("ok")
+            except hfcpu.InjectedFailure:
+                out.append("failed")
+        return out
+
+    assert asyncio.run(run()) == ["ok", "ok", "ok", "failed", "ok", "ok", "failed"]  # greedy: not counted
+    assert slept == [2, 4]  # the 6th sampled request failed before it could be slow

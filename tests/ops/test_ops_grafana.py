@@ -20,6 +20,8 @@ from opskit import (
     run_tool,
 )
 
+from otel_verl import semconv
+
 GRAFANA_BUILTIN = "-- Grafana --"
 
 
@@ -180,6 +182,9 @@ def test_slowest_trajectories_is_a_traceql_table(dashboard):
     assert p["type"] == "table" and _uid(p["datasource"]) == "tempo"
     (t,) = p["targets"]
     assert t["queryType"] == "traceql" and "duration >" in t["query"] and "resource.verl.run.id" in t["query"]
+    # each step's slowest, whose tree the agent-loop workers always export (hooks/rollout/keep.py)
+    assert f"span.{semconv.ATTR_ROLLOUT_SLOWEST_RANK} = 1 ||" in t["query"]
+    assert f"span.{semconv.ATTR_ROLLOUT_KEPT_BECAUSE}" in t["query"]
 
 
 def test_sample_generations_come_from_loki(dashboard):

@@ -65,7 +65,7 @@ class Dispatch:
 
     def __init__(self, span: Span, prompts: Any) -> None:
         self.span = span
-        self.start_ns = time.time_ns()
+        self.start_ns = getattr(span, "start_time", None) or time.time_ns()  # as the trace shows it
         self.start = accounting.clock()
         self.prompts = prompts
         self.starts: list[int] = []  # v0: when each worker began the batch (its wall clock, ns)
@@ -265,15 +265,15 @@ def _batch_span(batch: Any) -> SpanState | None:
 @safe("rollout dispatch received")
 def _received(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState | None, Any, Any, int] | None:
     """v0: the ``verl.rollout.generate`` span (current while verl runs); v1: the link its tasks inherit."""
-    started = time.time_ns()
     rs.identify()
     batch = kwargs.get("batch", args[0] if args else None)
     opened = _batch_span(batch)
     if opened is not None:
+        started = getattr(opened[0], "start_time", None) or time.time_ns()  # as the trace shows it
         return opened, rs.BATCH_SPAN, rs.BATCH_SPAN.set(opened[0]), started
     link = _take_link(batch)
     if link is not None:
-        return None, rs.LINK, rs.LINK.set(link), started
+        return None, rs.LINK, rs.LINK.set(link), 0
     return None
 
 

@@ -277,7 +277,7 @@ def _group_done(key: tuple[int, bool], group: rs.Group) -> None:
         group.counts[semconv.KEPT_SAMPLE] += len(sample)
         group.kept += len(slowest) + len(sample)
         group.rate = rate
-    durations, group.durations, group.seen = group.durations, [], 0
+    durations, seen, group.durations, group.seen = group.durations, group.seen, [], 0
     found, group.slowest = group.slowest, None
     counts, group.counts = group.counts, dict.fromkeys(group.counts, 0)
     not_kept, group.not_kept = group.not_kept, 0
@@ -294,7 +294,7 @@ def _group_done(key: tuple[int, bool], group: rs.Group) -> None:
             semconv.ATTR_ROLLOUT_VALIDATE: key[1],
             semconv.ATTR_ROLLOUT_DURATION: slowest_s,
             semconv.ATTR_ROLLOUT_TAIL_RATIO: ratio,
-            semconv.ATTR_ROLLOUT_TRAJECTORIES: len(durations) if len(durations) < rs.MAX_DURATIONS else -1,
+            semconv.ATTR_ROLLOUT_TRAJECTORIES: seen,
         }
         for attr, value in (
             (semconv.ATTR_ROLLOUT_SAMPLE_INDEX, st.sample_index),

@@ -30,6 +30,7 @@ from otel_verl.offline.run_facts import (
     StallReport,
     attr_key,
     attributed_seconds,
+    children_of,
     is_trajectory,
     is_validation,
     overhead,
@@ -37,8 +38,10 @@ from otel_verl.offline.run_facts import (
     slowest_trajectory,
     stall_reports,
     step_gauges,
+    step_tails,
     tail_ratio,
     trajectory_pool,
+    tree_below,
 )
 
 MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (the slowest and the last ones beyond)
@@ -79,6 +82,9 @@ class StepRow:
     time_by: dict[str, float] = field(default_factory=dict)  # category -> seconds (verl.time.* on the step span)
     pools: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> state -> seconds (verl.pool.*)
     replica_idle: dict[str, float] = field(default_factory=dict)  # rollout replica -> idle share (offline.pools)
+    # every trajectory of the step as its workers counted them (the trees exported are ``trajectories``)
+    all_trajectories: int | None = None
+    tree: list[SpanRecord] = field(default_factory=list)  # the spans of the slowest trajectory's kept tree
 
     @property
     def slowest_category(self) -> str | None:
@@ -103,6 +109,7 @@ class Timeline:
     t1: int
     slowest: SpanRecord | None
     trajectories: int  # trajectory spans of the step (all, before the row cap)
+    tree: list[SpanRecord] = field(default_factory=list)  # the spans below the slowest one (its kept tree)
 
 
 @dataclass
@@ -261,7 +268,8 @@ def _timeline(step: StepRow, members: list[SpanRecord], include_validation: bool
     drawn = [r.span for r in rows] + [seg for r in rows for seg in r.segments]
     t0 = min(s.start_ns for s in drawn)
     t1 = max(s.end_ns for s in drawn)
-    return Timeline(step.step, rows, t0, max(t1, t0 + 1), slowest, len(trajectories))
+    tree = tree_below(slowest, children_of(members)) if slowest is not None else []
+    return Timeline(step.step, rows, t0, max(t1, t0 + 1), slowest, len(trajectories), tree)
 
 
 def build(folder: str | Path, include_validation: bool = False) -> Report:
@@ -353,6 +361,8 @@ def _steps(
     steps: list[StepRow] = []
     stage_order: list[str] = []
     members_of: dict[int, list[SpanRecord]] = {}
+    tails = step_tails(spans, include_validation)  # the workers' figures over every trajectory
+    children = children_of(spans)
     for st in step_spans:
         n = st.attributes[semconv.ATTR_STEP]
         if n in members_of:
@@ -374,22 +384,27 @@ def _steps(
         trajectories = [s for s in members if is_trajectory(s)]
         pool = trajectory_pool(trajectories, include_validation)
         workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
+        slowest = slowest_trajectory(pool, include_validation)
+        tail = tails.get(n)
         steps.append(
             StepRow(
                 n,
                 st,
                 stages,
                 max(0.0, st.seconds - covered),
-                slowest_trajectory(pool, include_validation),
+                slowest,
                 len(trajectories),
                 any(s.status == "STATUS_CODE_ERROR" for s in by_trace[st.trace_id]),
-                tail_ratio(pool),
+                # a sample of trees says little about the median: the workers' own figure when there is one
+                tail.ratio if tail is not None and tail.ratio is not None else tail_ratio(pool),
                 len(members),
                 sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
                 attributed_seconds(st, by_trace[st.trace_id]),
                 time_categories(st),
                 pool_states(st),
                 replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
+                tail.trajectories if tail is not None else None,
+                tree_below(slowest, children) if slowest is not None else [],
             )
         )
     return steps, stage_order, members_of

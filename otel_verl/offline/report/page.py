@@ -13,6 +13,7 @@ from importlib import resources
 
 from otel_verl import semconv
 from otel_verl.commands.text import printable
+from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.report.charts import (
     OTHER,
     SLOWEST_COLOR,
@@ -302,6 +303,17 @@ def _stage_table(report: Report) -> str:
     return "".join(out)
 
 
+def _kept_tree(s: SpanRecord, tree: list[SpanRecord]) -> str:
+    """What the slowest trajectory's kept tree holds (drawn below it in the timeline)."""
+    because = s.attributes.get(semconv.ATTR_ROLLOUT_KEPT_BECAUSE)
+    names: dict[str, int] = {}
+    for t in tree:
+        names[t.name] = names.get(t.name, 0) + 1
+    held = ", ".join(f"{n} <code>{esc(name)}</code>" for name, n in sorted(names.items())) or "no child spans"
+    why = f", kept because <code>{esc(because)}</code>" if isinstance(because, str) else ""
+    return f' <small class="kept-tree">Its tree: {held}{why}.</small>'
+
+
 def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_seconds: float, rule: str) -> str:
     s = tl.slowest
     if s is not None:
@@ -319,7 +331,8 @@ def _timeline_section(tl: Timeline, colors: dict[str, str], shown: bool, step_se
             f"{swatch(SLOWEST_COLOR)} Slowest trajectory "
             f'<small class="rule">({esc(rule)})</small>: '
             f'<code class="span-id">{esc(s.span_id)}</code> <b class="seconds">{duration(s.seconds)}</b> '
-            f"({esc(', '.join(b for b in bits if b))}; trace <code>{esc(s.trace_id)}</code>)</p>"
+            f"({esc(', '.join(b for b in bits if b))}; trace <code>{esc(s.trace_id)}</code>)"
+            f"{_kept_tree(s, tl.tree)}</p>"
         )
     else:
         slow = '<p class="slowest-note none">No trajectory spans in this step.</p>'

@@ -50,6 +50,43 @@ def _maybe_hang() -> None:
             _stuck_in_generate()
 
 
+# Long tail and failures for tests (opt-in), counted over the server's sampled requests (temperature
+# > 0: training; validation is greedy): VERL_CPU_HARNESS_SLOW_EVERY=<n>:<seconds> makes every n-th
+# one wait <seconds> before it generates (a slow trajectory; the others go on meanwhile), and
+# VERL_CPU_HARNESS_FAIL_EVERY=<n> makes every n-th one fail (a failed trajectory).
+SLOW_EVERY = "VERL_CPU_HARNESS_SLOW_EVERY"
+FAIL_EVERY = "VERL_CPU_HARNESS_FAIL_EVERY"
+_sampled_calls = [0]
+
+
+class InjectedFailure(RuntimeError):
+    """The request VERL_CPU_HARNESS_FAIL_EVERY chose to fail."""
+
+
+def _every(name: str) -> tuple[int, float] | None:
+    raw = os.environ.get(name, "")
+    every, _, seconds = raw.partition(":")
+    if not every.isdigit() or int(every) < 1:
+        return None
+    try:
+        return int(every), float(seconds or 0)
+    except ValueError:
+        return None
+
+
+async def _maybe_slow_or_fail(params: dict[str, Any]) -> None:
+    if float(params.get("temperature", 1.0) or 0.0) <= 0:
+        return
+    _sampled_calls[0] += 1
+    n = _sampled_calls[0]
+    fail = _every(FAIL_EVERY)
+    if fail is not None and n % fail[0] == 0:
+        raise InjectedFailure(f"hfcpu: sampled request {n} fails ({FAIL_EVERY})")
+    slow = _every(SLOW_EVERY)
+    if slow is not None and n % slow[0] == 0:
+        await asyncio.sleep(slow[1])  # outside the model lock: the other requests go on
+
+
 class HFCPUServer:
     def __init__(self, config, model_config, replica_rank: int) -> None:
         from transformers import AutoModelForCausalLM
@@ -85,6 +122,7 @@ class HFCPUServer:
         priority: int = 0,
         **kwargs,
     ) -> TokenOutput:
+        await _maybe_slow_or_fail(sampling_params)
         return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
 
     def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:

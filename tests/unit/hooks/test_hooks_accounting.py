@@ -152,7 +152,17 @@ def test_every_method_of_the_step_account_holds_its_lock():
     """Every read and write of the open step's state happens under the account's one lock."""
     import threading
 
-    state = {"_step_id", "_step_start", "_open", "_seconds", "_waiting_in_stage", "_stages", "_roles"}
+    state = {
+        "_step_id",
+        "_step_start",
+        "_open",
+        "_last_stage_end",
+        "_waits",
+        "_seconds",
+        "_waiting_in_stage",
+        "_stages",
+        "_roles",
+    }
     outside: list[str] = []
 
     class Lock:
@@ -181,7 +191,9 @@ def test_every_method_of_the_step_account_holds_its_lock():
     account.step_started(1)
     account.stage_started(2, 1)
     account.wait_ended(0.01)
+    account.wait_ended(0.01, account.wait_started())
     account.stage_ended(2, "gen")
+    account.wait_ended(0.01)  # between stages
     account.stage_ended(99, "gen")  # not open
     account.step_ended(1)
     assert outside == []

@@ -1,0 +1,165 @@
+"""CPU per rollout trajectory at 1,000+ trajectories per agent-loop worker per step: trees decided
+at the end (this tree) vs head sampling (an older tree), side by side on the real CPU trainer.
+
+A real GRPO job of the harness, made large in trajectories and small in everything else: all 64
+training prompts per step x ``rollout.n`` 16 = 1,024 trajectories per step, one agent-loop worker,
+4-token responses, one reward worker, file exporters, the default span budget (64 trees per step).
+Variants alternate, ``--rounds`` each: this tree, and with ``--before-src DIR`` another copy of
+``otel_verl`` first on the path (``git archive <commit> otel_verl | tar -x -C DIR``).
+
+Per variant, from each run's metric files: otel-verl's own CPU (``otel_verl.overhead.cpu_time``:
+its hooks on verl's threads, the agent-loop worker's event loop included, and its own threads) in
+the agent-loop worker and in the reward worker, between the exports that end the first and the last
+step's rollouts there (so start-up is left out), divided by the trajectories counted in between
+(``verl.rollout.trajectory.duration``); next to it, the agent-loop worker's whole CPU per trajectory
+(``process.cpu.time``) and the trees exported per step.
+
+``python bench/tail_cost.py [--rounds 2] [--steps 3] [--driver v0] [--before-src DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from _util import machine, table
+
+from otel_verl import semconv
+from otel_verl.offline.otlp_files import read_metric_points, read_spans
+
+PROMPTS, N = 64, 16  # 1,024 trajectories per step
+EXTRA = [
+    f"data.train_batch_size={PROMPTS}",
+    f"actor_rollout_ref.rollout.n={N}",
+    "data.max_response_length=4",
+    f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=128",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=128",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=128",
+]
+ROLES = (semconv.ROLE_AGENT_LOOP, semconv.ROLE_REWARD_WORKER)
+
+
+def _series(points, name: str, role: str, by: str | None = None) -> dict[str, dict[int, float]]:
+    """(component or "") -> export time -> value, summed over the role's processes and attributes."""
+    out: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for p in points:
+        if p.name == name and p.resource.get(semconv.RES_ROLE) == role and p.value is not None:
+            key = str(p.attributes.get(by)) if by else ""
+            out[key][p.time_ns] += p.count if name == semconv.M_ROLLOUT_TRAJECTORY_DURATION else p.value
+    return out
+
+
+def measure(folder: Path) -> dict[str, float] | None:
+    points = read_metric_points(folder)
+    out: dict[str, float] = {}
+    counted = _series(points, semconv.M_ROLLOUT_TRAJECTORY_DURATION, semconv.ROLE_AGENT_LOOP)[""]
+    times = sorted(counted)
+    if len(times) < 2:
+        return None
+    first, last = times[0], times[-1]  # the ends of the first and the last step's rollouts
+    trajectories = counted[last] - counted[first]
+    if trajectories <= 0:
+        return None
+    out["trajectories"] = trajectories
+    for role in ROLES:
+        parts = _series(points, semconv.M_OVERHEAD_CPU_TIME, role, semconv.ATTR_OVERHEAD_COMPONENT)
+        total = 0.0
+        for component, values in parts.items():
+            t = sorted(values)
+            lo = max([x for x in t if x <= first], default=t[0])  # the reward worker exports on its own clock
+            hi = max(x for x in t if x <= last + 5 * 10**9)
+            total += values[hi] - values[lo]
+            if role == semconv.ROLE_AGENT_LOOP:
+                out[f"agent {component}"] = 1e6 * (values[hi] - values[lo]) / trajectories
+        out[role] = 1e6 * total / trajectories
+    cpu = _series(points, "process.cpu.time", semconv.ROLE_AGENT_LOOP)[""]
+    if first in cpu and last in cpu:
+        out["agent process"] = 1e6 * (cpu[last] - cpu[first]) / trajectories
+    spans = read_spans(folder)
+    steps = {s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP) for s in spans}
+    trees = sum(1 for s in spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY)
+    out["trees per step"] = trees / max(1, len(steps - {None}))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--driver", default="v0")
+    parser.add_argument("--before-src", default=None)
+    parser.add_argument("--workdir", type=Path, default=None)
+    ns = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import run_instrumented
+
+    here = os.environ.get("PYTHONPATH", "")
+    variants = {"this tree (decided at the end)": {}}
+    if ns.before_src:
+        src = str(Path(ns.before_src).resolve())
+        variants = {f"{src} (head sampling)": {"PYTHONPATH": os.pathsep.join(filter(None, [src, here]))}, **variants}
+    root = ns.workdir or Path(tempfile.mkdtemp(prefix="bench_tail_cost_"))
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for r in range(ns.rounds):
+        order = list(variants)[r % len(variants) :] + list(variants)[: r % len(variants)]
+        for name in order:
+            workdir = root / f"variant{list(variants).index(name)}-round{r}"
+            workdir.mkdir(parents=True)
+            run = run_instrumented(
+                workdir,
+                ns.driver,
+                "grpo",
+                steps=ns.steps,
+                val_before_train=False,
+                extra=EXTRA,
+                env=variants[name],
+                timeout_s=1800,
+            )
+            found = measure(workdir / "telemetry") if run.returncode == 0 else None
+            if found is None:
+                print(f"{name}: round {r}: no figure (rc {run.returncode}; {workdir})", file=sys.stderr)
+                continue
+            got[name].append(found)
+            print(f"{name}: round {r}: {found}", file=sys.stderr, flush=True)
+    keys = [semconv.ROLE_AGENT_LOOP, semconv.ROLE_REWARD_WORKER, "agent hooks", "agent process", "trees per step"]
+    rows = []
+    for name, runs in got.items():
+        if runs:
+            med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+            total = med[semconv.ROLE_AGENT_LOOP] + med[semconv.ROLE_REWARD_WORKER]
+            rows.append(
+                [
+                    name,
+                    len(runs),
+                    f"{med[semconv.ROLE_AGENT_LOOP]:.1f} (hooks {med['agent hooks']:.1f})",
+                    f"{med[semconv.ROLE_REWARD_WORKER]:.1f}",
+                    f"{total:.1f}",
+                    f"{med['agent process']:.0f}",
+                    f"{med['trees per step']:.0f}",
+                ]
+            )
+    print(
+        f"# bench/tail_cost.py  ({machine()}; {ns.driver} GRPO, {PROMPTS} prompts x n={N} = {PROMPTS * N} "
+        f"trajectories per step in one agent-loop worker, {ns.steps} steps, {ns.rounds} rounds, alternating)"
+    )
+    header = [
+        "variant",
+        "runs",
+        "agent-loop worker: otel-verl us/trajectory",
+        "reward worker: otel-verl us/traj",
+        "both",
+        "agent-loop process CPU us/traj",
+        "trees per step",
+    ]
+    print(table(header, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

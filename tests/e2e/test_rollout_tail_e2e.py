@@ -1,0 +1,188 @@
+"""End-to-end: the long tail always in view, on the real trainer (both drivers).
+
+One run per driver with a span budget below the trajectories per step (3 trees of 4 prompts x
+``rollout.n`` 2 = 8 trajectories, the slowest 1 of them kept as such) and the harness's switch that
+makes every 5th sampled request wait 1 s (so every step has a slow trajectory, whichever it is);
+on v1 every 7th sampled request also fails (v1 keeps training: a failed prompt group is padded;
+on v0 a failed trajectory fails the step, so that run has none). Checked on each step:
+
+* the step's slowest trajectory, named by its ``verl.rollout.slowest_trajectory`` event, is
+  exported with ``kept_because=slowest`` and its whole tree: its LLM call and the reward worker's
+  span (handed back across the Ray reply);
+* no more trees than the budget besides failed ones, and every failed one, whole;
+* the histograms count every trajectory;
+* the TaskRunner's ``verl.rollout.dispatch`` span with the wait before the workers start, counted in
+  the step's ``waiting``;
+* v0: trajectories are in the step's trace; v1: their own traces, linked to the step's gen span.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from otel_verl import semconv
+
+pytestmark = pytest.mark.e2e
+
+STEPS = 2
+PER_STEP = 4 * 2  # train_batch_size x rollout.n
+BUDGET = 3
+SLOW_S = 1.0
+ENV = {
+    "OTEL_VERL_ROLLOUT_SPANS_PER_STEP": str(BUDGET),
+    "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP": "1",
+    "VERL_CPU_HARNESS_SLOW_EVERY": f"5:{SLOW_S}",
+}
+FAIL_EVERY = 7
+
+
+def tail_run(verl_runs, driver):
+    env = dict(ENV)
+    if driver == "v1":
+        env["VERL_CPU_HARNESS_FAIL_EVERY"] = str(FAIL_EVERY)
+    run = verl_runs.get(driver, "grpo", steps=STEPS, val_before_train=False, env=env)
+    assert run.returncode == 0, run.output[-4000:]
+    return run
+
+
+def _train(spans):
+    return [s for s in spans if not s.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)]
+
+
+def _latest_count(run, name, **attrs):
+    latest = {}
+    for p in run.points:
+        if p.name == name and all(p.attributes.get(k) == v for k, v in attrs.items()):
+            key = (p.resource.get("process.pid"), tuple(sorted(p.attributes.items())))
+            if key not in latest or p.time_ns >= latest[key].time_ns:
+                latest[key] = p
+    return sum(p.count for p in latest.values())
+
+
+def _check_tail(run, driver):
+    by_id = {s.span_id: s for s in run.spans}
+    children = defaultdict(list)
+    for s in run.spans:
+        children[s.parent_id].append(s)
+    trajs = _train([s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY])
+    by_step = defaultdict(list)
+    for t in trajs:
+        by_step[t.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]].append(t)
+    carrier = semconv.SPAN_ROLLOUT_BATCH if driver == "v0" else semconv.SPAN_ROLLOUT_TAIL
+    events = {}
+    for s in _train([s for s in run.spans if s.name == carrier]):
+        for e in s.event_attributes(semconv.EVENT_SLOWEST_TRAJECTORY):
+            events.setdefault(e[semconv.ATTR_ROLLOUT_SUBMIT_STEP], []).append(e)
+    assert set(range(1, STEPS + 1)) <= set(events), sorted(events)
+    errors = 0
+    for step in range(1, STEPS + 1):
+        (event,) = events[step]  # one agent-loop worker: one group per step
+        slowest = by_id[event[semconv.ATTR_ROLLOUT_SLOWEST_SPAN_ID]]
+        assert slowest.trace_id == event[semconv.ATTR_ROLLOUT_SLOWEST_TRACE_ID]
+        assert slowest.name == semconv.SPAN_ROLLOUT_TRAJECTORY
+        assert slowest.seconds == pytest.approx(event[semconv.ATTR_ROLLOUT_DURATION], abs=0.01)
+        assert event[semconv.ATTR_ROLLOUT_DURATION] >= SLOW_S  # the slow request's, whichever it was
+        if slowest.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK:
+            assert slowest.attributes[semconv.ATTR_ROLLOUT_KEPT_BECAUSE] == semconv.KEPT_SLOWEST
+            assert slowest.attributes[semconv.ATTR_ROLLOUT_SLOWEST_RANK] == 1
+        # the step's others are no slower (those exported), and the budget holds besides failed ones
+        group = by_step[step]
+        assert all(t.seconds <= slowest.seconds + 0.01 for t in group)
+        because = defaultdict(list)
+        for t in group:
+            because[t.attributes[semconv.ATTR_ROLLOUT_KEPT_BECAUSE]].append(t)
+        failed = because.pop(semconv.KEPT_ERROR, [])
+        assert len(because[semconv.KEPT_SLOWEST]) == 1
+        ok = event[semconv.ATTR_ROLLOUT_TRAJECTORIES] - len(failed)
+        assert sum(len(v) for v in because.values()) == min(BUDGET, ok)
+        assert event[semconv.ATTR_ROLLOUT_KEPT_PREFIX + semconv.KEPT_ERROR] == len(failed)
+        for t in because[semconv.KEPT_SAMPLE]:
+            assert 0 < t.attributes[semconv.ATTR_ROLLOUT_SAMPLE_RATE] < 1
+        for t in failed:
+            assert t.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_ERROR and t.status == "ERROR"
+        errors += len(failed)
+        # every kept tree is whole: its LLM call, and (if it was scored) the reward worker's span
+        for t in group:
+            below = children[t.span_id]
+            (call,) = [c for c in below if c.name == semconv.SPAN_ROLLOUT_LLM_CALL]
+            assert call.trace_id == t.trace_id and call.resource["process.pid"] == t.resource["process.pid"]
+            rewards = [c for c in below if c.name == semconv.SPAN_REWARD_WORKER]
+            if t.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK:
+                (reward,) = rewards
+                assert reward.resource[semconv.RES_ROLE] == semconv.ROLE_REWARD_WORKER
+                assert reward.resource["process.pid"] != t.resource["process.pid"]
+                assert t.start_ns <= reward.start_ns <= reward.end_ns <= t.end_ns
+            else:
+                assert call.status == "ERROR" and rewards == []
+    # no reward span outside a kept tree: the others were dropped with their trajectories
+    exported = {t.span_id for t in run.spans if t.name == semconv.SPAN_ROLLOUT_TRAJECTORY}
+    assert all(r.parent_id in exported for r in run.spans if r.name == semconv.SPAN_REWARD_WORKER)
+    # the histograms count every trajectory, kept or not; every failed one was kept
+    counted = _latest_count(run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
+    assert counted >= STEPS * PER_STEP > len(trajs)
+    failed_counted = _latest_count(
+        run,
+        semconv.M_ROLLOUT_TRAJECTORY_DURATION,
+        **{semconv.ATTR_ROLLOUT_VALIDATE: False, semconv.ATTR_ROLLOUT_STATUS: semconv.STATUS_ERROR},
+    )
+    assert failed_counted == errors
+    return by_step
+
+
+def _check_dispatch(run, driver):
+    steps = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
+    by_id = {s.span_id: s for s in run.spans}
+    dispatches = [s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_DISPATCH]
+    waits = [s for s in run.spans if s.name == semconv.SPAN_WAIT and s.parent_id in {d.span_id for d in dispatches}]
+    for n, step in steps.items():
+        mine = [d for d in dispatches if d.trace_id == step.trace_id]
+        assert mine, f"step {n}: no dispatch span"
+        for d in mine:
+            assert d.resource[semconv.RES_ROLE] == semconv.ROLE_TASKRUNNER
+            parent = by_id[d.parent_id]
+            assert parent.name == (semconv.SPAN_GEN if driver == "v0" else semconv.SPAN_STEP)
+        mine_waits = [w for w in waits if w.trace_id == step.trace_id]
+        assert mine_waits and all(
+            w.attributes[semconv.ATTR_WAIT_FOR] == semconv.WAIT_AGENT_LOOP_WORKERS for w in mine_waits
+        )
+        # the wait is the step's waiting (v0: inside gen; v1: in prepare_step, between stages)
+        waited = sum(w.seconds for w in mine_waits)
+        assert step.attributes[semconv.ATTR_TIME_PREFIX + "waiting"] >= waited - 0.01
+        if driver == "v0":
+            (d,) = mine
+            batches = [s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_BATCH and s.parent_id == d.span_id]
+            (batch,) = batches  # the worker's batch span is the dispatch's child: the gap is the queue
+            queued = (batch.start_ns - d.start_ns) / 1e9
+            assert d.attributes[semconv.ATTR_ROLLOUT_QUEUED] == pytest.approx(queued, abs=1e-3)
+
+
+def test_v0_every_steps_slowest_trajectory_keeps_its_tree_in_the_step_trace(verl_runs):
+    run = tail_run(verl_runs, "v0")
+    by_step = _check_tail(run, "v0")
+    steps = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
+    by_id = {s.span_id: s for s in run.spans}
+    for step, trajs in by_step.items():
+        for t in trajs:  # v0: children of the step's trace, under the worker's batch span
+            assert t.trace_id == steps[step].trace_id and t.links == []
+            assert by_id[t.parent_id].name == semconv.SPAN_ROLLOUT_BATCH
+    _check_dispatch(run, "v0")
+
+
+def test_v1_every_steps_slowest_trajectory_keeps_its_tree_in_its_own_linked_trace(verl_runs):
+    run = tail_run(verl_runs, "v1")
+    by_step = _check_tail(run, "v1")
+    assert any(
+        t.attributes[semconv.ATTR_ROLLOUT_KEPT_BECAUSE] == semconv.KEPT_ERROR for ts in by_step.values() for t in ts
+    ), "no failed trajectory: the harness's failure switch did not apply"
+    gens = {}
+    for s in sorted(run.spans, key=lambda s: s.start_ns):
+        if s.name == semconv.SPAN_GEN:
+            gens.setdefault(s.attributes[semconv.ATTR_STEP], s)
+    for step, trajs in by_step.items():
+        for t in trajs:  # v1: roots of their own traces, linked to the gen span of the step that submitted them
+            assert t.parent_id == "" and t.trace_id != gens[step].trace_id
+            (link,) = t.links
+            assert link.span_id == gens[step].span_id
+    _check_dispatch(run, "v1")
