@@ -15,6 +15,16 @@ step's rollouts there (so start-up is left out), divided by the trajectories cou
 (``process.cpu.time``) and the trees exported per step.
 
 ``python bench/tail_cost.py [--rounds 2] [--steps 3] [--driver v0] [--before-src DIR]``
+
+``--micro``: the same count in one process, precisely: verl's real ``AgentLoopWorker``,
+``LLMServerClient`` and ``RewardLoopWorker`` (the rollout unit tests' stand-ins for the Ray
+boundary: a server that answers at once, the reward call's data and reply pickled as Ray does), one
+step of 1,024 trajectories at a time, otel-verl's own pipeline with the file exporter. Measured:
+the event loop thread's CPU per trajectory (``time.thread_time``: verl's work and our hooks on it;
+otel-verl's share is the difference to the same run without otel-verl) and the other threads' CPU
+(the span exporter). Each variant runs in a fresh process, alternating, ``--rounds`` times.
+
+``python bench/tail_cost.py --micro [--rounds 5] [--before-src DIR]``
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from otel_verl import semconv
 from otel_verl.offline.otlp_files import read_metric_points, read_spans
 
 PROMPTS, N = 64, 16  # 1,024 trajectories per step
+MICRO_STEPS = 6  # per --micro process: the first is warm-up
 EXTRA = [
     f"data.train_batch_size={PROMPTS}",
     f"actor_rollout_ref.rollout.n={N}",
@@ -88,14 +99,60 @@ def measure(folder: Path) -> dict[str, float] | None:
     return out
 
 
+def micro(rounds: int, before: str | None) -> int:
+    import json
+    import subprocess
+
+    here = os.environ.get("PYTHONPATH", "")
+    variants: dict[str, tuple[str, bool]] = {"without otel-verl": (here, False)}
+    if before:
+        variants[f"{before} (head sampling)"] = (os.pathsep.join(filter(None, [before, here])), True)
+    variants["this tree (decided at the end)"] = (here, True)
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for r in range(rounds):
+        for name, (path, instrumented) in variants.items():
+            env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+            env["PYTHONPATH"] = path
+            proc = subprocess.run(
+                [sys.executable, str(Path(__file__).with_name("_tail_micro.py")), "1" if instrumented else "0"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            if proc.returncode != 0:
+                print(f"{name}: round {r} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+                continue
+            got[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"{name}: round {r}: {got[name][-1]}", file=sys.stderr, flush=True)
+    base = statistics.median(g["loop"] for g in got["without otel-verl"]) if got["without otel-verl"] else 0.0
+    rows = []
+    for name, runs in got.items():
+        if runs:
+            loop = statistics.median(g["loop"] for g in runs)
+            others = statistics.median(g["others"] for g in runs)
+            added = "" if name == "without otel-verl" else f"{loop - base:+.1f}"
+            rows.append([name, len(runs), f"{loop:.1f}", added, f"{others:.1f}"])
+    print(
+        f"# bench/tail_cost.py --micro  ({machine()}; {PROMPTS} prompts x n={N} = {PROMPTS * N} trajectories per "
+        f"step, {MICRO_STEPS - 1} steps per process (median), {rounds} processes per variant, alternating)"
+    )
+    header = ["variant", "runs", "event loop CPU us/trajectory", "otel-verl's part", "other threads us/trajectory"]
+    print(table(header, rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--micro", action="store_true")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--driver", default="v0")
     parser.add_argument("--before-src", default=None)
     parser.add_argument("--workdir", type=Path, default=None)
     ns = parser.parse_args(argv)
+    if ns.micro:
+        return micro(ns.rounds, str(Path(ns.before_src).resolve()) if ns.before_src else None)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from conftest import run_instrumented
 

@@ -112,30 +112,32 @@ def take_from_batch_deferred(data: Any) -> tuple[Context | None, bool]:
     if not isinstance(batch, dict) or CARRIER_KEY not in batch:
         return None, False
     values = batch.pop(CARRIER_KEY)
-    value = values[0] if len(values) else None
-    return extract(value), is_deferred(value)
+    carrier = _carrier(values[0] if len(values) else None)
+    if carrier is None:
+        return None, False
+    return _PROPAGATOR.extract(carrier), carrier.get(DEFER_KEY) == "1"
 
 
 def is_deferred(value: Any) -> bool:
     """Whether a carrier value is marked deferred (``carrier_value(defer=True)``)."""
-    if not isinstance(value, str) or DEFER_KEY not in value:
-        return False
-    try:
-        carrier = json.loads(value)
-    except ValueError:
-        return False
-    return isinstance(carrier, dict) and carrier.get(DEFER_KEY) == "1"
+    carrier = _carrier(value)
+    return carrier is not None and carrier.get(DEFER_KEY) == "1"
 
 
-def extract(value: Any) -> Context | None:
-    """The context in a carrier value as ``inject`` wrote it (a JSON string), else None."""
+def _carrier(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, str):
         return None
     try:
         carrier = json.loads(value)
     except ValueError:
         return None
-    return _PROPAGATOR.extract(carrier) if isinstance(carrier, dict) else None
+    return carrier if isinstance(carrier, dict) else None
+
+
+def extract(value: Any) -> Context | None:
+    """The context in a carrier value as ``inject`` wrote it (a JSON string), else None."""
+    carrier = _carrier(value)
+    return _PROPAGATOR.extract(carrier) if carrier is not None else None
 
 
 # ---------------------------------------------------------------- span ids promised before the span starts

@@ -131,7 +131,19 @@ def to_wire(recs: Iterable[Rec], spans: Iterable[ReadableSpan], resource: Resour
     """This process's records and ended SDK spans of one tree, as data for the tree's own process."""
     out = [_rec_wire(r) for r in recs]
     out += [_span_wire(s) for s in spans]
-    return (WIRE_VERSION, dict(resource.attributes), resource.schema_url or "", out[:MAX_WIRE_SPANS])
+    attrs, schema_url = _resource_wire(resource)
+    return (WIRE_VERSION, attrs, schema_url, out[:MAX_WIRE_SPANS])
+
+
+_wire_resource: tuple[Resource, dict[str, Any], str] | None = None  # this process's, made once
+
+
+def _resource_wire(resource: Resource) -> tuple[dict[str, Any], str]:
+    global _wire_resource
+    found = _wire_resource
+    if found is None or found[0] is not resource:
+        found = _wire_resource = (resource, dict(resource.attributes), resource.schema_url or "")
+    return found[1], found[2]
 
 
 def _rec_wire(r: Rec) -> tuple[Any, ...]:

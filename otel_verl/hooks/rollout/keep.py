@@ -14,7 +14,9 @@ ends (``Round.offer``):
   tree stands for 1 / rate trajectories, slowest ones for themselves.
 
 A failed or cancelled trajectory is never offered: its tree is kept when it ends (``error``),
-beyond the budget. B = -1 keeps every tree (the slowest K still marked as such).
+beyond the budget. B = -1 keeps every tree (the slowest K still marked as such). A group whose
+trajectories ended before all had started is decided in rounds (``state.Group.new_round``) that
+share B, each keeping at least its own slowest.
 """
 
 from __future__ import annotations

@@ -147,13 +147,16 @@ class Group:
             j = _RNG.randrange(self.seen)
             if j < MAX_DURATIONS:
                 self.durations[j] = duration
-        if self.slowest is None or duration > self.slowest[0]:
+        if self.slowest is None or duration >= self.slowest[0]:  # ties: the later one, as the heap keeps
             self.slowest = (duration, st)
 
     def new_round(self) -> Round:
         budget = settings().rollout_spans_per_step
         if budget > 0:
-            budget = max(0, budget - self.kept)
+            # A group that ended before all its trajectories had started (v1 hands a prompt's
+            # rollouts out one prompt at a time) is decided in rounds sharing the budget; each round
+            # still keeps its slowest, so the step's slowest is always kept (at most 1 over per round).
+            budget = max(1, budget - self.kept)
         self.round = Round(budget, settings().rollout_slowest_per_step, _RNG)
         return self.round
 

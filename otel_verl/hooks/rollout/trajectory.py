@@ -337,12 +337,8 @@ async def run_agent_loop_wrapper(wrapped: Any, instance: Any, args: Any, kwargs:
 
 
 # ------------------------------------------------------------------------------ reward scoring
-@safe("rollout output attributes")
-def _note_outputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    st = rs.TRAJECTORY.get()
-    if st is None:
-        return
-    outputs = kwargs.get("outputs", args[0] if args else None)
+def _outputs_of(st: rs.Trajectory, outputs: Any) -> None:
+    """Token counts, turns and reward of the trajectory, from its last (unpadded) output."""
     if not outputs:
         return
     out = outputs[-1]
@@ -391,7 +387,7 @@ def _after_score(traj: rs.Trajectory, args: tuple[Any, ...], kwargs: dict[str, A
     data = reward_worker.take_handback(outputs)  # before verl's code reads the reward's extra info
     if data is not None and traj.rec is not None:
         traj.handback(data)
-    _note_outputs(args, kwargs)
+    _outputs_of(traj, outputs)
 
 
 # ------------------------------------------------------------------------------ tool calls

@@ -385,3 +385,35 @@ def _unpatch_executor() -> None:
     if hasattr(submit, "__wrapped__"):
         concurrent.futures.ThreadPoolExecutor.submit = submit.__wrapped__
     reward_worker._STATE.identified = False
+
+
+def test_a_group_decided_in_rounds_keeps_each_rounds_slowest_within_one_budget(captured, clock, budget):
+    """v1 hands a prompt's rollouts out when that prompt's turn comes: a step's trajectories in a
+    worker can end in two rounds. The budget is shared; the later round still keeps its slowest."""
+    budget(2, slowest=1)
+    worker = make_worker()
+
+    async def one_round(indexes):
+        traj = {"step": 8, "validate": False, "rollout_n": 0}
+        calls = [
+            worker._run_agent_loop(
+                {"temperature": 1.0},
+                trajectory={**traj, "sample_index": i},
+                agent_name="otel_test_agent",
+                session_id=0,
+                index=i,
+            )
+            for i in indexes
+        ]
+        await asyncio.gather(*calls)
+
+    asyncio.run(one_round(range(3)))  # the group ends: 2 trees kept (its slowest and one sample)
+    asyncio.run(one_round(range(3, 6)))  # more of the same step: the budget is spent, its slowest kept
+    trees = trees_of(captured)
+    because = Counter(t.attributes[semconv.ATTR_ROLLOUT_KEPT_BECAUSE] for t, _ in trees.values())
+    assert because == {semconv.KEPT_SLOWEST: 2, semconv.KEPT_SAMPLE: 1}
+    tails = by_name(captured, semconv.SPAN_ROLLOUT_TAIL)
+    assert [t.events[0].attributes[semconv.ATTR_ROLLOUT_TRAJECTORIES] for t in tails] == [3, 3]
+    for tail in tails:  # each round's event names a tree that was exported
+        span_id = tail.events[0].attributes[semconv.ATTR_ROLLOUT_SLOWEST_SPAN_ID]
+        assert int(span_id, 16) in trees
