@@ -71,7 +71,7 @@ def load_json(path: Path):
 
 
 # `${env:VAR:-default}` in otelcol-config.yaml: the defaults are the compose values, and
-# `otel-verl stack up` sets the variables (collector/README.md, "Without Docker").
+# `otel-verl stack up` sets the variables (docs/stack.md, "One copy of each config").
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 

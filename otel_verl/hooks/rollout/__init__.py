@@ -11,7 +11,7 @@
 Only ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` trajectories per step (and validate flag) and worker get
 spans (their LLM calls too); the histograms count every trajectory and call. Every wrapper stays
 a coroutine and costs a few microseconds when its trajectory is not sampled. Spans and
-attributes: README.md, "Rollout spans and GPU metrics".
+attributes: docs/rollouts.md and docs/reference.md.
 """
 
 from __future__ import annotations
