@@ -114,3 +114,36 @@ def test_what_is_read_is_bounded(engine, monkeypatch):
     assert len(points["vllm.num_requests_waiting"]) == 3
     (kv,) = points["vllm.kv_cache_usage_perc"]
     assert len(kv.attributes["model_name"]) == engine_metrics.MAX_LABEL_CHARS
+
+
+def test_the_catalogs_engine_names_are_what_the_bridge_makes_of_vllms_families(engine):
+    """collector/ queries catalog.ENGINE's Prometheus names: the bridge must make exactly those."""
+    from otel_verl.instruments import catalog
+
+    registry, fams, reader, bridge, clock = engine
+    Gauge("vllm:num_requests_running", "running", ["model_name", "engine"], registry=registry).labels("m", "0").set(1)
+    model = {"model_name": "m", "engine": "0"}
+    fams["kv"].labels(**model).set(0.5)
+    fams["waiting"].labels(**model).set(1)
+    fams["preempt"].labels(**model).inc()
+    fams["ttft"].labels(**model).observe(0.2)
+    clock.now += engine_metrics.DISCOVER_EVERY_S
+    bridge.discover()
+    from opentelemetry.sdk.metrics.export import Gauge as GaugeData
+    from opentelemetry.sdk.metrics.export import Sum
+
+    made = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                data = m.data
+                kind = (
+                    catalog.OBSERVABLE_GAUGE
+                    if isinstance(data, GaugeData)
+                    else catalog.OBSERVABLE_COUNTER
+                    if isinstance(data, Sum) and data.is_monotonic
+                    else catalog.OBSERVABLE_UP_DOWN_COUNTER
+                )
+                made[m.name] = kind
+    for spec in catalog.ENGINE:
+        assert made.get(spec.name) == spec.kind, spec.name
