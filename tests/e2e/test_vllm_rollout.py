@@ -122,3 +122,18 @@ def test_weight_sync_still_matches(run):
     corr = {step: values.get("training/rollout_actor_probs_pearson_corr") for step, values in run.console.items()}
     assert sorted(corr) == list(range(1, STEPS + 1)), corr
     assert all(c is not None and c > 0.99 for c in corr.values()), corr
+
+
+def test_summary_splits_each_steps_slowest_trajectory_in_the_engine(run):
+    import io
+
+    from otel_verl.offline.summary import summary
+
+    out = io.StringIO()
+    assert summary(run.telemetry_dir, out=out, err=io.StringIO()) == 0
+    lines = out.getvalue().splitlines()
+    i = lines.index("  in the engine (its llm_request spans under the trajectory's LLM calls), each step's slowest:")
+    split = lines[i + 1 : i + 1 + STEPS]
+    for step, line in zip(range(1, STEPS + 1), split, strict=True):
+        assert line.startswith(f"    step {step}: queue ") and ", prefill " in line and ", decode " in line, line
+        assert "without one" not in line, line  # every LLM call of the slowest trajectory has its engine span
