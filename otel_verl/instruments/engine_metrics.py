@@ -163,6 +163,8 @@ def bridge(replica: int | None) -> Bridge | None:
         _STATE.bridge = Bridge(PROCESS.telemetry.meter, prometheus_client.REGISTRY, replica)
         _STATE.bridge.discover(force=True)
     else:
+        if _STATE.bridge.replica is None:
+            _STATE.bridge.replica = replica  # the server's own rank, where the engine start had none
         _STATE.bridge.discover()
     return _STATE.bridge
 

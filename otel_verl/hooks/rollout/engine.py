@@ -93,7 +93,7 @@ def _switch_tracing(processor: Any, wanted: bool) -> None:
         return
     if wanted and has_stats:
         processor.tracing_enabled = True
-    elif processor.tracing_enabled and not has_stats:
+    elif processor.tracing_enabled or wanted:
         # vLLM's tracing without its stats kills the engine at the first finished request
         processor.tracing_enabled = False
         warn_once(

@@ -265,3 +265,17 @@ def test_sglang_request_gets_the_carried_header_unless_it_has_one():
 
     asyncio.run(call())
     assert seen == [{"traceparent": TP}, {"traceparent": "theirs"}]
+
+
+def test_stats_that_stay_off_leave_tracing_off_and_say_so(captured, fake_vllm, caplog):
+    """An engine whose start ignores ``disable_log_stats``: no tracing (it would kill the engine)."""
+
+    class Stubborn(_FakeVllm):
+        @classmethod
+        def from_vllm_config(cls, vllm_config=None, *, disable_log_stats: bool = False, tracing: bool = False):
+            return cls(False, tracing)
+
+    wrapt.wrap_function_wrapper(Stubborn, "from_vllm_config", engine.from_vllm_config_wrapper)
+    made = Stubborn.from_vllm_config("cfg", disable_log_stats=True)
+    assert made.output_processor.tracing_enabled is False
+    assert "needs its stats" in caplog.text
