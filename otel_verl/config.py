@@ -44,8 +44,10 @@ RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
+ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
+ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
@@ -196,6 +198,7 @@ class Settings:
     gpu_metrics: bool
     process_metrics: bool
     ray_system_metrics: bool
+    engine_tracing: str
     log_level: int
     samples: bool
     samples_every_n_steps: int
@@ -242,6 +245,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(RAY_RUNTIME_ENV_SECRETS, "ray_runtime_env_secrets", False, env_bool),
     Variable(RAY_SYSTEM_METRICS, "ray_system_metrics", False, env_bool),
     Variable(ROLLOUT_SPANS_PER_STEP, "rollout_spans_per_step", 64, partial(env_int, minimum=-1, maximum=100_000)),
+    Variable(ENGINE_TRACING, "engine_tracing", "auto", partial(env_choice, choices=ENGINE_TRACING_CHOICES)),
     Variable(GPU_METRICS, "gpu_metrics", True, env_bool),
     Variable(PROCESS_METRICS, "process_metrics", True, env_bool),
     Variable(LOG_LEVEL, "log_level", logging.WARNING, env_log_level),

@@ -125,6 +125,34 @@ REPLICA_BUSY_TIME = InstrumentSpec(
     "Seconds this rollout replica had at least one request in generate (verl.rollout.replica)",
 )
 
+# ---------------------------------------------------------------- the rollout engine's own (rollout servers)
+# Bridged from the engine's Prometheus registry (``engine_metrics``: every ``vllm:*`` / ``sglang:*``
+# family, these are the ones the collector/ kit queries), with verl.rollout.replica and its labels.
+_BRIDGED = "vLLM's {} (bridged from its Prometheus registry, per verl.rollout.replica)"
+VLLM_KV_CACHE_USAGE = InstrumentSpec(
+    semconv.M_VLLM_KV_CACHE_USAGE, OBSERVABLE_GAUGE, "", _BRIDGED.format("KV cache usage, 0 to 1")
+)
+VLLM_REQUESTS_RUNNING = InstrumentSpec(
+    semconv.M_VLLM_REQUESTS_RUNNING, OBSERVABLE_GAUGE, "", _BRIDGED.format("requests running")
+)
+VLLM_REQUESTS_WAITING = InstrumentSpec(
+    semconv.M_VLLM_REQUESTS_WAITING, OBSERVABLE_GAUGE, "", _BRIDGED.format("requests waiting (its queue)")
+)
+VLLM_PREEMPTIONS = InstrumentSpec(semconv.M_VLLM_PREEMPTIONS, OBSERVABLE_COUNTER, "", _BRIDGED.format("preemptions"))
+VLLM_TTFT_BUCKET, VLLM_TTFT_SUM, VLLM_TTFT_COUNT = (
+    InstrumentSpec(f"{semconv.M_VLLM_TTFT}.{part}", OBSERVABLE_UP_DOWN_COUNTER, "", _BRIDGED.format(f"TTFT {part}"))
+    for part in ("bucket", "sum", "count")
+)
+ENGINE: tuple[InstrumentSpec, ...] = (
+    VLLM_KV_CACHE_USAGE,
+    VLLM_REQUESTS_RUNNING,
+    VLLM_REQUESTS_WAITING,
+    VLLM_PREEMPTIONS,
+    VLLM_TTFT_BUCKET,
+    VLLM_TTFT_SUM,
+    VLLM_TTFT_COUNT,
+)
+
 # ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)
 GPU_MEMORY_USAGE = InstrumentSpec(semconv.M_GPU_MEMORY_USAGE, OBSERVABLE_UP_DOWN_COUNTER, "By", "GPU memory used")
 GPU_MEMORY_LIMIT = InstrumentSpec(
