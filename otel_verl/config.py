@@ -44,8 +44,10 @@ RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
+ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
+ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
@@ -196,6 +198,7 @@ class Settings:
     gpu_metrics: bool
     process_metrics: bool
     ray_system_metrics: bool
+    engine_tracing: str
     log_level: int
     samples: bool
     samples_every_n_steps: int
@@ -326,6 +329,17 @@ VARIABLES: tuple[Variable, ...] = (
         "Trajectories per step and agent-loop worker (at most 100000) that get `verl.rollout.*` spans (`0` "
         "none, `-1` all), and with them the reward worker's span and user spans inside them; the rollout "
         "histograms count every one.",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        ENGINE_TRACING,
+        "engine_tracing",
+        "auto",
+        partial(env_choice, choices=ENGINE_TRACING_CHOICES),
+        "The rollout engine's own request spans under each LLM call (vLLM's `llm_request`, SGLang's request "
+        "trace): `auto` and `true` carry the call's trace context to the engine and turn on what its tracing "
+        "needs (vLLM: its request tracing on otel-verl's provider and its stats, `disable_log_stats=False`), "
+        "for the engines that support it; `false` leaves the engine as verl configures it.",
         GROUP_EXPORT,
     ),
     Variable(

@@ -160,6 +160,11 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.GEN_AI_PROVIDER_NAME, "string", "The rollout backend (`vllm`, `sglang`, ...)."),
     AttributeDoc(s.GEN_AI_AGENT_NAME, "string", "The agent loop's name."),
     AttributeDoc(s.GEN_AI_TOOL_NAME, "string", "The tool called."),
+    AttributeDoc(s.GEN_AI_LATENCY_TIME_IN_QUEUE, "double", "Seconds the engine request waited for vLLM's scheduler."),
+    AttributeDoc(s.GEN_AI_LATENCY_PREFILL, "double", "Seconds from scheduled to the first token (vLLM)."),
+    AttributeDoc(s.GEN_AI_LATENCY_DECODE, "double", "Seconds from the first to the last token (vLLM)."),
+    AttributeDoc(s.GEN_AI_LATENCY_TTFT, "double", "Seconds from arrival to the first token (vLLM)."),
+    AttributeDoc(s.GEN_AI_LATENCY_E2E, "double", "Seconds from arrival to the last token (vLLM)."),
     AttributeDoc(s.GEN_AI_TOOL_CALL_ID, "string", "The tool call's id."),
     AttributeDoc(s.GEN_AI_REQUEST_MAX_TOKENS, "int", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_REQUEST_TEMPERATURE, "double", "Sampling setting, when set."),
@@ -332,6 +337,21 @@ SPANS: tuple[SpanDoc, ...] = (
             s.ATTR_ROLLOUT_STATUS,
         ),
         "One engine call of a trajectory (`LLMServerClient.generate`).",
+    ),
+    SpanDoc(
+        s.SPAN_ENGINE_REQUEST,
+        "server",
+        SERVER,
+        "`verl.rollout.llm_call`, across Ray",
+        (
+            s.GEN_AI_LATENCY_TIME_IN_QUEUE,
+            s.GEN_AI_LATENCY_PREFILL,
+            s.GEN_AI_LATENCY_DECODE,
+            s.GEN_AI_LATENCY_TTFT,
+            s.GEN_AI_LATENCY_E2E,
+        ),
+        "vLLM's own span of the engine request (its name and attributes are vLLM's), recorded on otel-verl's "
+        "provider in the rollout server while `OTEL_VERL_ENGINE_TRACING` allows it.",
     ),
     SpanDoc(
         s.SPAN_ROLLOUT_TOOL_PREFIX + "<tool>",

@@ -126,7 +126,7 @@ def metrics_page(only: Callable[[object], bool] | None = None) -> str:
             prom(spec),
             spec.source,
         )
-        for spec in (catalog.LOGGED_VALUE, *catalog.ALL)
+        for spec in (catalog.LOGGED_VALUE, *catalog.ALL, *catalog.ENGINE)
         if only is None or only(spec)
     ]
     head = HEAD.format(source="otel_verl/instruments/catalog.py and otel_verl/instruments/prometheus.py")
@@ -162,7 +162,7 @@ def attributes_page() -> str:
     for e in t.EVENTS:
         for name in e.attributes:
             where.setdefault(name, []).append(f"`{e.name}` (event)")
-    for spec in catalog.ALL:
+    for spec in (*catalog.ALL, *catalog.ENGINE):
         for name in spec.attributes:
             where.setdefault(name, []).append(f"`{spec.name}` (metric)")
     rows = [(f"`{a.name}`", a.type, a.doc, ", ".join(dict.fromkeys(where.get(a.name, [])))) for a in t.ATTRIBUTES]

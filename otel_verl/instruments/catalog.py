@@ -252,6 +252,47 @@ REPLICA_BUSY_TIME = InstrumentSpec(
     ),
 )
 
+# ---------------------------------------------------------------- the rollout engine's own (rollout servers)
+# Bridged from the engine's Prometheus registry (``engine_metrics``: every ``vllm:*`` / ``sglang:*``
+# family, these are the ones the collector/ kit queries), with verl.rollout.replica and its labels.
+_BRIDGED = "vLLM's {} (bridged from its Prometheus registry, per verl.rollout.replica)"
+_BRIDGED_SOURCE = (
+    "vLLM's `vllm:{}` in the rollout server actor's Prometheus registry, read at each export with the engine's "
+    "own labels and `verl.rollout.replica` (`otel_verl/instruments/engine_metrics.py`; every other `vllm:*` and "
+    "`sglang:*` family is bridged the same way)."
+)
+
+
+def _bridged(name: str, kind: str, what: str) -> InstrumentSpec:
+    engine_name = name.removeprefix("vllm.").split(".")[0]
+    return InstrumentSpec(
+        name,
+        kind,
+        "",
+        _BRIDGED.format(what),
+        attributes=(semconv.ATTR_ROLLOUT_REPLICA,),
+        source=_BRIDGED_SOURCE.format(engine_name),
+    )
+
+
+VLLM_KV_CACHE_USAGE = _bridged(semconv.M_VLLM_KV_CACHE_USAGE, OBSERVABLE_GAUGE, "KV cache usage, 0 to 1")
+VLLM_REQUESTS_RUNNING = _bridged(semconv.M_VLLM_REQUESTS_RUNNING, OBSERVABLE_GAUGE, "requests running")
+VLLM_REQUESTS_WAITING = _bridged(semconv.M_VLLM_REQUESTS_WAITING, OBSERVABLE_GAUGE, "requests waiting (its queue)")
+VLLM_PREEMPTIONS = _bridged(semconv.M_VLLM_PREEMPTIONS, OBSERVABLE_COUNTER, "preemptions")
+VLLM_TTFT_BUCKET, VLLM_TTFT_SUM, VLLM_TTFT_COUNT = (
+    _bridged(f"{semconv.M_VLLM_TTFT}.{part}", OBSERVABLE_UP_DOWN_COUNTER, f"TTFT {part}")
+    for part in ("bucket", "sum", "count")
+)
+ENGINE: tuple[InstrumentSpec, ...] = (
+    VLLM_KV_CACHE_USAGE,
+    VLLM_REQUESTS_RUNNING,
+    VLLM_REQUESTS_WAITING,
+    VLLM_PREEMPTIONS,
+    VLLM_TTFT_BUCKET,
+    VLLM_TTFT_SUM,
+    VLLM_TTFT_COUNT,
+)
+
 # ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)
 GPU_MEMORY_USAGE = InstrumentSpec(
     semconv.M_GPU_MEMORY_USAGE,

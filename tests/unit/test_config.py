@@ -81,6 +81,7 @@ INVALID = {
     config.RAY_RUNTIME_ENV_SECRETS: ("yes please", "ray_runtime_env_secrets", False, "False"),
     config.RAY_SYSTEM_METRICS: ("maybe", "ray_system_metrics", False, "False"),
     config.ROLLOUT_SPANS_PER_STEP: ("-2", "rollout_spans_per_step", 64, "64"),
+    config.ENGINE_TRACING: ("sometimes", "engine_tracing", "auto", "'auto'"),
     config.GPU_METRICS: ("nvml", "gpu_metrics", True, "True"),
     config.PROCESS_METRICS: ("enabled!", "process_metrics", True, "True"),
     config.LOG_LEVEL: ("LOUD", "log_level", logging.WARNING, "'WARNING'"),

@@ -177,6 +177,8 @@ def _non_default(variable: config.Variable) -> str:
         return "stop"
     if variable.name == config.STALL_AFTER:
         return "120"
+    if variable.name == config.ENGINE_TRACING:
+        return "false"
     if variable.name == config.GUARD_RULES:  # a path doctor reads: the built-in rules file is a valid one
         from importlib import resources
 
