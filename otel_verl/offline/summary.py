@@ -180,6 +180,7 @@ def _slowest(rep: Report) -> list[str]:
         "  A step's rollout ends with its slowest trajectory: a long tail idles the other rollout slots and",
         "  delays the whole step (verl.rollout.tail_ratio tracks it; the report's timeline shows it in red).",
         *tree,
+        *_engine(rep),
     ]
 
 
@@ -190,6 +191,15 @@ def _tree(s: SpanRecord, tree: Sequence[SpanRecord]) -> str:
     because = s.attributes.get(semconv.ATTR_ROLLOUT_KEPT_BECAUSE)
     why = f" (kept because {because})" if isinstance(because, str) else ""
     return f"  its tree{why}: trace {s.trace_id} span {s.span_id}, {held}"
+
+
+def _engine(rep: Report) -> list[str]:
+    """Each step's slowest trajectory, split by the engine's own request spans (queue / prefill / decode)."""
+    rows = [r for r in rep.steps if r.engine is not None]
+    if not rows:
+        return []
+    out = ["  in the engine (its llm_request spans under the trajectory's LLM calls), each step's slowest:"]
+    return out + [f"    step {r.step}: {r.engine.line()}" for r in rows if r.engine is not None]
 
 
 def _telemetry(rep: Report) -> list[str]:

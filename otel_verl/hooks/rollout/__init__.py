@@ -5,23 +5,27 @@
 * ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links), and the
   TaskRunner's ``verl.rollout.dispatch`` span with the wait for the workers to start;
 * ``keep``: which trajectory trees are exported, decided when they end;
+* ``engine_handback``: the engine's spans of an undecided tree, back to the tree's process;
 * ``reward_worker``: the reward-loop worker's span around each trajectory's scoring (user reward code);
 * ``server``: the rollout replicas' own busy clock, in the LLM server actors (any backend);
+* ``engine_context``, ``engine``: the LLM call's context to the engine (vLLM, SGLang), whose own
+  request spans join the trajectory, and the engine's metrics per replica;
 * ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers (and servers theirs);
 * ``state``: per-process state those share (open trajectories, step groups, span budget).
 
 Every trajectory is recorded (cheaply: plain records) and at most ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``
 trees per step (and validate flag) and worker are exported, chosen when they end: the slowest
-first, then a uniform sample, failed ones always (``keep``); the histograms count every trajectory
-and call. Every wrapper stays a coroutine. Spans and attributes: README.md, "Rollout spans and GPU
-metrics".
+first, then a uniform sample, failed ones always (``keep``); the spans other processes make in a
+tree (the reward worker's, the engine's) come back to it (``reward_worker``, ``engine_handback``).
+The histograms count every trajectory and call. Every wrapper stays a coroutine. Spans and
+attributes: docs/rollouts.md and docs/reference.md.
 """
 
 from __future__ import annotations
 
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
-from otel_verl.hooks.rollout import handoff, llm, ray_actor, reward_worker, trajectory
+from otel_verl.hooks.rollout import engine, handoff, llm, ray_actor, reward_worker, trajectory
 from otel_verl.process.resource import UNKNOWN_ACTOR, ray_actor_class
 
 
@@ -84,6 +88,8 @@ HOOKS = [
     Hook(targets.PROTOCOL, "DataProto.concat", handoff.concat_wrapper, only_if=not_in_a_worker),
     Hook(targets.LLM_SERVER, "LLMServerClient.generate", llm.generate_wrapper),
     Hook(targets.LLM_SERVER, "LLMServerClient._acquire_server", llm.acquire_server_wrapper, optional=True),
+    Hook(targets.LLM_SERVER, "LLMServerClient._vllm_request_id", llm.request_id_wrapper),
+    *engine.HOOKS,
     Hook(targets.TOOL_AGENT_LOOP, "ToolAgentLoop._call_tool", trajectory.call_tool_wrapper, optional=True),
     # worker side of Ray's actor-class loading (the driver side must stay unpatched: it pickles)
     Hook(targets.RAY_FUNCTION_MANAGER, "_inject_tracing_into_class", ray_actor.load_actor_class_wrapper),

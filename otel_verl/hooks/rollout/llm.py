@@ -4,6 +4,9 @@
 attributes; ``LLMServerClient._acquire_server`` adds the server id and the seconds the load
 balancer took to hand it out. A record until its trajectory's tree is decided (``trajectory``);
 the ``verl.rollout.llm_call.duration`` histogram counts every call, kept or not.
+``LLMServerClient._vllm_request_id`` (the id verl makes for each engine call) carries the call's
+trace context to the rollout server and its engine (``engine_context``); the engine's spans of an
+undecided tree come back in the server's reply (``engine_handback``) and follow the tree's fate.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from opentelemetry.trace import SpanKind
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl._values import as_int
+from otel_verl.hooks.rollout import engine_context, engine_handback, trajectory
 from otel_verl.hooks.rollout import state as rs
-from otel_verl.hooks.rollout import trajectory
 from otel_verl.hooks.spans import call_traced_async
 
 
@@ -107,7 +110,17 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
 
 
 async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await call_traced_async(_llm_start(instance, kwargs), _llm_end, wrapped, *args, **kwargs)
+    output = await call_traced_async(_llm_start(instance, kwargs), _llm_end, wrapped, *args, **kwargs)
+    _take_engine_spans(output)
+    return output
+
+
+@safe("rollout engine hand-back")
+def _take_engine_spans(output: Any) -> None:
+    data = engine_handback.take(output)  # before verl's code reads the reply's extra fields
+    traj = rs.TRAJECTORY.get()
+    if data is not None and traj is not None and traj.rec is not None:
+        traj.handback(data)
 
 
 @safe("rollout server id")
@@ -123,3 +136,24 @@ async def acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs:
     result = await wrapped(*args, **kwargs)
     _note_server(result, time.perf_counter() - start)
     return result
+
+
+@safe("rollout engine context")
+def _carry(instance: Any, request_id: Any) -> Any:
+    if not engine_context.enabled(_provider(instance)):
+        return request_id
+    call = rs.LLM_CALL.get()
+    if call is None:
+        return request_id  # not inside an LLM call we traced: no context of ours to hand on
+    if call.rec is None:  # a trajectory left unrecorded: an unsampled parent leaves the engine's span out
+        return engine_context.attach(request_id, engine_context.unsampled_traceparent())
+    rec = call.rec
+    return engine_context.attach(request_id, engine_context.record_traceparent(rec.trace_id, rec.span_id), held=True)
+
+
+def request_id_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``LLMServerClient._vllm_request_id(request_id)``: verl's id for one engine call, with the
+    call's ``traceparent`` for the server (which takes it off again: ``server``)."""
+    request_id = wrapped(*args, **kwargs)
+    carried = _carry(instance, request_id)
+    return request_id if carried is None else carried

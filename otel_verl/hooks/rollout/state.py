@@ -37,7 +37,7 @@ clock: Callable[[], float] = time.perf_counter
 
 MAX_GROUPS = 16  # (step, validate) groups remembered per process for the span budget
 MAX_CHILDREN = 256  # LLM-call and tool records of one trajectory
-MAX_HANDBACKS = 8  # reward-worker hand-backs of one trajectory (one per scoring call)
+MAX_HANDBACKS = MAX_CHILDREN + 8  # hand-backs of one trajectory: each scoring call, each LLM call's engine spans
 MAX_DURATIONS = 65536  # trajectory durations a group keeps for its median (a uniform sample beyond)
 
 

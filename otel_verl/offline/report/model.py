@@ -26,11 +26,13 @@ from otel_verl.offline.otlp_files import (
 from otel_verl.offline.pools import replica_idle_ratio
 from otel_verl.offline.run_facts import (
     INSTANCE,
+    EngineSplit,
     Overhead,
     StallReport,
     attr_key,
     attributed_seconds,
     children_of,
+    engine_split,
     is_trajectory,
     is_validation,
     overhead,
@@ -85,6 +87,7 @@ class StepRow:
     # every trajectory of the step as its workers counted them (the trees exported are ``trajectories``)
     all_trajectories: int | None = None
     tree: list[SpanRecord] = field(default_factory=list)  # the spans of the slowest trajectory's kept tree
+    engine: EngineSplit | None = None  # the slowest trajectory's time in the engine (run_facts.engine_split)
 
     @property
     def slowest_category(self) -> str | None:
@@ -405,6 +408,7 @@ def _steps(
                 replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
                 tail.trajectories if tail is not None else None,
                 tree_below(slowest, children) if slowest is not None else [],
+                engine_split(slowest, members),
             )
         )
     return steps, stage_order, members_of
