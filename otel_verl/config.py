@@ -44,11 +44,16 @@ RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
+SPOOL = "OTEL_VERL_SPOOL"
+SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
+SPOOL_MAX_MB = "OTEL_VERL_SPOOL_MAX_MB"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
+DEFAULT_SPOOL_SUBDIR = "spool"  # OTEL_VERL_SPOOL_DIR unset: <OTEL_VERL_FILE_DIR>/spool
+SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB of spooled batches per process
 
 # The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
 DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
@@ -204,6 +209,9 @@ class Settings:
     guard_action: str
     guard_rules: str | None
     stall_after_s: float | None  # None: auto; 0: off
+    spool: bool
+    spool_dir: str | None  # None: <file_dir>/spool (``spool_root``)
+    spool_max_mb: float
 
 
 @dataclass(frozen=True)
@@ -252,6 +260,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(GUARD_ACTION, "guard_action", "observe", partial(env_choice, choices=GUARD_ACTIONS)),
     Variable(GUARD_RULES, "guard_rules", None, env_str),
     Variable(STALL_AFTER, "stall_after_s", None, lambda name, default: env_stall_after(name)),
+    Variable(SPOOL, "spool", True, env_bool),
+    Variable(SPOOL_DIR, "spool_dir", None, env_str),
+    Variable(
+        SPOOL_MAX_MB,
+        "spool_max_mb",
+        512.0,
+        partial(env_float, minimum=SPOOL_MAX_MB_RANGE[0], maximum=SPOOL_MAX_MB_RANGE[1]),
+    ),
 )
 
 
@@ -259,6 +275,13 @@ VARIABLES: tuple[Variable, ...] = (
 def settings() -> Settings:
     """This process's settings (read once: the environment of a running job does not change)."""
     return Settings(**{v.field: v.value() for v in VARIABLES})
+
+
+def spool_root(s: Settings | None = None) -> str:
+    """The folder of the on-disk spools (``otel_verl.process.spool``), absolute: ``OTEL_VERL_SPOOL_DIR``,
+    else ``spool`` in ``OTEL_VERL_FILE_DIR`` (whose default is relative to the working folder)."""
+    s = settings() if s is None else s
+    return os.path.abspath(s.spool_dir or os.path.join(s.file_dir, DEFAULT_SPOOL_SUBDIR))
 
 
 def ensure_run_id() -> str:

@@ -269,6 +269,7 @@ COMPONENT_FLUSHER = "flusher"  # otel-verl-flusher / otel-verl-flush: span flush
 COMPONENT_WATCHDOG = "watchdog"  # otel-verl-stall-watch (TaskRunner)
 COMPONENT_STALL_REPORTER = "stall_reporter"  # otel-verl-stall (every verl process)
 COMPONENT_HOOKS = "hooks"  # our wrappers' own work on verl's threads (``_hook_clock``)
+COMPONENT_SPOOL = "spool"  # otel-verl-spool-<signal>: re-sending spooled batches
 COMPONENT_OTHER = "other"  # any other otel-verl thread
 OVERHEAD_COMPONENTS = (
     COMPONENT_RECORDER,
@@ -276,6 +277,7 @@ OVERHEAD_COMPONENTS = (
     COMPONENT_FLUSHER,
     COMPONENT_WATCHDOG,
     COMPONENT_STALL_REPORTER,
+    COMPONENT_SPOOL,
     COMPONENT_HOOKS,
 )
 
@@ -284,4 +286,17 @@ M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"  # observable counter, attri
 ATTR_DROPPED_KIND = "otel_verl.dropped.kind"
 DROPPED_STEP = "step"  # a step's logged values, never recorded (the recorder queue was full)
 DROPPED_METRIC_EXPORT = "metric_export"  # a collected metric batch, never exported (the export queue was full)
-DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT)
+DROPPED_SPOOL = "spool"  # a spooled export batch, dropped from the full on-disk spool (process.spool)
+DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT, DROPPED_SPOOL)
+
+# ---------------------------------------------------------------- the on-disk spool (process.spool)
+M_SPOOL_BATCHES = "otel_verl.spool.batches"  # observable counter, attributes ATTR_SIGNAL, ATTR_SPOOL_OUTCOME
+M_SPOOL_BYTES = "otel_verl.spool.bytes"  # observable counter, same attributes
+ATTR_SIGNAL = "otel_verl.signal"  # traces | metrics | logs
+ATTR_SPOOL_OUTCOME = "otel_verl.spool.outcome"
+SPOOL_SPOOLED = "spooled"  # an export batch the endpoint did not take, written to the spool
+SPOOL_RESENT = "resent"  # a spooled batch the endpoint took later (this process's or one it adopted)
+SPOOL_DROPPED = "dropped"  # a spooled batch lost: the spool was full (oldest first), unwritable or unreadable
+SPOOL_REJECTED = "rejected"  # a spooled batch the endpoint refused for good when re-sent (4xx, INVALID_ARGUMENT)
+SPOOL_OUTCOMES = (SPOOL_SPOOLED, SPOOL_RESENT, SPOOL_DROPPED, SPOOL_REJECTED)
+SIGNALS = ("traces", "metrics", "logs")

@@ -164,6 +164,21 @@ TELEMETRY_DROPPED = InstrumentSpec(
     "Telemetry otel-verl dropped in this process because a bounded queue was full (otel_verl.dropped.kind)",
 )
 
+# Observable: the counts are kept by the spool itself (``process.spool_stats``), read at export.
+SPOOL_BATCHES = InstrumentSpec(
+    semconv.M_SPOOL_BATCHES,
+    OBSERVABLE_COUNTER,
+    "{batch}",
+    "Export batches of this process's on-disk spool, by signal and outcome: spooled (the endpoint did not "
+    "take them), resent, dropped (spool full, oldest first), rejected (refused for good when re-sent)",
+)
+SPOOL_BYTES = InstrumentSpec(
+    semconv.M_SPOOL_BYTES,
+    OBSERVABLE_COUNTER,
+    "By",
+    "Bytes of the export batches counted in otel_verl.spool.batches (the OTLP protobuf requests)",
+)
+
 ALL: tuple[InstrumentSpec, ...] = (
     TRAINING_STEP,
     TRAINING_STEPS,
@@ -194,6 +209,8 @@ ALL: tuple[InstrumentSpec, ...] = (
     PROCESS_GPU_MEMORY_USAGE,
     OVERHEAD_CPU_TIME,
     TELEMETRY_DROPPED,
+    SPOOL_BATCHES,
+    SPOOL_BYTES,
 )
 
 

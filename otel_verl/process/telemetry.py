@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
-from otel_verl.process import drops, exporters, logs, sdk_log_throttle
+from otel_verl.process import drops, exporters, logs, sdk_log_throttle, spool_export, spool_stats
 from otel_verl.process.background import OrderedWorker
 from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.resource import Identity, build_resource
@@ -62,6 +62,7 @@ class Telemetry:
         step_readers: list[StepMetricReader] | None = None,
         owned: bool = False,
         logger_provider: Any = None,
+        spoolers: list[spool_export.Spooler] | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -70,6 +71,7 @@ class Telemetry:
         self.tracer = tracer_provider.get_tracer(semconv.SCOPE, __version__)
         self.meter = meter_provider.get_meter(semconv.SCOPE, __version__)
         self._step_readers = step_readers or []
+        self._spoolers = spoolers or []  # the OTLP exporters' on-disk spools (``spool_export``)
         self._owned = owned
         self._shut_down = False
         self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
@@ -84,6 +86,7 @@ class Telemetry:
         self._flush_began = -SPAN_FLUSH_GAP_S  # of the latest span flush
         self._flush_now = threading.Event()  # a request that does not wait: ends a coalescing wait
         drops.register_dropped_metric(self.meter)  # what this process's queues had to drop
+        spool_stats.register_spool_metrics(self.meter)  # what its spool took, re-sent and lost
 
     @property
     def owned(self) -> bool:
@@ -180,9 +183,15 @@ class Telemetry:
                 fn()
 
     def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flush and shut the providers down, bounded (``_wait``). With an endpoint away, what is not
+        sent by then is on disk (``spool_export``): the last batches go to the spool at once, one
+        whose send is under way when the bound ends is parked there (``finish``), and what the spool
+        holds is left for the next verl process of the host, not waited for."""
         if not self._owned or self._shut_down:
             return
         self._shut_down = True
+        for spooler in self._spoolers:
+            spooler.closing()
 
         def _shutdown() -> None:
             self.drain(settings().shutdown_timeout_s)
@@ -190,8 +199,10 @@ class Telemetry:
                 fn = getattr(provider, "shutdown", None)
                 if fn is not None:
                     fn()
+            spool_export.drain(self._spoolers, settings().shutdown_timeout_s)  # what the endpoint takes now
 
         self._wait(_shutdown, timeout_s)
+        spool_export.finish(self._spoolers)
 
 
 def _call(work: Callable[[], None]) -> None:
@@ -236,10 +247,18 @@ def build_own(identity: Identity) -> Telemetry:
     resource = build_resource(identity)
     started: list[Any] = []
     try:
+        spoolers: list[spool_export.Spooler] = []
+
+        def made(exporter: Any) -> Any:
+            spooler = spool_export.spooler_of(exporter)
+            if spooler is not None:
+                spoolers.append(spooler)
+            return exporter
+
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         started.append(tracer_provider)
         for name, cls in classes["traces"].items():
-            exporter = exporters.make_exporter(name, cls, "traces", identity)
+            exporter = made(exporters.make_exporter(name, cls, "traces", identity))
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
 
         readers: list[MetricReader] = []
@@ -252,7 +271,7 @@ def build_own(identity: Identity) -> Telemetry:
             elif issubclass(cls, MetricReader):  # other pull exporters are readers already
                 readers.append(cls())
             elif issubclass(cls, MetricExporter):
-                step_reader = StepMetricReader(exporters.make_exporter(name, cls, "metrics", identity))
+                step_reader = StepMetricReader(made(exporters.make_exporter(name, cls, "metrics", identity)))
                 started.append(step_reader)
                 readers.append(step_reader)
                 step_readers.append(step_reader)
@@ -264,13 +283,16 @@ def build_own(identity: Identity) -> Telemetry:
             logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
             started.append(logger_provider)
             for name, cls in classes["logs"].items():
-                exporter = exporters.make_exporter(name, cls, "logs", identity)
+                exporter = made(exporters.make_exporter(name, cls, "logs", identity))
                 logger_provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     except BaseException:
         for part in reversed(started):
             run_bounded(part.shutdown, 1.0)
+        spool_export.finish(spoolers)
         raise
-    telemetry = Telemetry(tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider)
+    telemetry = Telemetry(
+        tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider, spoolers=spoolers
+    )
     atexit.register(telemetry.shutdown)
     logs.attach(logger_provider)  # Python logging -> this pipeline's logs
     sdk_log_throttle.attach()  # an unreachable endpoint: a line of a kind each 5 min, not one per retry

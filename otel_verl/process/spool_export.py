@@ -1,0 +1,381 @@
+"""OTLP exporters that spool what the endpoint does not take, and re-send it when it answers again.
+
+``wrap(exporter, signal)`` puts an SDK OTLP exporter (gRPC or HTTP) behind a ``Spooler``:
+
+* **Healthy:** each batch goes to the SDK exporter as before (its retries and settings unchanged);
+  nothing touches the disk.
+* **Endpoint away:** a batch the exporter gives up on (``FAILURE``: after the SDK's own retries,
+  about 7 s with the default ``OTEL_EXPORTER_OTLP_TIMEOUT``) is encoded as the OTLP request it would
+  have been and spooled (``otel_verl.process.spool``). While this exporter's spool holds batches,
+  every new one goes straight behind them, without an attempt: order is kept (a metric series'
+  points arrive in time order), and the SDK's batch threads never wait for a dead endpoint again.
+* **Back:** one background thread per exporter (``otel-verl-spool-<signal>``, started with the
+  first spooled batch) re-sends the oldest batch through the exporter's own client
+  (``spool_send``), every ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` while the endpoint is away, and
+  removes each one only once it was accepted. Spools that ended processes of this host left behind
+  (``Spool.adopt``) go after this process's own.
+* **The end** (``Telemetry.shutdown``, bounded by ``OTEL_VERL_SHUTDOWN_TIMEOUT``): ``closing``
+  makes each direct send at exit wait at most ``CLOSING_ATTEMPT_S`` before its batch is spooled
+  instead, the providers' last batches go out or to disk, ``drain`` waits while the endpoint
+  takes what is spooled, then ``finish`` spools what is still on its way (``park``), stops the
+  threads, shuts the SDK exporters down and hands the spool back: what is left is the next verl
+  process's of this host to send (or ``otel-verl replay --spool``'s).
+
+Nothing here runs on a training thread: the SDK's batch processors and otel-verl's metric reader
+call ``export`` from their own threads. At-least-once: a batch that reached the endpoint but whose
+answer did not (a timeout, a kill at the wrong moment) is sent again (README, "Faults and security",
+says what each backend does with the duplicate).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_verl import private_api, semconv
+from otel_verl._safe import warn_once
+from otel_verl.process import spool as spool_store
+from otel_verl.process import spool_send
+
+_log = logging.getLogger(__name__)
+
+MIN_BACKOFF_S = 0.5  # between two re-send attempts while the endpoint is away: doubled up to
+MAX_BACKOFF_S = 5.0  # ... this, so a Collector that is back is used within seconds
+RESCAN_S = 60.0  # while its thread runs, a spooler looks for ended processes' spools this often
+CLOSING_ATTEMPT_S = 2.0  # at exit, a direct send that takes longer is spooled instead (a duplicate at worst)
+_SDK = ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-common")
+
+
+def _encoder(signal: str) -> Callable[[Any], bytes] | None:
+    """The SDK's encoder of ``signal``'s batches into the OTLP request its exporters send."""
+    module, name = {
+        "traces": ("opentelemetry.exporter.otlp.proto.common.trace_encoder", "encode_spans"),
+        "metrics": ("opentelemetry.exporter.otlp.proto.common.metrics_encoder", "encode_metrics"),
+        # only the log encoder's module is private (the SDK's exporters import it from there)
+        "logs": ("opentelemetry.exporter.otlp.proto.common._log_encoder", "encode_logs"),
+    }[signal]
+    encode = private_api.import_attribute(
+        module,
+        name,
+        dists=_SDK,
+        effect=f"no on-disk spool for {signal}: a batch the endpoint does not take is lost as without otel-verl",
+    )
+    if encode is None:
+        return None
+    return lambda batch: encode(batch).SerializeToString()
+
+
+_spoolers: weakref.WeakSet[Spooler] = weakref.WeakSet()
+
+
+class Spooler:
+    """The spool of one exporter: direct sends while the endpoint takes them, disk while it does not."""
+
+    def __init__(self, signal: str, inner: Any, sender: spool_send.Sender, encode: Callable[[Any], bytes]) -> None:
+        self.signal = signal
+        self.inner = inner
+        self._sender = sender
+        self._encode = encode
+        store = spool_store.current()
+        assert store is not None  # wrap() checked
+        self._store = store
+        self.folder = store.folder_name(signal)
+        self._send_lock = threading.Lock()  # one request at a time through the exporter's client
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._stopped = False
+        self._closing = False
+        self._down = False  # the last attempt failed (the endpoint is away)
+        self._in_flight: list[list[Any]] = []  # [batch, parked] of the direct sends under way
+        self._next_scan = time.monotonic() + RESCAN_S
+        _spoolers.add(self)
+        if store.adopt(signal):
+            self._start()
+
+    # ------------------------------------------------------------------ the exporter's side
+    @property
+    def pending(self) -> int:
+        """This exporter's batches waiting on disk."""
+        return self._store.pending(self.folder)
+
+    def export(self, batch: Any, send: Callable[[Any], bool]) -> bool:
+        """Send ``batch`` with ``send`` (the SDK exporter), or spool it; True once it is sent or on disk."""
+        if self._stopped:
+            return send(batch)
+        if self.pending:
+            return self._spool(batch)  # behind what already waits, without an attempt
+        slot = [batch, False]
+        with self._send_lock:
+            with self._cv:
+                self._in_flight.append(slot)
+            try:
+                ok = self._bounded(send, batch) if self._closing else send(batch)
+            except Exception:  # noqa: BLE001 - the SDK's exporters return FAILURE; another may raise
+                _log.debug("%s export failed", self.signal, exc_info=True)
+                ok = False
+            finally:
+                with self._cv:
+                    self._in_flight.remove(slot)
+        if ok or slot[1]:
+            return True  # sent, or spooled already by ``park``
+        return self._spool(batch)
+
+    def _bounded(self, send: Callable[[Any], bool], batch: Any) -> bool:
+        """``send(batch)``, waited for at most ``CLOSING_ATTEMPT_S`` (at exit: every second counts)."""
+        result: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: result.append(send(batch)), name=f"otel-verl-spool-send-{self.signal}", daemon=True
+        )
+        thread.start()
+        thread.join(CLOSING_ATTEMPT_S)
+        return bool(result and result[0])
+
+    def _spool(self, batch: Any) -> bool:
+        try:
+            body = self._encode(batch)
+        except Exception:  # noqa: BLE001 - a batch the SDK could not encode either
+            warn_once(f"spool encode {self.signal}", "a %s batch could not be encoded for the spool", self.signal)
+            return False
+        ok = self._store.put(self.signal, self.folder, body)
+        with self._cv:
+            self._down = True
+            self._cv.notify_all()
+        if ok:
+            self._start()
+        return ok
+
+    # ------------------------------------------------------------------ the re-sender
+    def _start(self) -> None:
+        with self._cv:
+            if self._stopped:
+                return
+            if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+                self._cv.notify_all()
+                return
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name=f"otel-verl-spool-{self.signal}", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        backoff = MIN_BACKOFF_S
+        while True:
+            with self._cv:
+                if self._stopped:
+                    return
+            entry = self._store.head(self.signal, self.folder)
+            if entry is None:
+                with self._cv:
+                    self._down = False
+                    self._cv.notify_all()
+                    self._cv.wait(max(0.0, self._next_scan - time.monotonic()))
+                self._rescan()
+                continue
+            try:
+                outcome, nbytes = self._resend(entry)
+            except Exception:  # noqa: BLE001 - never lose the thread; the batch stays
+                _log.debug("spool re-send failed", exc_info=True)
+                outcome, nbytes = spool_send.RETRY, 0
+            if outcome == spool_send.RETRY:
+                self._store.release(entry)
+                with self._cv:
+                    self._down = True
+                    self._cv.notify_all()
+                    self._cv.wait(backoff)  # ``stop`` ends it early
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            backoff = MIN_BACKOFF_S
+            self._store.done(entry, _OUTCOMES[outcome], nbytes)
+            if outcome == spool_send.REJECTED:
+                warn_once(
+                    f"spool rejected {self.signal}",
+                    "the endpoint refused a spooled %s batch for good (not a valid request for it); it is dropped",
+                    self.signal,
+                )
+            with self._cv:
+                if outcome == spool_send.SENT:
+                    self._down = False
+                self._cv.notify_all()
+
+    def _resend(self, entry: spool_store.Entry) -> tuple[str, int]:
+        body = self._store.read(entry)
+        if body is None:
+            return "unreadable", 0
+        with self._send_lock:
+            if self._stopped:
+                return spool_send.RETRY, 0
+            return self._sender.send(body), len(body)
+
+    def _rescan(self) -> None:
+        if time.monotonic() >= self._next_scan:
+            self._next_scan = time.monotonic() + RESCAN_S
+            self._store.adopt(self.signal)
+
+    # ------------------------------------------------------------------ the end
+    def closing(self) -> None:
+        """The process is ending: a direct send waits at most ``CLOSING_ATTEMPT_S`` from now on."""
+        self._closing = True
+
+    def wait_drained(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until this exporter's spool is empty or the endpoint is away."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self.pending or self._down or self._stopped, timeout_s)
+
+    def park(self) -> int:
+        """Spool every batch whose direct send is still under way (its thread may be stuck on a dead
+        endpoint at exit): the batches parked."""
+        with self._cv:
+            slots = [s for s in self._in_flight if not s[1]]
+            for slot in slots:
+                slot[1] = True
+        for slot in slots:
+            self._spool(slot[0])
+        return len(slots)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+
+_OUTCOMES = {
+    spool_send.SENT: semconv.SPOOL_RESENT,
+    spool_send.REJECTED: semconv.SPOOL_REJECTED,
+    "unreadable": semconv.SPOOL_DROPPED,
+}
+
+
+def drain(spoolers: Sequence[Spooler], timeout_s: float) -> bool:
+    """Wait (at most ``timeout_s`` in all) while the endpoints take what is spooled."""
+    deadline = time.monotonic() + timeout_s
+    return all(s.wait_drained(max(0.0, deadline - time.monotonic())) for s in spoolers)
+
+
+def finish(spoolers: Sequence[Spooler]) -> None:
+    """At exit, after the bounded shutdown: park what is still on its way, stop the re-senders, shut
+    the SDK exporters down, hand the spool back. Never raises; takes milliseconds."""
+    for s in spoolers:
+        try:
+            s.park()
+        except Exception:  # noqa: BLE001
+            _log.debug("spool park failed", exc_info=True)
+        s.stop()
+    for s in spoolers:
+        try:
+            s.inner.shutdown()
+        except Exception:  # noqa: BLE001
+            _log.debug("exporter shutdown failed", exc_info=True)
+    store = spool_store.current()
+    if store is not None and not any(not s._stopped for s in _spoolers):
+        store.close()
+
+
+# ------------------------------------------------------------------ the SDK's exporter interfaces
+class SpoolingSpanExporter(SpanExporter):
+    def __init__(self, inner: SpanExporter, spooler: Spooler) -> None:
+        self.inner = inner
+        self.spooler = spooler
+
+    def _send(self, spans: Sequence[ReadableSpan]) -> bool:
+        return self.inner.export(spans) == SpanExportResult.SUCCESS
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        ok = self.spooler.export(spans, self._send)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        """Only marks the end: ``finish`` shuts the SDK exporter down once the spool had its time."""
+        self.spooler.closing()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+class SpoolingMetricExporter(MetricExporter):
+    def __init__(self, inner: MetricExporter, spooler: Spooler) -> None:
+        # The SDK exporter's temporality and aggregation, which the readers take from their exporter.
+        preferences = {
+            what: private_api.attribute(
+                inner,
+                f"_preferred_{what}",
+                name=f"MetricExporter._preferred_{what}",
+                dists=("opentelemetry-sdk",),
+                effect="the step metric reader uses the SDK's default temporality and aggregation",
+            )
+            for what in ("temporality", "aggregation")
+        }
+        super().__init__(
+            preferred_temporality=preferences["temporality"], preferred_aggregation=preferences["aggregation"]
+        )
+        self.inner = inner
+        self.spooler = spooler
+
+    def _send(self, data: MetricsData) -> bool:
+        return self.inner.export(data) == MetricExportResult.SUCCESS
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
+        ok = self.spooler.export(metrics_data, self._send)
+        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        self.spooler.closing()
+
+
+class SpoolingLogExporter(LogRecordExporter):
+    def __init__(self, inner: LogRecordExporter, spooler: Spooler) -> None:
+        self.inner = inner
+        self.spooler = spooler
+
+    def _send(self, batch: Sequence[ReadableLogRecord]) -> bool:
+        return self.inner.export(batch) == LogRecordExportResult.SUCCESS
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        ok = self.spooler.export(batch, self._send)
+        return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        self.spooler.closing()
+
+
+_WRAPPERS: dict[str, type] = {
+    "traces": SpoolingSpanExporter,
+    "metrics": SpoolingMetricExporter,
+    "logs": SpoolingLogExporter,
+}
+
+
+def wrap(exporter: Any, signal: str) -> Any:
+    """``exporter`` behind a spool when it is an SDK OTLP exporter and spooling is on
+    (``OTEL_VERL_SPOOL``); else ``exporter`` itself."""
+    if spool_store.current() is None:
+        return exporter
+    sender = spool_send.sender_for(exporter, signal)
+    if sender is None:
+        return exporter
+    encode = _encoder(signal)
+    if encode is None:
+        return exporter
+    return _WRAPPERS[signal](exporter, Spooler(signal, exporter, sender, encode))
+
+
+def spooler_of(exporter: Any) -> Spooler | None:
+    """The spooler behind an exporter ``wrap`` returned, or None."""
+    spooler = getattr(exporter, "spooler", None)
+    return spooler if isinstance(spooler, Spooler) else None
