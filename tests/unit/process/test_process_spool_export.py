@@ -71,7 +71,9 @@ class GrpcReceiver:
 
         self._server = grpc.server(futures.ThreadPoolExecutor(4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            servicer(trace_service_pb2_grpc.TraceServiceServicer, "traces", trace_service_pb2.ExportTraceServiceResponse),
+            servicer(
+                trace_service_pb2_grpc.TraceServiceServicer, "traces", trace_service_pb2.ExportTraceServiceResponse
+            ),
             self._server,
         )
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
