@@ -264,12 +264,11 @@ ATTR_RAY_ACTOR_CLASS = "ray.actor.class"  # the Ray actor class of the reporting
 M_OVERHEAD_CPU_TIME = "otel_verl.overhead.cpu_time"  # observable counter, attribute ATTR_OVERHEAD_COMPONENT
 ATTR_OVERHEAD_COMPONENT = "otel_verl.component"
 COMPONENT_RECORDER = "recorder"  # otel-verl-record: recording a step's values into the SDK, collecting
-COMPONENT_EXPORTER = "exporter"  # otel-verl-metrics and the SDK's batch span/log processors: exporting
+COMPONENT_EXPORTER = "exporter"  # otel-verl-metrics, -export-* and the SDK's batch span/log processors: exporting
 COMPONENT_FLUSHER = "flusher"  # otel-verl-flusher / otel-verl-flush: span flushes, bounded flush/shutdown
 COMPONENT_WATCHDOG = "watchdog"  # otel-verl-stall-watch (TaskRunner)
 COMPONENT_STALL_REPORTER = "stall_reporter"  # otel-verl-stall (every verl process)
 COMPONENT_HOOKS = "hooks"  # our wrappers' own work on verl's threads (``_hook_clock``)
-COMPONENT_SPOOL = "spool"  # otel-verl-spool-<signal>: re-sending spooled batches
 COMPONENT_OTHER = "other"  # any other otel-verl thread
 OVERHEAD_COMPONENTS = (
     COMPONENT_RECORDER,
@@ -277,7 +276,6 @@ OVERHEAD_COMPONENTS = (
     COMPONENT_FLUSHER,
     COMPONENT_WATCHDOG,
     COMPONENT_STALL_REPORTER,
-    COMPONENT_SPOOL,
     COMPONENT_HOOKS,
 )
 

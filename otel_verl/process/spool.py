@@ -268,6 +268,12 @@ class Spool:
             own = self._own.get(folder_name)
             return len(own.files) if own is not None else 0
 
+    def waiting(self, signal: str, folder_name: str) -> int:
+        """Batches a handle could re-send now: its own, then what this process adopted of ``signal``."""
+        with self._lock:
+            own = self._own.get(folder_name)
+            return (len(own.files) if own is not None else 0) + sum(len(f.files) for f in self._adopted[signal])
+
     # ------------------------------------------------------------------ writing
     def put(self, signal: str, folder_name: str, body: bytes) -> bool:
         """Spool one batch (``body``: the OTLP request) of ``signal``; False when it could not be

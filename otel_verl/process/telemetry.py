@@ -154,15 +154,21 @@ class Telemetry:
         self._flush_began = time.monotonic()
         self.tracer_provider.force_flush()  # type: ignore[attr-defined]
 
-    def _wait(self, fn: Any, timeout_s: float | None) -> None:
+    def _wait(self, fn: Any, timeout_s: float | None, ending: bool) -> None:
         """Run ``fn`` bounded. By default the end-of-training flush and the exit shutdown share
         ``OTEL_VERL_SHUTDOWN_TIMEOUT``: what one waited (e.g. on a hung endpoint) the next does
-        not get again, so telemetry adds at most that to a process's exit."""
+        not get again, so telemetry adds at most that to a process's exit. ``ending``: the process
+        is ending, so a send that would take much of that bound is spooled instead
+        (``spool_export.closing``)."""
         if timeout_s is not None:
+            if ending:
+                spool_export.closing(self._spoolers, timeout_s)
             run_bounded(fn, timeout_s)
             return
         start = time.monotonic()
         budget = settings().shutdown_timeout_s - self._exit_spent_s
+        if ending:
+            spool_export.closing(self._spoolers, max(0.0, budget))
         if budget > 0:
             run_bounded(fn, budget)
         self._exit_spent_s += time.monotonic() - start
@@ -170,7 +176,7 @@ class Telemetry:
     def flush(self, timeout_s: float | None = None) -> None:
         """Flush spans and metrics, adding at most ``timeout_s`` to the caller (default: what is
         left of ``OTEL_VERL_SHUTDOWN_TIMEOUT``)."""
-        self._wait(self._flush, timeout_s)
+        self._wait(self._flush, timeout_s, ending=timeout_s is None)  # the default: the end of training
 
     def _providers(self) -> tuple[Any, ...]:
         return (self.tracer_provider, self.meter_provider, self.logger_provider)
@@ -190,19 +196,16 @@ class Telemetry:
         if not self._owned or self._shut_down:
             return
         self._shut_down = True
-        for spooler in self._spoolers:
-            spooler.closing()
-
-        def _shutdown() -> None:
-            self.drain(settings().shutdown_timeout_s)
-            for provider in self._providers():
-                fn = getattr(provider, "shutdown", None)
-                if fn is not None:
-                    fn()
-            spool_export.drain(self._spoolers, settings().shutdown_timeout_s)  # what the endpoint takes now
-
-        self._wait(_shutdown, timeout_s)
+        self._wait(self._shutdown_now, timeout_s, ending=True)
         spool_export.finish(self._spoolers)
+
+    def _shutdown_now(self) -> None:
+        self.drain(settings().shutdown_timeout_s)
+        for provider in self._providers():
+            fn = getattr(provider, "shutdown", None)
+            if fn is not None:
+                fn()
+        spool_export.drain(self._spoolers, settings().shutdown_timeout_s)  # what the endpoint takes now
 
 
 def _call(work: Callable[[], None]) -> None:
