@@ -14,7 +14,7 @@ thread (``otel-verl-export-<signal>``, started with the first batch) makes every
 * **Back:** the same thread re-sends the oldest batch through the exporter's own client
   (``spool_send``), every ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` while the endpoint is away, and
   removes each one only once it was accepted. Spools that ended processes of this host left behind
-  (``Spool.adopt``: when the exporter is made, then every ``RESCAN_S``) go after this process's own.
+  (``Spool.adopt``: when the thread starts, then every ``RESCAN_S``) go after this process's own.
 * **The end** (``Telemetry.flush`` at the end of training and ``Telemetry.shutdown``, bounded
   together by ``OTEL_VERL_SHUTDOWN_TIMEOUT``): from ``closing`` on, a caller waits at most
   ``closing``'s limit for a send, then its batch is spooled and every later one goes to disk at
@@ -116,10 +116,17 @@ class Spooler:
         self._gave_up = False  # at exit the endpoint did not answer in time: the rest goes to disk
         self._down = False  # the last attempt failed (the endpoint is away)
         self._next_try = 0.0  # time.monotonic() of the next re-send attempt
-        self._next_scan = time.monotonic() + RESCAN_S
+        self._next_scan = time.monotonic()  # the thread's first task: ended processes' spools
         _spoolers.add(self)
-        if store.adopt(signal):
+        if os.path.isdir(store.root):  # something may wait there: look now (in the thread, not here)
             self._start()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: fresh locks, no job of the parent's, its own thread when it first exports."""
+        self._export_lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._job = None
+        self._thread = None
 
     # ------------------------------------------------------------------ the exporter's side
     @property
@@ -318,6 +325,14 @@ class Spooler:
             self.inner.shutdown()
         except Exception:  # noqa: BLE001
             _log.debug("exporter shutdown failed", exc_info=True)
+
+
+def _after_fork_in_child() -> None:
+    for s in list(_spoolers):
+        s._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 _OUTCOMES = {
