@@ -82,7 +82,8 @@ def killed(verl_runs):
         "OTEL_LOGS_EXPORTER": "otlp_json_file,otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_refused_port()}",
-        "OTEL_EXPORTER_OTLP_TIMEOUT": "2",  # the SDK gives a batch up (to the spool) after ~2 s
+        # no retry fits in 0.5 s: a refused export is spooled at once, before the worker dies at step 2
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5",
         "OTEL_SERVICE_NAME": SERVICE,
     }
     return verl_runs.get("v0", "grpo", steps=STEPS, env=env)
