@@ -8,7 +8,8 @@ step-boundary metric export). Per step: 14 spans, 100+ metric values, one metric
 
 Cases, each in its own process (clean RSS):
 
-* ``dead``: OTLP/gRPC exporters (traces, metrics, logs) to a port that refuses connections;
+* ``dead``: OTLP/gRPC exporters (traces, metrics, logs) to a port that refuses connections, the
+  on-disk spool off (``OTEL_VERL_SPOOL=off``: the in-memory queues' bound is what is measured);
 * ``file``: the ``otlp_json_file`` exporters (a temporary folder, removed afterwards);
 * ``off``: the same loop without otel-verl: verl's own growth (``codetiming``'s global ``Timer.timers``
   keeps every timing verl measures, ~0.4 KiB per step here, instrumented or not).
@@ -68,6 +69,9 @@ def _env(case: str, folder: str) -> dict[str, str]:
                 "OTEL_METRICS_EXPORTER": "otlp",
                 "OTEL_LOGS_EXPORTER": "otlp",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_refused_port()}",
+                # the in-memory queues' bound: without the on-disk spool, which would take every batch
+                "OTEL_VERL_SPOOL": "off",
+                "OTEL_VERL_FILE_DIR": folder,
             }
         )
     elif case == "file":

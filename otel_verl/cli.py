@@ -5,7 +5,8 @@ telemetry) or ``otel_verl.live`` (live things):
 
 ``otel-verl summary DIR`` prints what a run wrote with the ``otlp_json_file`` exporters;
 ``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page;
-``otel-verl replay DIR --endpoint URL`` sends them to an OTLP/HTTP endpoint;
+``otel-verl replay DIR --endpoint URL`` sends them to an OTLP/HTTP endpoint (``--spool DIR``: what
+verl processes left in their on-disk spools);
 ``otel-verl doctor`` checks what the instrumentation would do here;
 ``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker),
 ``stack configs DIR`` writes the kit's configs out, ``stack build`` builds the backends.
@@ -80,8 +81,19 @@ def _parser() -> argparse.ArgumentParser:
     p_rep.add_argument("folder", type=Path, help="the run's OTEL_VERL_FILE_DIR")
     p_rep.add_argument("-o", "--output", type=Path, help="HTML file to write (default: FOLDER/report.html)")
     p_rep.add_argument("--include-validation", **validation)
-    p_play = sub.add_parser("replay", help="send a run's OTLP JSON files to an OTLP/HTTP endpoint", epilog=EPILOG)
-    p_play.add_argument("folder", type=Path, help="the run's OTEL_VERL_FILE_DIR")
+    p_play = sub.add_parser(
+        "replay",
+        help="send a run's OTLP JSON files, or what verl processes spooled, to an OTLP/HTTP endpoint",
+        epilog=EPILOG,
+    )
+    p_play.add_argument("folder", type=Path, nargs="?", help="the run's OTEL_VERL_FILE_DIR")
+    p_play.add_argument(
+        "--spool",
+        type=Path,
+        metavar="DIR",
+        help="instead: send the batches ended processes left in this spool folder (OTEL_VERL_SPOOL_DIR, "
+        "default FILE_DIR/spool), removing each once accepted",
+    )
     p_play.add_argument(
         "--endpoint", help="OTLP/HTTP base URL, e.g. http://collector:4318 (default: OTEL_EXPORTER_OTLP_*ENDPOINT)"
     )
@@ -153,6 +165,12 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.command == "replay":
         from otel_verl.offline.replay import MAX_REQUEST_BYTES, replay
 
+        if (ns.folder is None) == (ns.spool is None):
+            raise CommandError("replay: give a run folder or --spool DIR (one of them)", USAGE)
+        if ns.spool is not None:
+            from otel_verl.offline.replay_spool import replay_spool
+
+            return replay_spool(ns.spool, ns.endpoint, ns.headers, ns.timeout)
         limit = ns.max_request_bytes or MAX_REQUEST_BYTES
         return replay(ns.folder, ns.endpoint, ns.headers, ns.timeout, max_request_bytes=limit)
     if ns.command == "stack":

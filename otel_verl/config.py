@@ -45,6 +45,9 @@ RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
+SPOOL = "OTEL_VERL_SPOOL"
+SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
+SPOOL_MAX_MB = "OTEL_VERL_SPOOL_MAX_MB"
 ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
@@ -52,6 +55,8 @@ ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
+DEFAULT_SPOOL_SUBDIR = "spool"  # OTEL_VERL_SPOOL_DIR unset: <OTEL_VERL_FILE_DIR>/spool
+SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB of spooled batches per process
 
 # The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
 DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
@@ -209,6 +214,9 @@ class Settings:
     guard_action: str
     guard_rules: str | None
     stall_after_s: float | None  # None: auto; 0: off
+    spool: bool
+    spool_dir: str | None  # None: <file_dir>/spool (``spool_root``)
+    spool_max_mb: float
 
 
 @dataclass(frozen=True)
@@ -352,6 +360,36 @@ VARIABLES: tuple[Variable, ...] = (
         "trace): `auto` and `true` carry the call's trace context to the engine and turn on what its tracing "
         "needs (vLLM: its request tracing on otel-verl's provider and its stats, `disable_log_stats=False`), "
         "for the engines that support it; `false` leaves the engine as verl configures it.",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        SPOOL,
+        "spool",
+        True,
+        env_bool,
+        "`off`: no on-disk spool; a batch the OTLP endpoint does not take is lost after the SDK's own retries "
+        "(as without otel-verl) ([Faults](faults.md#the-on-disk-spool)).",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        SPOOL_DIR,
+        "spool_dir",
+        None,
+        env_str,
+        "Folder of the spools of this host's verl processes (created 0700 when a first batch must wait; on "
+        "local disk). A process's spool left behind when it died is sent by the next verl process of the same "
+        "host that uses this folder, or by `otel-verl replay --spool DIR`.",
+        GROUP_EXPORT,
+        "`<OTEL_VERL_FILE_DIR>/spool`",
+    ),
+    Variable(
+        SPOOL_MAX_MB,
+        "spool_max_mb",
+        512.0,
+        partial(env_float, minimum=SPOOL_MAX_MB_RANGE[0], maximum=SPOOL_MAX_MB_RANGE[1]),
+        f"MiB ({SPOOL_MAX_MB_RANGE[0]:g} to {SPOOL_MAX_MB_RANGE[1]:.0f}) of spooled batches per process, all "
+        "signals together; when full, the oldest go first (counted in "
+        '`otel_verl.spool.batches{outcome="dropped"}`, one warning).',
         GROUP_EXPORT,
     ),
     Variable(
@@ -505,7 +543,9 @@ STANDARD_VARIABLES: tuple[Documented, ...] = (
     ),
     Documented("OTEL_EXPORTER_OTLP_CERTIFICATE", "(system CAs)", "CA that signed the Collector's certificate (TLS)."),
     Documented(
-        "OTEL_EXPORTER_OTLP_TIMEOUT", "10 (seconds)", "Per export, retries included; then the batch is dropped."
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "10 (seconds)",
+        "Per export, retries included; then the batch is spooled (`OTEL_VERL_SPOOL`), or dropped with the spool off.",
     ),
     Documented(
         "OTEL_TRACES_SAMPLER", "parentbased_always_on", "The SDK's sampler (`OTEL_TRACES_SAMPLER_ARG` its argument)."
@@ -557,6 +597,13 @@ TOOL_VARIABLES: tuple[Documented, ...] = (
 def settings() -> Settings:
     """This process's settings (read once: the environment of a running job does not change)."""
     return Settings(**{v.field: v.value() for v in VARIABLES})
+
+
+def spool_root(s: Settings | None = None) -> str:
+    """The folder of the on-disk spools (``otel_verl.process.spool``), absolute: ``OTEL_VERL_SPOOL_DIR``,
+    else ``spool`` in ``OTEL_VERL_FILE_DIR`` (whose default is relative to the working folder)."""
+    s = settings() if s is None else s
+    return os.path.abspath(s.spool_dir or os.path.join(s.file_dir, DEFAULT_SPOOL_SUBDIR))
 
 
 def ensure_run_id() -> str:

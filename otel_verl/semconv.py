@@ -296,7 +296,7 @@ ATTR_RAY_ACTOR_CLASS = "ray.actor.class"  # the Ray actor class of the reporting
 M_OVERHEAD_CPU_TIME = "otel_verl.overhead.cpu_time"  # observable counter, attribute ATTR_OVERHEAD_COMPONENT
 ATTR_OVERHEAD_COMPONENT = "otel_verl.component"
 COMPONENT_RECORDER = "recorder"  # otel-verl-record: recording a step's values into the SDK, collecting
-COMPONENT_EXPORTER = "exporter"  # otel-verl-metrics and the SDK's batch span/log processors: exporting
+COMPONENT_EXPORTER = "exporter"  # otel-verl-metrics, -export-* and the SDK's batch span/log processors: exporting
 COMPONENT_FLUSHER = "flusher"  # otel-verl-flusher / otel-verl-flush: span flushes, bounded flush/shutdown
 COMPONENT_WATCHDOG = "watchdog"  # otel-verl-stall-watch (TaskRunner)
 COMPONENT_STALL_REPORTER = "stall_reporter"  # otel-verl-stall (every verl process)
@@ -317,4 +317,17 @@ ATTR_DROPPED_KIND = "otel_verl.dropped.kind"
 DROPPED_STEP = "step"  # a step's logged values, never recorded (the recorder queue was full)
 DROPPED_METRIC_EXPORT = "metric_export"  # a collected metric batch, never exported (the export queue was full)
 DROPPED_SPAN_TREE = "span_tree"  # a span of an undecided rollout tree, beyond the hold-back bound
-DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT, DROPPED_SPAN_TREE)
+DROPPED_SPOOL = "spool"  # a spooled export batch, dropped from the full on-disk spool (process.spool)
+DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT, DROPPED_SPAN_TREE, DROPPED_SPOOL)
+
+# ---------------------------------------------------------------- the on-disk spool (process.spool)
+M_SPOOL_BATCHES = "otel_verl.spool.batches"  # observable counter, attributes ATTR_SIGNAL, ATTR_SPOOL_OUTCOME
+M_SPOOL_BYTES = "otel_verl.spool.bytes"  # observable counter, same attributes
+ATTR_SIGNAL = "otel_verl.signal"  # traces | metrics | logs
+ATTR_SPOOL_OUTCOME = "otel_verl.spool.outcome"
+SPOOL_SPOOLED = "spooled"  # an export batch the endpoint did not take, written to the spool
+SPOOL_RESENT = "resent"  # a spooled batch the endpoint took later (this process's or one it adopted)
+SPOOL_DROPPED = "dropped"  # a spooled batch lost: the spool was full (oldest first), unwritable or unreadable
+SPOOL_REJECTED = "rejected"  # a spooled batch the endpoint refused for good when re-sent (4xx, INVALID_ARGUMENT)
+SPOOL_OUTCOMES = (SPOOL_SPOOLED, SPOOL_RESENT, SPOOL_DROPPED, SPOOL_REJECTED)
+SIGNALS = ("traces", "metrics", "logs")

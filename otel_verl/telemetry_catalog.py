@@ -240,6 +240,14 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     # ------------------------------------------------------------ otel-verl itself
     AttributeDoc(s.ATTR_OVERHEAD_COMPONENT, "string", ", ".join(f"`{c}`" for c in s.OVERHEAD_COMPONENTS) + "."),
     AttributeDoc(s.ATTR_DROPPED_KIND, "string", ", ".join(f"`{k}`" for k in s.DROPPED_KINDS) + "."),
+    AttributeDoc(
+        s.ATTR_SIGNAL, "string", ", ".join(f"`{k}`" for k in s.SIGNALS) + ": the OTLP signal of a spooled batch."
+    ),
+    AttributeDoc(
+        s.ATTR_SPOOL_OUTCOME,
+        "string",
+        ", ".join(f"`{k}`" for k in s.SPOOL_OUTCOMES) + ": what became of an export batch of the on-disk spool.",
+    ),
 )
 
 SPANS: tuple[SpanDoc, ...] = (

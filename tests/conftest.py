@@ -27,6 +27,21 @@ from otel_verl.process.state import PROCESS
 
 
 @pytest.fixture(autouse=True)
+def _own_spool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test's pipelines spool into a folder of its own (``otel_verl.process.spool``): a batch an
+    earlier test's dead endpoint left there must not reach a later test's receiver. A test that sets
+    ``OTEL_VERL_SPOOL*`` itself calls ``spool.reset()`` to have them read."""
+    from otel_verl.process import spool, spool_stats
+
+    spool.reset()
+    spool._current = spool.Spool(str(tmp_path_factory.mktemp("spool")), 512 * spool.MIB)
+    spool_stats.reset()
+    yield
+    spool.reset()
+    spool_stats.reset()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_warn_once() -> Iterator[None]:
     """Every test starts with ``warn_once`` remembering nothing: a test that asserts a warning
     must not depend on whether an earlier test in the same process already gave it."""

@@ -49,7 +49,8 @@ class OtlpReceiver:
     ``status``: HTTP status to answer; ``answer``: JSON body to answer (e.g. a partialSuccess);
     ``delay``: seconds to wait before answering; ``fail_first``: answer 503 to the first N requests;
     ``max_body``: answer 413 to a body above this many bytes, as a Collector does above its
-    ``max_request_body_size`` (``sizes`` records every body's length).
+    ``max_request_body_size`` (``sizes`` records every body's length); ``port``: listen there
+    (default: a free one), e.g. where a refused endpoint was.
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class OtlpReceiver:
         delay: float = 0.0,
         fail_first: int = 0,
         max_body: int | None = None,
+        port: int = 0,
     ):
         self.status = status
         self.max_body = max_body
@@ -101,7 +103,7 @@ class OtlpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

@@ -392,9 +392,35 @@ TELEMETRY_DROPPED = InstrumentSpec(
     attributes=(semconv.ATTR_DROPPED_KIND,),
     source=(
         "Telemetry dropped because a bounded queue was full (a slow or unreachable metrics exporter): `step` = a step's"
-        " logged values never recorded, `metric_export` = a collected metric batch never exported; the first drop of "
-        "each kind also logs one warning."
+        " logged values never recorded, `metric_export` = a collected metric batch never exported, `spool` = a spooled "
+        "export batch dropped, oldest first, from the full on-disk spool; the first drop of each kind also logs one "
+        "warning."
     ),
+)
+
+# Observable: the counts are kept by the spool itself (``process.spool_stats``), read at export.
+SPOOL_BATCHES = InstrumentSpec(
+    semconv.M_SPOOL_BATCHES,
+    OBSERVABLE_COUNTER,
+    "{batch}",
+    "Export batches of this process's on-disk spool, by signal and outcome: spooled (the endpoint did not "
+    "take them), resent, dropped (spool full, oldest first), rejected (refused for good when re-sent)",
+    attributes=(semconv.ATTR_SIGNAL, semconv.ATTR_SPOOL_OUTCOME),
+    source=(
+        "The on-disk spool of each process with an OTLP exporter ([Faults](faults.md#the-on-disk-spool)), read at "
+        "every export: `spooled` = the endpoint did not take the batch (written to disk), `resent` = taken later "
+        "(this process's or an ended process's it adopted), `dropped` = lost (the spool was full, oldest first; "
+        "unwritable or unreadable), `rejected` = refused for good when re-sent; only outcomes that happened are "
+        "reported."
+    ),
+)
+SPOOL_BYTES = InstrumentSpec(
+    semconv.M_SPOOL_BYTES,
+    OBSERVABLE_COUNTER,
+    "By",
+    "Bytes of the export batches counted in otel_verl.spool.batches (the OTLP protobuf requests)",
+    attributes=(semconv.ATTR_SIGNAL, semconv.ATTR_SPOOL_OUTCOME),
+    source="The bytes of the batches `otel_verl.spool.batches` counts (OTLP protobuf requests).",
 )
 
 ALL: tuple[InstrumentSpec, ...] = (
@@ -427,6 +453,8 @@ ALL: tuple[InstrumentSpec, ...] = (
     PROCESS_GPU_MEMORY_USAGE,
     OVERHEAD_CPU_TIME,
     TELEMETRY_DROPPED,
+    SPOOL_BATCHES,
+    SPOOL_BYTES,
 )
 
 

@@ -204,6 +204,9 @@ def _engine(rep: Report) -> list[str]:
 
 def _telemetry(rep: Report) -> list[str]:
     out = ["", f"telemetry: {rep.spans} spans, {rep.points} metric points, from {len(rep.processes)} processes:"]
+    outage = rep.spool_line()
+    if outage:
+        out.append(f"  {outage}")
     out += [f"  {proc}: {n} spans" for proc, n in rep.processes]
     if rep.steps:
         out.append("step traces (verl.step roots; v1 rollout traces joined by verl.rollout.submit_step):")

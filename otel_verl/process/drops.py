@@ -24,6 +24,8 @@ _WHAT = {
     semconv.DROPPED_STEP: "a training step's metrics were dropped before they were recorded",
     semconv.DROPPED_METRIC_EXPORT: "a collected metric batch was dropped before it was exported",
     semconv.DROPPED_SPAN_TREE: "a span of a rollout trajectory's tree was dropped while its fate was undecided",
+    semconv.DROPPED_SPOOL: "a batch the endpoint did not take was dropped from the on-disk spool (full: "
+    "OTEL_VERL_SPOOL_MAX_MB, oldest first; or not writable)",
 }
 
 _lock = threading.Lock()

@@ -4,7 +4,7 @@ One observable counter per process (role and rank come from the resource), attri
 ``otel_verl.component``:
 
 * ``recorder``, ``exporter``, ``flusher``, ``watchdog``, ``stall_reporter``: the whole CPU time of
-  otel-verl's threads (``otel-verl-record``, ``otel-verl-metrics`` and the SDK's
+  otel-verl's threads (``otel-verl-record``, ``otel-verl-metrics``, ``otel-verl-export-*`` and the SDK's
   ``OtelBatch*RecordProcessor`` threads, ``otel-verl-flusher``/``-flush``, ``otel-verl-stall-watch``,
   ``otel-verl-stall``), read from each thread's kernel CPU clock at collection time. A thread that
   ended keeps its last reading (the counter never goes back);
@@ -48,6 +48,7 @@ THREAD_COMPONENTS: tuple[tuple[str, str], ...] = (
     ("otel-verl-flush", semconv.COMPONENT_FLUSHER),  # -flusher and the bounded -flush threads
     ("otel-verl-stall-watch", semconv.COMPONENT_WATCHDOG),
     ("otel-verl-stall", semconv.COMPONENT_STALL_REPORTER),
+    ("otel-verl-export", semconv.COMPONENT_EXPORTER),  # sends and re-sends through the spool (spool_export)
     ("otel-verl-", semconv.COMPONENT_OTHER),
 )
 _CPUCLOCK_PERTHREAD_SCHED = 6  # CPUCLOCK_PERTHREAD_MASK (4) | CPUCLOCK_SCHED (2), linux/posix-timers.h

@@ -35,7 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
-from otel_verl.process import drops, exporters, logs, sdk_log_throttle, span_trees
+from otel_verl.process import drops, exporters, logs, sdk_log_throttle, span_trees, spool_export, spool_stats
 from otel_verl.process.background import OrderedWorker
 from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.resource import Identity, build_resource
@@ -65,6 +65,7 @@ class Telemetry:
         owned: bool = False,
         logger_provider: Any = None,
         trees: TreeBuffer | None = None,
+        spoolers: list[spool_export.Spooler] | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -75,6 +76,7 @@ class Telemetry:
         self.trees = span_trees.for_provider(tracer_provider, InstrumentationScope(semconv.SCOPE, __version__), trees)
         self.meter = meter_provider.get_meter(semconv.SCOPE, __version__)
         self._step_readers = step_readers or []
+        self._spoolers = spoolers or []  # the OTLP exporters' on-disk spools (``spool_export``)
         self._owned = owned
         self._shut_down = False
         self._exit_spent_s = 0.0  # seconds the default-bounded flush/shutdown calls have waited
@@ -89,6 +91,7 @@ class Telemetry:
         self._flush_began = -SPAN_FLUSH_GAP_S  # of the latest span flush
         self._flush_now = threading.Event()  # a request that does not wait: ends a coalescing wait
         drops.register_dropped_metric(self.meter)  # what this process's queues had to drop
+        spool_stats.register_spool_metrics(self.meter)  # what its spool took, re-sent and lost
 
     @property
     def owned(self) -> bool:
@@ -156,15 +159,21 @@ class Telemetry:
         self._flush_began = time.monotonic()
         self.tracer_provider.force_flush()  # type: ignore[attr-defined]
 
-    def _wait(self, fn: Any, timeout_s: float | None) -> None:
+    def _wait(self, fn: Any, timeout_s: float | None, ending: bool) -> None:
         """Run ``fn`` bounded. By default the end-of-training flush and the exit shutdown share
         ``OTEL_VERL_SHUTDOWN_TIMEOUT``: what one waited (e.g. on a hung endpoint) the next does
-        not get again, so telemetry adds at most that to a process's exit."""
+        not get again, so telemetry adds at most that to a process's exit. ``ending``: the process
+        is ending, so a send that would take much of that bound is spooled instead
+        (``spool_export.closing``)."""
         if timeout_s is not None:
+            if ending:
+                spool_export.closing(self._spoolers, timeout_s)
             run_bounded(fn, timeout_s)
             return
         start = time.monotonic()
         budget = settings().shutdown_timeout_s - self._exit_spent_s
+        if ending:
+            spool_export.closing(self._spoolers, max(0.0, budget))
         if budget > 0:
             run_bounded(fn, budget)
         self._exit_spent_s += time.monotonic() - start
@@ -172,7 +181,7 @@ class Telemetry:
     def flush(self, timeout_s: float | None = None) -> None:
         """Flush spans and metrics, adding at most ``timeout_s`` to the caller (default: what is
         left of ``OTEL_VERL_SHUTDOWN_TIMEOUT``)."""
-        self._wait(self._flush, timeout_s)
+        self._wait(self._flush, timeout_s, ending=timeout_s is None)  # the default: the end of training
 
     def _providers(self) -> tuple[Any, ...]:
         return (self.tracer_provider, self.meter_provider, self.logger_provider)
@@ -185,18 +194,23 @@ class Telemetry:
                 fn()
 
     def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flush and shut the providers down, bounded (``_wait``). With an endpoint away, what is not
+        sent by then is on disk (``spool_export``): the last batches go to the spool at once, one
+        whose send is under way when the bound ends is parked there (``finish``), and what the spool
+        holds is left for the next verl process of the host, not waited for."""
         if not self._owned or self._shut_down:
             return
         self._shut_down = True
+        self._wait(self._shutdown_now, timeout_s, ending=True)
+        spool_export.finish(self._spoolers)
 
-        def _shutdown() -> None:
-            self.drain(settings().shutdown_timeout_s)
-            for provider in self._providers():
-                fn = getattr(provider, "shutdown", None)
-                if fn is not None:
-                    fn()
-
-        self._wait(_shutdown, timeout_s)
+    def _shutdown_now(self) -> None:
+        self.drain(settings().shutdown_timeout_s)
+        for provider in self._providers():
+            fn = getattr(provider, "shutdown", None)
+            if fn is not None:
+                fn()
+        spool_export.drain(self._spoolers, settings().shutdown_timeout_s)  # what the endpoint takes now
 
 
 def _call(work: Callable[[], None]) -> None:
@@ -241,11 +255,19 @@ def build_own(identity: Identity) -> Telemetry:
     resource = build_resource(identity)
     started: list[Any] = []
     try:
+        spoolers: list[spool_export.Spooler] = []
+
+        def made(exporter: Any) -> Any:
+            spooler = spool_export.spooler_of(exporter)
+            if spooler is not None:
+                spoolers.append(spooler)
+            return exporter
+
         trees = TreeBuffer()  # in front of the span exporters: holds trees not decided yet
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False, active_span_processor=trees)
         started.append(tracer_provider)
         for name, cls in classes["traces"].items():
-            exporter = exporters.make_exporter(name, cls, "traces", identity)
+            exporter = made(exporters.make_exporter(name, cls, "traces", identity))
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
 
         readers: list[MetricReader] = []
@@ -258,7 +280,7 @@ def build_own(identity: Identity) -> Telemetry:
             elif issubclass(cls, MetricReader):  # other pull exporters are readers already
                 readers.append(cls())
             elif issubclass(cls, MetricExporter):
-                step_reader = StepMetricReader(exporters.make_exporter(name, cls, "metrics", identity))
+                step_reader = StepMetricReader(made(exporters.make_exporter(name, cls, "metrics", identity)))
                 started.append(step_reader)
                 readers.append(step_reader)
                 step_readers.append(step_reader)
@@ -270,14 +292,21 @@ def build_own(identity: Identity) -> Telemetry:
             logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
             started.append(logger_provider)
             for name, cls in classes["logs"].items():
-                exporter = exporters.make_exporter(name, cls, "logs", identity)
+                exporter = made(exporters.make_exporter(name, cls, "logs", identity))
                 logger_provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     except BaseException:
         for part in reversed(started):
             run_bounded(part.shutdown, 1.0)
+        spool_export.finish(spoolers)
         raise
     telemetry = Telemetry(
-        tracer_provider, meter_provider, step_readers, owned=True, logger_provider=logger_provider, trees=trees
+        tracer_provider,
+        meter_provider,
+        step_readers,
+        owned=True,
+        logger_provider=logger_provider,
+        trees=trees,
+        spoolers=spoolers,
     )
     atexit.register(telemetry.shutdown)
     logs.attach(logger_provider)  # Python logging -> this pipeline's logs

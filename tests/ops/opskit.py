@@ -699,6 +699,77 @@ def file_log_records(folder: Path) -> Iterator[tuple[dict, dict]]:
                         yield rl, r
 
 
+# What a run's processes sent (its OTLP JSON files, and what is left in its spools) against what
+# the backends have: the e2e fault tests' "nothing lost" (test_stack_faults, faults/test_worker_death).
+
+
+def jaeger_spans(stack: StackAPI, service: str) -> tuple[dict[str, dict], int]:
+    """(span id -> Jaeger span, tags as a dict) of every trace of ``service``, and how many entries
+    Jaeger's answer had (a span it stores twice counts twice there)."""
+    params = urllib.parse.urlencode({"service": service, "lookback": "2h", "limit": 100000})
+    out: dict[str, dict] = {}
+    entries = 0
+    for trace in get_json(f"{stack.url('jaeger')}/api/traces?{params}")["data"]:
+        entries += len(trace["spans"])
+        for s in trace["spans"]:
+            out[s["spanID"]] = {**s, "tags": {t["key"]: t["value"] for t in s["tags"]}}
+    return out, entries
+
+
+def prom_collections(stack: StackAPI, run_id: str) -> dict[str, list[int]]:
+    """instance -> how many series got a sample at each sample time, in time order: every series
+    Prometheus has with the run's ``verl_run_id`` (``target_info`` aside)."""
+    from collections import Counter, defaultdict
+
+    selector = f'{{verl_run_id="{run_id}", __name__!="target_info"}}[2h]'
+    by: dict[str, Counter[int]] = defaultdict(Counter)
+    for series in stack.prom("query", query=selector, time=time.time())["result"]:
+        instance = series["metric"].get("instance", "")
+        for t, _ in series["values"]:
+            by[instance][round(float(t) * 1000)] += 1
+    return {k: [n for _, n in sorted(v.items())] for k, v in by.items()}
+
+
+def file_collections(points: list[Any], run_id: str) -> dict[str, list[int]]:
+    """The same from the OTLP JSON files' points (``MetricPoint``s): instance -> how many Prometheus
+    series each collection makes (a histogram point: a bucket per bound and +Inf, _sum, _count)."""
+    from collections import Counter, defaultdict
+
+    by: dict[str, Counter[int]] = defaultdict(Counter)
+    for p in points:
+        if p.resource.get("verl.run.id") != run_id:
+            continue
+        n = len(p.bounds or []) + 3 if p.kind == "histogram" else 1
+        by[str(p.resource.get("service.instance.id", ""))][p.time_ns // 1_000_000] += n
+    return {k: [n for _, n in sorted(v.items())] for k, v in by.items()}
+
+
+def spool_files(root: Path) -> list[Path]:
+    """Every batch left in a spool root (``otel_verl.process.spool``): ``<process>/<signal>/<n>.pb``."""
+    return sorted(root.glob("*/*/*.pb")) if root.is_dir() else []
+
+
+def spooled_items(files: list[Path]) -> dict[str, set[str]]:
+    """signal -> what these spool files hold: span ids (hex), log record bodies, metric names."""
+    from otel_verl.process.spool_send import parse
+
+    out: dict[str, set[str]] = {"traces": set(), "logs": set(), "metrics": set()}
+    for path in files:
+        signal = path.parent.name.split("-")[0]
+        request = parse(signal, path.read_bytes())
+        if request is None:
+            continue
+        if signal == "traces":
+            out[signal] |= {s.span_id.hex() for r in request.resource_spans for ss in r.scope_spans for s in ss.spans}
+        elif signal == "logs":
+            out[signal] |= {
+                x.body.string_value for r in request.resource_logs for sl in r.scope_logs for x in sl.log_records
+            }
+        else:
+            out[signal] |= {m.name for r in request.resource_metrics for sm in r.scope_metrics for m in sm.metrics}
+    return out
+
+
 class VerlThread:
     """A real ``opentelemetry-instrument``-ed verl run (``verl_cpu_harness.run_verl``) in a daemon
     thread, started on construction, its console streamed to ``watcher`` (a ``StepWatcher``): the

@@ -49,6 +49,16 @@ def test_bool_values(monkeypatch, raw, expected):
     assert config.settings().step_export is expected
 
 
+def test_the_spool_folder_is_in_the_file_folder_unless_set(monkeypatch, tmp_path):
+    monkeypatch.delenv(config.SPOOL_DIR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(config.FILE_DIR, "out")
+    assert config.spool_root() == str(tmp_path / "out" / "spool")  # absolute: workers' folders differ
+    config.settings.cache_clear()
+    monkeypatch.setenv(config.SPOOL_DIR, "elsewhere")
+    assert config.spool_root() == str(tmp_path / "elsewhere")
+
+
 def test_run_id_is_created_once_and_file_dir_made_absolute(monkeypatch, tmp_path):
     # setenv then delenv: monkeypatch then restores "unset" after ensure_run_id() sets it
     monkeypatch.setenv(config.RUN_ID, "placeholder")
@@ -92,6 +102,8 @@ INVALID = {
     config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
     config.GUARD_ACTION: ("pause", "guard_action", "observe", "'observe'"),
     config.STALL_AFTER: ("soon", "stall_after_s", None, "'auto'"),
+    config.SPOOL: ("disk", "spool", True, "True"),
+    config.SPOOL_MAX_MB: ("lots", "spool_max_mb", 512.0, "512.0"),
 }
 # Free-form values: any string is valid, so there is no invalid value; empty means the default.
 FREE_FORM = {
@@ -100,6 +112,7 @@ FREE_FORM = {
     config.EXPERIMENT: ("experiment", None),
     config.FILE_DIR: ("file_dir", config.DEFAULT_FILE_DIR),
     config.GUARD_RULES: ("guard_rules", None),  # a path; an unusable file is judged when it is read
+    config.SPOOL_DIR: ("spool_dir", None),  # a path; an unusable folder turns the spool off when it is used
 }
 
 
@@ -184,6 +197,7 @@ RANGES = {
     config.SAMPLES_EVERY_N_STEPS: (1, 1_000_000),
     config.SAMPLES_PER_STEP: (1, 10_000),
     config.SAMPLES_MAX_CHARS: (1, 1_000_000),
+    config.SPOOL_MAX_MB: config.SPOOL_MAX_MB_RANGE,
 }
 HOSTILE = [
     "²",  # str.isdigit() says yes, int() says no
@@ -266,6 +280,7 @@ def test_settings_never_raise_and_stay_in_range_whatever_the_value(monkeypatch, 
         (config.STALL_AFTER, "9.5", "stall_after_s", None),
         (config.LOG_LEVEL, "²", "log_level", logging.WARNING),
         (config.SAMPLES_MAX_CHARS, "10000000000", "samples_max_chars", 2000),
+        (config.SPOOL_MAX_MB, "0", "spool_max_mb", 512.0),  # no room: use OTEL_VERL_SPOOL=off
     ],
 )
 def test_values_out_of_range_warn_with_the_range(monkeypatch, caplog, var, raw, field, default):
@@ -289,6 +304,8 @@ def test_values_out_of_range_warn_with_the_range(monkeypatch, caplog, var, raw, 
         (config.ROLLOUT_SPANS_PER_STEP, "-1", "rollout_spans_per_step", -1),
         (config.ROLLOUT_SLOWEST_PER_STEP, "1", "rollout_slowest_per_step", 1),
         (config.ROLLOUT_SLOWEST_PER_STEP, "100000", "rollout_slowest_per_step", 100_000),
+        (config.SPOOL_MAX_MB, "0.01", "spool_max_mb", 0.01),
+        (config.SPOOL, "off", "spool", False),
     ],
 )
 def test_values_at_the_edges_of_their_range_are_taken(monkeypatch, caplog, var, raw, field, value):

@@ -28,6 +28,7 @@ from otel_verl.offline.run_facts import (
     INSTANCE,
     EngineSplit,
     Overhead,
+    SpoolFacts,
     StallReport,
     attr_key,
     attributed_seconds,
@@ -38,6 +39,7 @@ from otel_verl.offline.run_facts import (
     overhead,
     slowest_rule,
     slowest_trajectory,
+    spool_facts,
     stall_reports,
     step_gauges,
     step_tails,
@@ -147,6 +149,11 @@ class Report:
     stalled: list[LogEntry] = field(default_factory=list)  # verl.training.stalled records (run_facts)
     stall_reports: list[StallReport] = field(default_factory=list)  # each process's latest stacks
     overhead: Overhead | None = None  # otel-verl's own CPU per step (run_facts.overhead)
+    spool: SpoolFacts | None = None  # export outages and losses (run_facts.spool_facts)
+
+    def spool_line(self) -> str | None:
+        """Whether the run had an export outage, and whether anything was lost (``SpoolFacts.line``)."""
+        return self.spool.line() if self.spool is not None else None
 
     def overhead_line(self) -> str | None:
         """The "telemetry cost per step" line: otel-verl's own CPU next to the step time."""
@@ -329,6 +336,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         stalled=stalled,
         stall_reports=reports,
         overhead=overhead(points, [(r.step, r.span.start_ns, r.span.end_ns) for r in steps]),
+        spool=spool_facts(points),
     )
 
 

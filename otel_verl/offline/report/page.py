@@ -97,6 +97,7 @@ def _stages_section(report: Report, colors: dict[str, str]) -> str:
             _folded(_stage_table(report), len(report.steps), "stage seconds per step"),
             _engine_split(report),
             _overhead(report),
+            _spool(report),
         ]
     else:
         parts.append('<p class="empty">No <code>verl.step</code> spans.</p>')
@@ -223,6 +224,17 @@ def _overhead(report: Report) -> str:
         "stall doctor) by their thread CPU clocks, plus its hooks' work on verl's threads; not counted: "
         "native gRPC threads, garbage collection, the SDK import at process start.</small></p>"
         + _folded(table, len(report.steps), "telemetry cost per step")
+    )
+
+
+def _spool(report: Report) -> str:
+    """Whether the run had an export outage and whether anything was lost (the on-disk spools)."""
+    line = report.spool_line()
+    if line is None:
+        return ""
+    return (
+        f'<p id="spool"><b>{esc(line)}</b>. <small>From otel_verl.spool.batches of every process: batches the '
+        "OTLP endpoint did not take wait on local disk and are re-sent once it answers again.</small></p>"
     )
 
 

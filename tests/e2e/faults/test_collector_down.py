@@ -14,11 +14,20 @@ here, stretches with it):
   the metric export in turn. So the job's exit tail (verl's last step line to the job's end) stays
   below ``UNBOUNDED_FLUSH_S`` = 2 x 24.8 s, whatever Ray's teardown takes, if and only if the bound
   held (an unbounded flush adds at least that much to Ray's teardown);
-* the TaskRunner says, once, that it stopped waiting after exactly its budget
-  (``telemetry flush did not finish within 2.0 s``): the same run's own clock.
+* a send at the end that would take much of that budget is spooled instead (the endpoint is not
+  answering in time: ``otel_verl.process.spool_export``), so the TaskRunner's flush ends within
+  it, or says that it stopped waiting after exactly its budget (``telemetry flush did not finish
+  within 2.0 s``, printed).
 
 How much slower the exit is than the file-exporter run's is printed, not asserted (speed belongs
 in the benchmarks: bench/README.md).
+
+With the Collector refusing connections, every process spools what it cannot send
+(``otel_verl.process.spool``) into a spool kept tiny here (``OTEL_VERL_SPOOL_MAX_MB``, 50 KiB per
+process) so that it fills: training is unaffected all the same (the checks above), each process's
+spool holds at most its bound, the batches it kept are its newest (the oldest went first: what is
+left is the end of its sequence), and the drops are counted where the endpoint will see them once
+it is back (``otel_verl.spool.batches{outcome="dropped"}`` in the newest spooled metric batch).
 """
 
 from __future__ import annotations
@@ -27,8 +36,13 @@ import re
 import socket
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
+
+from otel_verl import semconv
+from otel_verl.process import spool
+from otel_verl.process.spool_send import parse
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +53,7 @@ SHUTDOWN_TIMEOUT_S = 2.0
 EXPORT_TIMEOUT_S = 60.0  # OTEL_EXPORTER_OTLP_TIMEOUT: longer than an export's whole retry schedule
 MIN_RETRY_BUDGET_S = (1 + 2 + 4 + 8 + 16) * 0.8  # a refused export's backoff before its last attempt, -20 %
 UNBOUNDED_FLUSH_S = 2 * MIN_RETRY_BUDGET_S  # the least an unbounded flush waits: spans, then metrics
+SPOOL_MAX_MB = 0.05  # per process: a 2-step run's processes spool more than that
 
 
 def _closed_port() -> int:
@@ -121,10 +136,12 @@ def _assert_unaffected(run, reference, what: str) -> None:
         )
     )
     assert run.spans == [] and run.points == []  # nothing went to files: the OTLP exporters were used
-    # The TaskRunner stopped waiting for its flush after exactly its budget (its own clock) ...
+    # The TaskRunner's end-of-training flush either finished within its budget (a send that takes
+    # part of it is spooled instead: otel_verl.process.spool_export.closing) or said, on its own
+    # clock, that it stopped waiting after exactly that budget ...
     stopped = [line for line in run.output.splitlines() if _FLUSH_CUT.search(line)]
-    assert any("TaskRunner" in line for line in stopped), run.output[-4000:]
-    # ... and nothing else held the exit for an export: an unbounded wait adds UNBOUNDED_FLUSH_S.
+    print(f"  flush cut at the budget in: {sorted({line.split(')')[0] + ')' for line in stopped})}")
+    # ... and nothing held the exit for an export: an unbounded wait adds UNBOUNDED_FLUSH_S.
     assert run.exit_tail_s is not None
     assert run.exit_tail_s < UNBOUNDED_FLUSH_S, (run.exit_tail_s, reference.exit_tail_s)
 
@@ -137,8 +154,10 @@ _EXPORT_FAILURE = re.compile(r"\((\w+) pid=(\d+)\).*?(Transient error|Failed to 
 
 
 def test_collector_refusing_connections_for_the_whole_run(verl_runs, reference):
-    run = verl_runs.get("v0", "grpo", steps=STEPS, env=_otlp_env(_closed_port()))
-    _assert_unaffected(run, reference, "collector down")
+    env = {**_otlp_env(_closed_port()), "OTEL_VERL_SPOOL_MAX_MB": str(SPOOL_MAX_MB)}
+    run = verl_runs.get("v0", "grpo", steps=STEPS, env=env)
+    _assert_unaffected(run, reference, "collector down, spool full")
+    _assert_spool_full_of_the_newest(run.telemetry_dir / "spool")
     # The user is told, once per process and kind: every export's retries alternate "Transient
     # error ..." and "Failed to export ...", which the SDK's DuplicateFilter lets through, one line
     # a second per process over the whole outage (otel_verl.process.sdk_log_throttle).
@@ -159,3 +178,49 @@ def test_collector_hung_for_the_whole_run(verl_runs, reference):
         server.close()
     assert server.accepted > 0  # the exporters did reach it and were left hanging
     _assert_unaffected(run, reference, "collector hung")
+
+
+def _assert_spool_full_of_the_newest(root: Path) -> None:
+    """Each process's spool: within its bound, the end of its sequence, its drops counted."""
+    bound = SPOOL_MAX_MB * spool.MIB
+    folders = [p for p in root.iterdir() if spool.is_process_folder(p.name)]
+    assert folders, f"nothing was spooled in {root}"
+    full = 0
+    counted: list[int | None] = []  # each full process's drops, as its newest spooled metric batch says
+    for proc in folders:
+        files = sorted(proc.glob("*/*.pb"), key=lambda p: p.name)
+        assert sum(p.stat().st_size for p in files) <= bound, proc.name
+        kept = {int(p.stem) for p in files}
+        # the oldest of each signal may have been on its way to the endpoint when room was made: kept
+        heads = {
+            min(int(p.stem) for p in folder.glob("*.pb")) for folder in proc.iterdir() if list(folder.glob("*.pb"))
+        }
+        dropped = set(range(1, max(kept, default=0) + 1)) - kept
+        assert not dropped or not kept - heads or max(dropped) < min(kept - heads), (proc.name, sorted(kept))
+        if dropped:
+            full += 1
+            metrics = [p for p in files if p.parent.name.startswith("metrics")]
+            counted.append(_dropped_counted(metrics[-1]) if metrics else None)
+    print(
+        f"  spool full: {full} of {len(folders)} processes dropped their oldest batches (bound {bound:.0f} bytes); "
+        f"drops counted in their newest spooled metric batch: {counted}"
+    )
+    assert full > 0, "no process filled its spool: a larger run or a smaller OTEL_VERL_SPOOL_MAX_MB"
+    assert any(c for c in counted), counted  # the drops travel with the metrics, for the endpoint to see
+
+
+def _dropped_counted(path: Path) -> int | None:
+    """``otel_verl.spool.batches{outcome=dropped}`` in a spooled metric batch (None: not in it yet)."""
+    request = parse("metrics", path.read_bytes())
+    assert request is not None, path
+    found = None
+    for rm in request.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name != semconv.M_SPOOL_BATCHES:
+                    continue
+                for p in m.sum.data_points:
+                    attrs = {a.key: a.value.string_value for a in p.attributes}
+                    if attrs.get(semconv.ATTR_SPOOL_OUTCOME) == semconv.SPOOL_DROPPED:
+                        found = (found or 0) + p.as_int
+    return found

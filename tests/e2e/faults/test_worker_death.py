@@ -8,16 +8,45 @@ segfault looks like to Ray (``VERL_CPU_HARNESS_KILL_AT``, test-only, see the har
 * the driver's ``verl.wg.actor_rollout_compute_log_prob`` span and its parents ``verl.old_log_prob``
   and ``verl.step`` (step 2) end with status ERROR and an ``exception`` event naming Ray's error,
   and they were exported to the files although the job died: the ``fit`` hook flushes on its
-  error path too (``otel_verl/hooks/trainer.py``, bounded by ``OTEL_VERL_SHUTDOWN_TIMEOUT``).
+  error path too (``otel_verl/hooks/trainer.py``, bounded by ``OTEL_VERL_SHUTDOWN_TIMEOUT``);
+* what the killed worker had spooled arrives later. The run also exports over OTLP/HTTP to a
+  Collector that is down for the whole run (a port that refuses connections), so every process
+  spools every batch (``otel_verl.process.spool``), the killed worker too, until it dies. Then the
+  real Collector of ``otel-verl stack`` starts; ``otel-verl replay --spool`` sends the killed
+  worker's spool folder, and the next verl process of the host (a pipeline of otel-verl's own,
+  started on that spool folder) takes and sends what the other processes left at their exit.
+  Every span the killed worker spooled is in Jaeger, and every span and log record the
+  TaskRunner made (its OTLP JSON files) is in Jaeger and VictoriaLogs, its step metrics in
+  Prometheus; the spools are empty afterwards.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from components import require_harness
+
+from otel_verl import semconv
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "ops"))  # opskit: the stack and its queries
+from opskit import (  # noqa: E402
+    StackAPI,
+    file_collections,
+    jaeger_spans,
+    poll_until,
+    prom_collections,
+    running_stack,
+    spool_files,
+    spooled_items,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -34,9 +63,30 @@ def _ray_errors(text: str) -> set[str]:
     return set(RAY_ERROR.findall(text))
 
 
+SERVICE = "verl-worker-death"
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connections are refused
+
+
 @pytest.fixture(scope="module")
 def killed(verl_runs):
-    return verl_runs.get("v0", "grpo", steps=STEPS, env={"VERL_CPU_HARNESS_KILL_AT": KILL_AT})
+    env = {
+        "VERL_CPU_HARNESS_KILL_AT": KILL_AT,
+        # the files first (what the tests read), then OTLP/HTTP into a Collector that is down
+        "OTEL_TRACES_EXPORTER": "otlp_json_file,otlp",
+        "OTEL_METRICS_EXPORTER": "otlp_json_file,otlp",
+        "OTEL_LOGS_EXPORTER": "otlp_json_file,otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_refused_port()}",
+        # no retry fits in 0.5 s: a refused export is spooled at once, before the worker dies at step 2
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5",
+        "OTEL_SERVICE_NAME": SERVICE,
+    }
+    return verl_runs.get("v0", "grpo", steps=STEPS, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +140,125 @@ def test_failed_call_and_its_parents_are_exported_with_the_error(killed):
     ok_steps = [s for s in spans if s.name == "verl.step" and s.attributes.get("verl.step") == 1]
     assert len(ok_steps) == 1 and ok_steps[0].status not in ERROR
     print(f"\nworker death: {wg.name} -> {_exception_types(wg)[0]}; job rc {killed.returncode}, {killed.wall_s:.0f} s")
+
+
+# The next verl process of the host: its pipeline (on the run's spool folder) starts, then waits.
+NEXT_PROCESS = textwrap.dedent(
+    """
+    import sys
+    from otel_verl import semconv
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.telemetry import build_own
+    t = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+    print("up", flush=True)
+    sys.stdin.readline()
+    t.shutdown(10.0)
+    """
+)
+
+
+def _killed_pid(output: str) -> int:
+    m = re.search(r"\((?:\w+) pid=(\d+)\)[^\n]*killing this worker in compute_log_prob", output)
+    assert m, output[-3000:]
+    return int(m.group(1))
+
+
+def test_what_the_killed_worker_spooled_arrives_later(killed, tmp_path_factory):
+    from otel_verl.offline.otlp_files import read_log_records
+
+    root = killed.telemetry_dir / "spool"
+    pid = _killed_pid(killed.output)
+    dead = [p for p in root.iterdir() if p.name.split(".")[-2] == str(pid)]
+    assert len(dead) == 1, sorted(p.name for p in root.iterdir())
+    theirs = spooled_items(sorted(dead[0].glob("*/*.pb")))  # what the worker had on disk when it died
+    assert theirs["traces"], "the killed worker had spooled no span"
+    runner = {s.resource.get("service.instance.id") for s in killed.spans if _role(s) == semconv.ROLE_TASKRUNNER}
+    runner_spans = {s.span_id for s in killed.spans if s.resource.get("service.instance.id") in runner}
+    runner_logs = Counter(
+        r.time_ns for r in read_log_records(killed.telemetry_dir) if r.resource.get("service.instance.id") in runner
+    )
+    run_id = next(iter(killed.spans)).resource[semconv.RES_RUN_ID]
+    made = {k: v for k, v in file_collections(killed.points, run_id).items() if k in runner}
+    assert made, "the TaskRunner exported no metrics"
+    left_at_exit = len(spool_files(root))
+    with running_stack(tmp_path_factory, "worker-death-stack") as (_, data_dir, ports):
+        stack = StackAPI(ports, data_dir)
+        # 1. by hand: otel-verl replay --spool <the killed worker's folder>
+        replay = subprocess.run(  # noqa: S603 - this interpreter, our CLI
+            [
+                sys.executable,
+                "-m",
+                "otel_verl.cli",
+                "replay",
+                "--spool",
+                str(dead[0]),
+                "--endpoint",
+                stack.url("otlp-http"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        )
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+        assert not dead[0].exists()
+        # 2. the next verl process of the host takes what the others left
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.update(
+            {
+                "OTEL_VERL_SPOOL_DIR": str(root),
+                "OTEL_EXPORTER_OTLP_ENDPOINT": stack.url("otlp-grpc"),
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_VERL_RUN_ID": f"next-{run_id}",
+                "OTEL_SERVICE_NAME": "verl-next-process",
+            }
+        )
+        nxt = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-c", NEXT_PROCESS], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert nxt.stdout.readline().strip() == "up"
+            poll_until("every spool sent", lambda: not spool_files(root), 120, 0.5)
+        finally:
+            nxt.communicate("\n", timeout=60)
+        found = poll_until(
+            "the spans in Jaeger",
+            lambda: (j := jaeger_spans(stack, SERVICE)[0]) and theirs["traces"] | runner_spans <= set(j) and j,
+            120,
+        )
+
+        def vl_times() -> Counter[int]:
+            return Counter(_vl_time_ns(r["_time"]) for r in stack.logsql(f'"{semconv.RES_RUN_ID}":="{run_id}"'))
+
+        records = poll_until("the TaskRunner's log records in VictoriaLogs", lambda: not runner_logs - vl_times(), 120)
+        collections = poll_until(
+            "the TaskRunner's metric collections in Prometheus",
+            lambda: all(_covers(prom_collections(stack, run_id).get(k, []), v) for k, v in made.items()),
+            120,
+        )
+    print(
+        f"\nworker death with the Collector down: {left_at_exit} batches left in the spools at the job's end; "
+        f"the killed worker's {len(theirs['traces'])} spooled spans sent by replay --spool, the rest by the next "
+        f"process; Jaeger {len(found)} spans; the TaskRunner's {sum(runner_logs.values())} log records and "
+        f"{sum(len(v) for v in made.values())} metric collections all in VictoriaLogs and Prometheus"
+    )
+    assert records and collections and not spool_files(root)
+
+
+def _covers(prom: list[int], made: list[int]) -> bool:
+    """Prometheus has every collection the files have, each with at least their series (the OTLP
+    reader collects just after the file reader: an instrument made in between is in its only)."""
+    return len(prom) == len(made) and all(p >= f for f, p in zip(made, prom, strict=True))
+
+
+def _role(span) -> str | None:
+    return span.resource.get(semconv.RES_ROLE)
+
+
+def _vl_time_ns(value: str) -> int:
+    """VictoriaLogs' ``_time`` (RFC 3339, nanoseconds) as unix ns."""
+    from datetime import datetime
+
+    head, _, frac = value.rstrip("Z").partition(".")
+    secs = int(datetime.fromisoformat(head + "+00:00").timestamp())
+    return secs * 1_000_000_000 + int((frac or "0").ljust(9, "0")[:9])

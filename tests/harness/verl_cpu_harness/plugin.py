@@ -13,7 +13,10 @@ It does nothing when a GPU is present (or ``VERL_CPU_HARNESS=0``). Otherwise it:
    with vLLM's CPU build installed, verl's own ``vllm`` rollout runs too, with the two shims of
    ``verl_cpu_harness.vllm_cpu``;
 6. (fault tests, opt-in) ``VERL_CPU_HARNESS_KILL_AT=<method>:<n>`` kills a worker-group actor
-   (``os._exit(1)``) at its ``n``-th call of that ``verl.workers.engine_workers`` method.
+   (``os._exit(1)``) at its ``n``-th call of that ``verl.workers.engine_workers`` method;
+7. (fault tests, opt-in) ``VERL_CPU_HARNESS_STEP_SECONDS=<s>`` makes each training step last at
+   least ``s`` seconds (``Tracking.log`` waits until ``s`` after its previous call), so that a run
+   spans an outage of known length with a known number of steps, on a fast or a loaded machine.
 
 Patches that need a verl module are applied right after that module is first imported
 (``_when_imported``), so loading the plugin stays cheap and never imports
@@ -328,6 +331,42 @@ def _install_kill_switch(mod: types.ModuleType) -> None:
         setattr(cls, method, dying)
 
 
+# --------------------------------------------------------------------------------------
+# 7. pacing for tests (opt-in): VERL_CPU_HARNESS_STEP_SECONDS=<s>, each step at least s seconds.
+# --------------------------------------------------------------------------------------
+STEP_SECONDS = "VERL_CPU_HARNESS_STEP_SECONDS"
+
+
+def _step_seconds() -> float | None:
+    try:
+        value = float(os.environ.get(STEP_SECONDS, ""))
+    except ValueError:
+        return None
+    return value if 0 < value < 3600 else None
+
+
+def _install_pacing(mod: types.ModuleType) -> None:
+    import functools
+    import time
+
+    seconds = _step_seconds()
+    cls = getattr(mod, "Tracking", None)
+    original = cls.__dict__.get("log") if cls is not None else None
+    if seconds is None or original is None or getattr(original, "_cpu_harness_pace", False):
+        return
+    last = [None]
+
+    @functools.wraps(original)
+    def paced(*args, **kwargs):
+        if last[0] is not None:
+            time.sleep(max(0.0, last[0] + seconds - time.monotonic()))
+        last[0] = time.monotonic()
+        return original(*args, **kwargs)
+
+    paced._cpu_harness_pace = True
+    cls.log = paced
+
+
 def install() -> bool:
     """Apply everything; returns False (and does nothing) when a GPU is present."""
     if not _enabled():
@@ -350,6 +389,13 @@ def install() -> bool:
             wrapt.register_post_import_hook(_install_kill_switch, "verl.workers.engine_workers")
         except ImportError:
             _when_imported("verl.workers.engine_workers", _install_kill_switch)
+    if _step_seconds() is not None:
+        try:
+            import wrapt
+
+            wrapt.register_post_import_hook(_install_pacing, "verl.utils.tracking")
+        except ImportError:
+            _when_imported("verl.utils.tracking", _install_pacing)
     return True
 
 

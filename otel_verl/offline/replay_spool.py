@@ -1,0 +1,265 @@
+"""``otel-verl replay --spool DIR``: send what verl processes left in their on-disk spools.
+
+A verl process keeps the OTLP batches its endpoint did not take in a spool folder
+(``otel_verl.process.spool``) and re-sends them itself; what a process that died left there is sent
+by the next verl process of the same host. This command does it by hand, from any machine that
+sees the folder: ``DIR`` is a spool root (``OTEL_VERL_SPOOL_DIR``, default
+``<OTEL_VERL_FILE_DIR>/spool``) or one process folder in it.
+
+Each signal folder is taken as a verl process would take it: only when its lock can be taken (its
+process has ended, and no other process is sending it); one still in use is left alone and named.
+Each batch file (a regular file of this user, the spool's names only, at most 64 MiB: read as the
+spool reads it) is checked to be its signal's OTLP request and POSTed unchanged to ``<URL>/v1/<signal>``
+with ``Content-Type: application/x-protobuf`` through ``otel_verl.offline.http_post`` (deadline,
+bounded answer, no redirect followed, throttling answers retried); endpoint and headers as for
+``otel-verl replay``. A file is removed only once the endpoint accepted it, and an emptied folder
+with it; whatever was not accepted stays for a later try. No answer at all stops that signal.
+Exit 0 only when every batch found was accepted and none of its items rejected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from google.protobuf.message import DecodeError
+
+from otel_verl.commands import endpoints
+from otel_verl.commands.errors import USAGE, CommandError, warn
+from otel_verl.offline.http_post import Answer, NoAnswer, Poster, printable
+from otel_verl.offline.replay import (
+    ITEMS,
+    REJECTED_FIELDS,
+    RESPONSES,
+    RETRIES,
+    RETRY_STATUS,
+    partial_success,
+    signal_headers,
+    signal_url,
+)
+from otel_verl.process import spool
+from otel_verl.process.spool_send import parse
+
+SIGNALS = ("traces", "metrics", "logs")
+_ITEM_LISTS = {  # signal -> (resource list, scope list, item list) of the request message
+    "traces": ("resource_spans", "scope_spans", "spans"),
+    "metrics": ("resource_metrics", "scope_metrics", "metrics"),
+    "logs": ("resource_logs", "scope_logs", "log_records"),
+}
+
+
+@dataclass
+class SpoolResult:
+    signal: str
+    url: str
+    folders: int = 0  # signal folders taken
+    busy: list[str] = field(default_factory=list)  # folders whose lock a live process holds
+    batches: int = 0  # accepted (and removed)
+    items: int = 0  # spans / metrics / log records in them
+    bytes: int = 0
+    failed: int = 0  # not accepted, or not sent after the endpoint stopped answering (kept)
+    unreadable: int = 0  # not a regular file of this user, too large, or not an OTLP request (kept)
+    rejected: int = 0  # partialSuccess rejected items
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failed or self.unreadable or self.rejected)
+
+
+def _items(signal: str, message: object) -> int:
+    rkey, skey, ikey = _ITEM_LISTS[signal]
+    return sum(len(getattr(s, ikey)) for r in getattr(message, rkey) for s in getattr(r, skey))
+
+
+def _rejected(signal: str, answer: Answer) -> int:
+    """Items the endpoint's answer says it rejected: its ``partialSuccess``, in JSON or (what a
+    Collector answers a protobuf request with) protobuf."""
+    if answer.body.lstrip()[:1] in (b"{", b""):
+        try:
+            return partial_success(signal, answer)[0]
+        except ValueError:
+            return 0
+    try:
+        message = RESPONSES[signal].FromString(answer.body)
+    except (DecodeError, RuntimeWarning, ValueError):
+        return 0  # a proxy's text: nothing it says is a rejection
+    return max(0, getattr(message.partial_success, REJECTED_FIELDS[signal]))
+
+
+def _process_folders(root: Path) -> tuple[int, list[str]]:
+    """(descriptor of the folder holding process folders, their names): ``root`` is a spool root,
+    or one process folder (then its parent and it)."""
+    try:
+        if spool.is_process_folder(root.name) and not any(spool.is_process_folder(n) for n in os.listdir(root)):
+            return spool.open_dir(str(root.parent)), [root.name]
+        fd = spool.open_dir(str(root))
+    except spool.Unusable as exc:
+        raise CommandError(f"{root}: {exc.strerror} (not read)", USAGE) from None
+    except OSError as exc:
+        raise CommandError(f"{root}: not a spool folder ({exc.strerror})", USAGE) from None
+    return fd, list(spool.process_folders(fd))
+
+
+def replay_spool(
+    root: str | Path,
+    endpoint: str | None = None,
+    headers: str | None = None,
+    timeout: float = 10.0,
+    env: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """The ``otel-verl replay --spool`` command: 0 when every batch was accepted, else a ``CommandError``."""
+    out = sys.stdout if out is None else out
+    env = os.environ if env is None else env
+    root = Path(root)
+    plan = {sig: (signal_url(sig, endpoint, env), signal_headers(sig, headers, env)) for sig in SIGNALS}
+    root_fd, names = _process_folders(root)
+    results = {sig: SpoolResult(sig, plan[sig][0]) for sig in SIGNALS}
+    dead: set[str] = set()  # signals whose endpoint gave no answer
+    try:
+        with Poster(RETRIES, RETRY_STATUS) as poster:
+            for proc in names:
+                _replay_process(poster, root_fd, proc, plan, results, dead, timeout)
+    finally:
+        spool.close_fd(root_fd)
+    for r in results.values():
+        _print(r, out)
+    out.flush()
+    busy = sum(len(r.busy) for r in results.values())
+    if busy:
+        warn("replay", f"{busy} spool folders are in use by a running process and were left alone", err)
+    batches = sum(r.batches for r in results.values())
+    problems = [r for r in results.values() if not r.ok]
+    if problems:
+        what = []
+        for label, n in (
+            ("batches not accepted", sum(r.failed for r in problems)),
+            ("files unreadable", sum(r.unreadable for r in problems)),
+            ("items rejected", sum(r.rejected for r in problems)),
+        ):
+            what += [f"{n} {label}"] if n else []
+        raise CommandError(f"{' and '.join(what)} ({batches} batches replayed from {root}; details above)")
+    print(f"ok: {batches} spooled batches replayed from {root}", file=out)
+    return 0
+
+
+def _replay_process(
+    poster: Poster,
+    root_fd: int,
+    proc: str,
+    plan: dict[str, tuple[str, dict[str, str]]],
+    results: dict[str, SpoolResult],
+    dead: set[str],
+    timeout: float,
+) -> None:
+    try:
+        proc_fd = spool.open_dir(proc, root_fd)
+    except OSError:
+        return
+    try:
+        for sub in sorted(os.listdir(proc_fd)):
+            sig = spool.signal_of(sub)
+            if sig is None:
+                continue
+            r = results[sig]
+            try:
+                dir_fd = spool.open_dir(sub, proc_fd)
+            except OSError:
+                continue
+            lock_fd = spool.try_lock(dir_fd)
+            if lock_fd is None:
+                spool.close_fd(dir_fd)
+                r.busy.append(f"{proc}/{sub}")
+                continue
+            r.folders += 1
+            left = _replay_folder(poster, dir_fd, sig, plan[sig], r, dead, timeout)
+            if left:
+                spool.close_fd(dir_fd)
+                spool.close_fd(lock_fd)
+            else:
+                spool.remove_folder(proc_fd, sub, dir_fd, lock_fd)
+        if not os.listdir(proc_fd):
+            os.rmdir(proc, dir_fd=root_fd)
+    except OSError:
+        pass
+    finally:
+        spool.close_fd(proc_fd)
+
+
+def _replay_folder(
+    poster: Poster,
+    dir_fd: int,
+    sig: str,
+    target: tuple[str, dict[str, str]],
+    r: SpoolResult,
+    dead: set[str],
+    timeout: float,
+) -> int:
+    """Send one signal folder's batches, oldest first; the number left in it."""
+    url, hdrs = target
+    hdrs = {k: v for k, v in hdrs.items() if k.lower() != "content-type"} | {"Content-Type": "application/x-protobuf"}
+    left = 0
+    for name in spool.batch_names(dir_fd):
+        body = spool.read_batch(dir_fd, name)
+        message = parse(sig, body) if body is not None else None
+        if message is None or body is None:
+            r.unreadable += 1
+            r.errors.append(f"{name}: not a readable {sig} request (kept)")
+            left += 1
+            continue
+        if sig in dead:
+            r.failed += 1
+            left += 1
+            continue
+        try:
+            answer = poster.post(url, body, hdrs, timeout)
+        except NoAnswer as exc:
+            r.failed += 1
+            r.errors.append(f"{endpoints.shown(url)}: {exc}")
+            dead.add(sig)
+            left += 1
+            continue
+        if not answer.ok:
+            r.failed += 1
+            r.errors.append(f"{name}: HTTP {answer.status} {printable(answer.reason, 80)}".rstrip())
+            left += 1
+            continue
+        r.rejected += _rejected(sig, answer)
+        r.batches += 1
+        r.items += _items(sig, message)
+        r.bytes += len(body)
+        spool.unlink(name, dir_fd)
+    return left
+
+
+def _print(r: SpoolResult, out: TextIO) -> None:
+    if not (r.folders or r.busy):
+        print(f"{r.signal:8s} nothing spooled", file=out)
+        return
+    line = (
+        f"{r.signal:8s} -> {endpoints.shown(r.url)}: {r.items} {ITEMS[r.signal]} in {r.batches} batches "
+        f"({spool_size(r.bytes)}) from {r.folders} spool folders"
+    )
+    if r.failed:
+        line += f"; {r.failed} batches not accepted (kept)"
+    if r.unreadable:
+        line += f"; {r.unreadable} files unreadable (kept)"
+    if r.rejected:
+        line += f"; {r.rejected} {ITEMS[r.signal]} rejected by the endpoint"
+    if r.busy:
+        line += f"; {len(r.busy)} folders in use by a running process (left alone)"
+    print(line, file=out)
+    for error in r.errors[:5]:
+        print(f"         {error}", file=out)
+    if len(r.errors) > 5:
+        print(f"         ... {len(r.errors) - 5} more errors", file=out)
+
+
+def spool_size(n: int) -> str:
+    return f"{n / spool.MIB:.1f} MiB" if n >= spool.MIB else f"{n / 1024:.1f} KiB"

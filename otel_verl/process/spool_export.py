@@ -1,0 +1,471 @@
+"""OTLP exporters that spool what the endpoint does not take, and re-send it when it answers again.
+
+``wrap(exporter, signal)`` puts an SDK OTLP exporter (gRPC or HTTP) behind a ``Spooler``, whose one
+thread (``otel-verl-export-<signal>``, started with the first batch) makes every request:
+
+* **Healthy:** each batch goes to the SDK exporter as before (its retries and settings unchanged),
+  from that thread while the caller (the SDK's batch processor, otel-verl's metric reader) waits
+  for the answer; nothing touches the disk.
+* **Endpoint away:** a batch the exporter gives up on (``FAILURE``: after the SDK's own retries,
+  about 7 s with the default ``OTEL_EXPORTER_OTLP_TIMEOUT``) is encoded as the OTLP request it would
+  have been and spooled (``otel_verl.process.spool``). While this exporter's spool holds batches,
+  every new one goes straight behind them, without an attempt: order is kept (a metric series'
+  points arrive in time order), and the SDK's batch threads never wait for a dead endpoint again.
+* **Back:** the same thread re-sends the oldest batch through the exporter's own client
+  (``spool_send``), every ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` while the endpoint is away, and
+  removes each one only once it was accepted. Spools that ended processes of this host left behind
+  (``Spool.adopt``: when the thread starts, then every ``RESCAN_S``) go after this process's own.
+* **The end** (``Telemetry.flush`` at the end of training and ``Telemetry.shutdown``, bounded
+  together by ``OTEL_VERL_SHUTDOWN_TIMEOUT``): from ``closing`` on, a caller waits at most
+  ``closing``'s limit for a send, then its batch is spooled and every later one goes to disk at
+  once (the endpoint is not answering in time, and the exit is not held up; the caller is free to
+  hand over the rest of its queue). ``drain`` waits while the endpoint takes what is spooled; then
+  ``finish`` spools what is still on its way (``park``), stops the thread, shuts the SDK exporter
+  down and hands the spool back: what is left is the next verl process's of this host to send (or
+  ``otel-verl replay --spool``'s).
+
+Nothing here runs on a training thread. At-least-once: a batch that reached the endpoint but whose
+answer did not (a timeout, a kill at the wrong moment, a send given up on at exit) is sent again
+(README, "Faults and security", says what each backend does with the duplicate).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_verl import private_api, semconv
+from otel_verl._safe import warn_once
+from otel_verl.process import spool as spool_store
+from otel_verl.process import spool_send
+
+_log = logging.getLogger(__name__)
+
+MIN_BACKOFF_S = 0.5  # between two re-send attempts while the endpoint is away: doubled up to
+MAX_BACKOFF_S = 5.0  # ... this, so a Collector that is back is used within seconds
+RESCAN_S = 60.0  # a spooler looks for ended processes' spools this often (a listing of the root)
+CLOSING_ATTEMPT_S = 2.0  # at exit a send may take this long (less of a short budget) before it is spooled
+_SDK = ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-common")
+
+
+def _encoder(signal: str) -> Callable[[Any], bytes] | None:
+    """The SDK's encoder of ``signal``'s batches into the OTLP request its exporters send."""
+    module, name = {
+        "traces": ("opentelemetry.exporter.otlp.proto.common.trace_encoder", "encode_spans"),
+        "metrics": ("opentelemetry.exporter.otlp.proto.common.metrics_encoder", "encode_metrics"),
+        # only the log encoder's module is private (the SDK's exporters import it from there)
+        "logs": ("opentelemetry.exporter.otlp.proto.common._log_encoder", "encode_logs"),
+    }[signal]
+    encode = private_api.import_attribute(
+        module,
+        name,
+        dists=_SDK,
+        effect=f"no on-disk spool for {signal}: a batch the endpoint does not take is lost as without otel-verl",
+    )
+    if encode is None:
+        return None
+    return lambda batch: encode(batch).SerializeToString()
+
+
+class _Job:
+    """One batch handed to the thread for a direct send, and what became of it."""
+
+    __slots__ = ("batch", "created", "done", "ok", "parked", "send", "taken")
+
+    def __init__(self, batch: Any, send: Callable[[Any], bool]) -> None:
+        self.batch, self.send = batch, send
+        self.created = time.monotonic()
+        self.taken = self.done = self.ok = self.parked = False
+
+
+_spoolers: weakref.WeakSet[Spooler] = weakref.WeakSet()
+
+
+class Spooler:
+    """The spool of one exporter: direct sends while the endpoint takes them, disk while it does not."""
+
+    def __init__(self, signal: str, inner: Any, sender: spool_send.Sender, encode: Callable[[Any], bytes]) -> None:
+        self.signal = signal
+        self.inner = inner
+        self._sender = sender
+        self._encode = encode
+        store = spool_store.current()
+        assert store is not None  # wrap() checked
+        self._store = store
+        self.folder = store.folder_name(signal)
+        self._export_lock = threading.Lock()  # one caller at a time (the SDK's processors serialize already)
+        self._cv = threading.Condition()
+        self._job: _Job | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._stopped = False
+        self._inner_shut = False
+        self._closing_at: float | None = None  # time.monotonic() of ``closing``
+        self._limit_s = CLOSING_ATTEMPT_S
+        self._gave_up = False  # at exit the endpoint did not answer in time: the rest goes to disk
+        self._down = False  # the last attempt failed (the endpoint is away)
+        self._next_try = 0.0  # time.monotonic() of the next re-send attempt
+        self._next_scan = time.monotonic()  # the thread's first task: ended processes' spools
+        _spoolers.add(self)
+        if os.path.isdir(store.root):  # something may wait there: look now (in the thread, not here)
+            self._start()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: fresh locks, no job of the parent's, its own thread when it first exports."""
+        self._export_lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._job = None
+        self._thread = None
+
+    # ------------------------------------------------------------------ the exporter's side
+    @property
+    def pending(self) -> int:
+        """This exporter's batches waiting on disk."""
+        return self._store.pending(self.folder)
+
+    def export(self, batch: Any, send: Callable[[Any], bool]) -> bool:
+        """Send ``batch`` with ``send`` (the SDK exporter), or spool it; True once it is sent or on disk."""
+        if self._stopped:
+            return send(batch)  # after ``finish``: as the SDK alone
+        with self._export_lock:
+            if self._gave_up or self.pending:
+                return self._spool(batch)  # behind what already waits, without an attempt
+            job = _Job(batch, send)
+            with self._cv:
+                self._job = job
+                self._start_locked()
+                self._cv.notify_all()
+                while not (job.done or job.parked):
+                    deadline = self._deadline(job)
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._cv.wait(left)
+                if job.parked or (job.done and job.ok):
+                    return True  # sent, or on disk already (``park``)
+                job.parked = True  # whatever the thread's late answer, this batch is spooled below
+                if not job.done:
+                    self._gave_up = True  # at exit, and the endpoint does not answer in time
+                    if self._job is job:
+                        self._job = None
+            return self._spool(batch)
+
+    def _deadline(self, job: _Job) -> float | None:
+        if self._closing_at is None:
+            return None
+        return max(job.created, self._closing_at) + self._limit_s
+
+    def _spool(self, batch: Any) -> bool:
+        try:
+            body = self._encode(batch)
+        except Exception:  # noqa: BLE001 - a batch the SDK could not encode either
+            warn_once(f"spool encode {self.signal}", "a %s batch could not be encoded for the spool", self.signal)
+            return False
+        ok = self._store.put(self.signal, self.folder, body)
+        with self._cv:
+            if not self._down:
+                self._next_try = time.monotonic() + MIN_BACKOFF_S  # it just failed: not at once again
+            self._down = True
+            if ok:
+                self._start_locked()
+            self._cv.notify_all()
+        return ok
+
+    # ------------------------------------------------------------------ the thread
+    def _start(self) -> None:
+        with self._cv:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._stopped:
+            return
+        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+            return
+        self._pid = os.getpid()  # a forked child starts its own
+        self._thread = threading.Thread(target=self._run, name=f"otel-verl-export-{self.signal}", daemon=True)
+        self._thread.start()
+
+    def _next(self) -> _Job | bool | None:
+        """What the thread does next: a job, True (re-send the oldest spooled batch), None (stop)."""
+        with self._cv:
+            while True:
+                if self._stopped:
+                    return None
+                job = self._job
+                if job is not None and not job.taken and not job.parked:
+                    job.taken = True
+                    return job
+                now = time.monotonic()
+                if now >= self._next_scan:
+                    return False  # look for ended processes' spools
+                waiting = self._store.waiting(self.signal, self.folder)
+                if waiting and now >= self._next_try:
+                    return True
+                if not waiting and self._down:
+                    self._down = False  # nothing waits: whatever failed was dropped or rejected
+                    self._cv.notify_all()
+                wake = self._next_scan if not waiting else min(self._next_scan, self._next_try)
+                self._cv.wait(max(0.0, wake - now))
+
+    def _run(self) -> None:
+        backoff = MIN_BACKOFF_S
+        while True:
+            what = self._next()
+            if what is None:
+                return
+            if isinstance(what, _Job):
+                self._send(what)
+            elif what is False:
+                self._next_scan = time.monotonic() + RESCAN_S
+                self._store.adopt(self.signal)
+            else:
+                backoff = self._resend_oldest(backoff)
+
+    def _send(self, job: _Job) -> None:
+        try:
+            ok = bool(job.send(job.batch))
+        except Exception:  # noqa: BLE001 - the SDK's exporters return FAILURE; another may raise
+            _log.debug("%s export failed", self.signal, exc_info=True)
+            ok = False
+        with self._cv:
+            job.ok, job.done = ok, True
+            if self._job is job:
+                self._job = None
+            if ok:
+                self._down = False
+            self._cv.notify_all()
+
+    def _resend_oldest(self, backoff: float) -> float:
+        entry = self._store.head(self.signal, self.folder)
+        if entry is None:
+            return backoff  # another handle took it
+        try:
+            outcome, nbytes = self._resend(entry)
+        except Exception:  # noqa: BLE001 - never lose the thread; the batch stays
+            _log.debug("spool re-send failed", exc_info=True)
+            outcome, nbytes = spool_send.RETRY, 0
+        if outcome == spool_send.RETRY:
+            self._store.release(entry)
+            with self._cv:
+                self._down = True
+                self._next_try = time.monotonic() + backoff
+                self._cv.notify_all()
+            return min(backoff * 2, MAX_BACKOFF_S)
+        self._store.done(entry, _OUTCOMES[outcome], nbytes)
+        if outcome == spool_send.REJECTED:
+            warn_once(
+                f"spool rejected {self.signal}",
+                "the endpoint refused a spooled %s batch for good (not a valid request for it); it is dropped",
+                self.signal,
+            )
+        with self._cv:
+            if outcome == spool_send.SENT:
+                self._down = False
+                self._gave_up = self._gave_up and self._closing_at is not None  # back, and not at exit
+            self._next_try = 0.0
+            self._cv.notify_all()
+        return MIN_BACKOFF_S
+
+    def _resend(self, entry: spool_store.Entry) -> tuple[str, int]:
+        body = self._store.read(entry)
+        if body is None:
+            return "unreadable", 0
+        return self._sender.send(body), len(body)
+
+    # ------------------------------------------------------------------ the end
+    def closing(self, limit_s: float = CLOSING_ATTEMPT_S) -> None:
+        """The process is ending: from now on a caller waits at most ``limit_s`` for a send."""
+        with self._cv:
+            if self._closing_at is None:
+                self._closing_at = time.monotonic()
+            self._limit_s = min(self._limit_s, max(0.0, limit_s))
+            self._cv.notify_all()
+
+    def wait_drained(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until this exporter's spool is empty or the endpoint is away."""
+        with self._cv:
+            return self._cv.wait_for(
+                lambda: not self.pending or self._down or self._gave_up or self._stopped, timeout_s
+            )
+
+    def park(self) -> int:
+        """Spool the batch whose send is still under way (at exit, on a dead endpoint): the batches parked."""
+        with self._cv:
+            job = self._job
+            if job is None or job.done or job.parked:
+                return 0
+            job.parked = True
+            self._job = None
+            self._cv.notify_all()
+        self._spool(job.batch)
+        return 1
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    def shut_inner(self) -> None:
+        with self._cv:
+            if self._inner_shut:
+                return
+            self._inner_shut = True
+        try:
+            self.inner.shutdown()
+        except Exception:  # noqa: BLE001
+            _log.debug("exporter shutdown failed", exc_info=True)
+
+
+def _after_fork_in_child() -> None:
+    for s in list(_spoolers):
+        s._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_OUTCOMES = {
+    spool_send.SENT: semconv.SPOOL_RESENT,
+    spool_send.REJECTED: semconv.SPOOL_REJECTED,
+    "unreadable": semconv.SPOOL_DROPPED,
+}
+
+
+def closing(spoolers: Sequence[Spooler], budget_s: float) -> None:
+    """The process is ending with ``budget_s`` left to it: sends may take ``CLOSING_ATTEMPT_S``, at most
+    0.4 of that budget, so that what is still queued behind a slow send reaches the disk in time."""
+    for s in spoolers:
+        s.closing(min(CLOSING_ATTEMPT_S, 0.4 * budget_s))
+
+
+def drain(spoolers: Sequence[Spooler], timeout_s: float) -> bool:
+    """Wait (at most ``timeout_s`` in all) while the endpoints take what is spooled."""
+    deadline = time.monotonic() + timeout_s
+    return all(s.wait_drained(max(0.0, deadline - time.monotonic())) for s in spoolers)
+
+
+def finish(spoolers: Sequence[Spooler]) -> None:
+    """At exit, after the bounded shutdown: park what is still on its way, stop the threads, shut the
+    SDK exporters down, hand the spool back. Never raises; takes milliseconds."""
+    for s in spoolers:
+        try:
+            s.park()
+        except Exception:  # noqa: BLE001
+            _log.debug("spool park failed", exc_info=True)
+        s.stop()
+    for s in spoolers:
+        s.shut_inner()
+    store = spool_store.current()
+    if store is not None and all(s._stopped for s in list(_spoolers)):
+        store.close()
+
+
+# ------------------------------------------------------------------ the SDK's exporter interfaces
+class SpoolingSpanExporter(SpanExporter):
+    def __init__(self, inner: SpanExporter, spooler: Spooler) -> None:
+        self.inner = inner
+        self.spooler = spooler
+
+    def _send(self, spans: Sequence[ReadableSpan]) -> bool:
+        return self.inner.export(spans) == SpanExportResult.SUCCESS
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        ok = self.spooler.export(spans, self._send)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        """Only marks the end: ``finish`` shuts the SDK exporter down once the spool had its time."""
+        self.spooler.closing(timeout_millis / 1000.0)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+class SpoolingMetricExporter(MetricExporter):
+    def __init__(self, inner: MetricExporter, spooler: Spooler) -> None:
+        # The SDK exporter's temporality and aggregation, which the readers take from their exporter.
+        preferences = {
+            what: private_api.attribute(
+                inner,
+                f"_preferred_{what}",
+                name=f"MetricExporter._preferred_{what}",
+                dists=("opentelemetry-sdk",),
+                effect="the step metric reader uses the SDK's default temporality and aggregation",
+            )
+            for what in ("temporality", "aggregation")
+        }
+        super().__init__(
+            preferred_temporality=preferences["temporality"], preferred_aggregation=preferences["aggregation"]
+        )
+        self.inner = inner
+        self.spooler = spooler
+
+    def _send(self, data: MetricsData) -> bool:
+        return self.inner.export(data) == MetricExportResult.SUCCESS
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> MetricExportResult:
+        ok = self.spooler.export(metrics_data, self._send)
+        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        self.spooler.closing(timeout_millis / 1000.0)
+
+
+class SpoolingLogExporter(LogRecordExporter):
+    def __init__(self, inner: LogRecordExporter, spooler: Spooler) -> None:
+        self.inner = inner
+        self.spooler = spooler
+
+    def _send(self, batch: Sequence[ReadableLogRecord]) -> bool:
+        return self.inner.export(batch) == LogRecordExportResult.SUCCESS
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        ok = self.spooler.export(batch, self._send)
+        return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        self.spooler.closing(timeout_millis / 1000.0)
+
+
+_WRAPPERS: dict[str, type] = {
+    "traces": SpoolingSpanExporter,
+    "metrics": SpoolingMetricExporter,
+    "logs": SpoolingLogExporter,
+}
+
+
+def wrap(exporter: Any, signal: str) -> Any:
+    """``exporter`` behind a spool when it is an SDK OTLP exporter and spooling is on
+    (``OTEL_VERL_SPOOL``); else ``exporter`` itself."""
+    if spool_store.current() is None:
+        return exporter
+    sender = spool_send.sender_for(exporter, signal)
+    if sender is None:
+        return exporter
+    encode = _encoder(signal)
+    if encode is None:
+        return exporter
+    return _WRAPPERS[signal](exporter, Spooler(signal, exporter, sender, encode))
+
+
+def spooler_of(exporter: Any) -> Spooler | None:
+    """The spooler behind an exporter ``wrap`` returned, or None."""
+    spooler = getattr(exporter, "spooler", None)
+    return spooler if isinstance(spooler, Spooler) else None

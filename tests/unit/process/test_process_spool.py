@@ -1,0 +1,273 @@
+"""The on-disk spool's store (``otel_verl.process.spool``): files, order, bound, adoption, hostile folders.
+
+Real files and real processes: a process that "dies with a spool" is a child that spools and ends
+with ``os._exit`` (no atexit, what a SIGKILL or an OOM kill leaves); one that is "alive" holds its
+locks until the test lets it go.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from otel_verl import _safe, semconv
+from otel_verl.process import drops, spool, spool_stats
+
+HOST = "testhost"
+
+# A child process that spools three traces batches into ROOT and then dies (``die``) or waits
+# for a line on stdin (``live``): prints its process folder's name first.
+CHILD = textwrap.dedent(
+    """
+    import os, sys
+    from otel_verl.process import spool
+    s = spool.Spool(sys.argv[1], 10 * spool.MIB, host=sys.argv[2])
+    for i in range(3):
+        assert s.put("traces", "traces", b"batch-%d" % i)
+    print(s.name, flush=True)
+    if sys.argv[3] == "die":
+        os._exit(0)
+    sys.stdin.readline()
+    """
+)
+
+
+def _child(root: Path, mode: str, host: str = HOST) -> subprocess.Popen:
+    return subprocess.Popen(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", CHILD, str(root), host, mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
+def _dead_spool(root: Path, host: str = HOST) -> str:
+    """The process folder a child that died with three spooled batches left."""
+    proc = _child(root, "die", host)
+    name = proc.stdout.readline().strip()
+    assert proc.wait(60) == 0
+    return name
+
+
+def _drain(s: spool.Spool, signal: str = "traces", folder: str = "traces") -> list[bytes]:
+    out = []
+    while (entry := s.head(signal, folder)) is not None:
+        body = s.read(entry)
+        assert body is not None
+        out.append(body)
+        s.done(entry, semconv.SPOOL_RESENT, len(body))
+    return out
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_nothing_is_written_before_a_batch_must_wait(tmp_path):
+    root = tmp_path / "spool"
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    assert s.adopt("traces") == 0 and s.pending("traces") == 0 and s.head("traces", "traces") is None
+    s.close()
+    assert not root.exists()
+
+
+def test_each_batch_is_one_file_written_atomically_and_sent_oldest_first(tmp_path):
+    root = tmp_path / "spool"
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    bodies = [f"batch {i}".encode() for i in range(5)]
+    for body in bodies[:3]:
+        assert s.put("traces", "traces", body)
+    assert s.put("metrics", "metrics", b"points")
+    assert s.put("traces", "traces", bodies[3])
+    folder = root / s.name / "traces"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "0000000000000001.pb",
+        "0000000000000002.pb",
+        "0000000000000003.pb",
+        "0000000000000005.pb",
+        "lock",
+    ]  # no temporary file left, one sequence for the whole process
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and stat.S_IMODE((root / s.name).stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "0000000000000001.pb").stat().st_mode) == 0o600
+    assert s.pending("traces") == 4 and s.own_bytes == sum(map(len, bodies[:4])) + len(b"points")
+    assert _drain(s) == bodies[:4]
+    assert _drain(s, "metrics", "metrics") == [b"points"]
+    assert s.pending("traces") == 0 and s.own_bytes == 0
+    counts = spool_stats.counts()
+    assert counts[("traces", semconv.SPOOL_SPOOLED)] == (4, sum(map(len, bodies[:4])))
+    assert counts[("traces", semconv.SPOOL_RESENT)] == counts[("traces", semconv.SPOOL_SPOOLED)]
+    s.close()
+    assert _tree(root) == []  # emptied folders are removed
+
+
+def test_a_full_spool_drops_the_oldest_first_whatever_the_signal_counted_and_said_once(tmp_path, caplog):
+    s = spool.Spool(str(tmp_path / "spool"), 1000, host=HOST)
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        assert s.put("metrics", "metrics", b"m" * 300)  # the oldest
+        for i in range(4):
+            assert s.put("traces", "traces", bytes([65 + i]) * 300)
+    # 1000 bytes hold three: the metrics batch went first, then the first traces batch
+    assert _drain(s, "metrics", "metrics") == []
+    assert _drain(s) == [b"B" * 300, b"C" * 300, b"D" * 300]
+    counts = spool_stats.counts()
+    assert counts[("metrics", semconv.SPOOL_DROPPED)] == (1, 300)
+    assert counts[("traces", semconv.SPOOL_DROPPED)] == (1, 300)
+    assert drops.counts()[semconv.DROPPED_SPOOL] >= 2
+    said = [r.getMessage() for r in caplog.records if "OTEL_VERL_SPOOL_MAX_MB, oldest first" in r.getMessage()]
+    assert len(said) == 1, said
+
+
+def test_a_batch_larger_than_the_bound_is_dropped_and_nothing_else(tmp_path):
+    s = spool.Spool(str(tmp_path / "spool"), 1000, host=HOST)
+    assert s.put("traces", "traces", b"a" * 100)
+    assert not s.put("traces", "traces", b"b" * 1001)
+    assert _drain(s) == [b"a" * 100]
+    assert spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)] == (1, 1001)
+
+
+def test_the_batch_on_its_way_to_the_endpoint_is_not_dropped_for_room(tmp_path):
+    s = spool.Spool(str(tmp_path / "spool"), 1000, host=HOST)
+    assert s.put("traces", "traces", b"a" * 400)
+    sending = s.head("traces", "traces")
+    assert s.put("traces", "traces", b"b" * 400)
+    assert s.put("traces", "traces", b"c" * 400)  # no room: "b" goes, not "a" which is being sent
+    assert s.read(sending) == b"a" * 400
+    s.done(sending, semconv.SPOOL_RESENT, 400)
+    assert _drain(s) == [b"c" * 400]
+
+
+def test_a_dead_processs_spool_is_taken_by_the_next_process_of_the_host(tmp_path):
+    root = tmp_path / "spool"
+    dead = _dead_spool(root)
+    other_host = _dead_spool(root, host="otherhost")
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    assert s.adopt("metrics") == 0  # only what it has an exporter for
+    assert s.adopt("traces") == 3
+    assert s.adopt("traces") == 0  # taken once
+    assert _drain(s) == [b"batch-0", b"batch-1", b"batch-2"]
+    assert not (root / dead).exists()  # sent: removed, its process folder with it
+    assert (root / other_host / "traces").is_dir()  # another host's process may be alive: not ours to judge
+    assert spool_stats.counts()[("traces", semconv.SPOOL_RESENT)] == (3, len(b"batch-0") * 3)
+
+
+def test_a_live_processs_spool_is_left_alone_and_taken_once_it_ended(tmp_path):
+    root = tmp_path / "spool"
+    proc = _child(root, "live")
+    try:
+        name = proc.stdout.readline().strip()
+        s = spool.Spool(str(root), spool.MIB, host=HOST)
+        assert s.adopt("traces") == 0
+        assert s.head("traces", "traces") is None
+    finally:
+        proc.communicate("\n", timeout=60)
+    assert s.adopt("traces") == 3
+    assert _drain(s) == [b"batch-0", b"batch-1", b"batch-2"]
+    assert not (root / name).exists()
+
+
+def test_two_processes_never_take_the_same_spool(tmp_path):
+    root = tmp_path / "spool"
+    _dead_spool(root)
+    first = spool.Spool(str(root), spool.MIB, host=HOST)
+    second = spool.Spool(str(root), spool.MIB, host=HOST)  # its own lock descriptors, as another process
+    assert first.adopt("traces") == 3
+    assert second.adopt("traces") == 0
+    first.close()  # handed back unsent (its process ended): the next one takes it
+    assert second.adopt("traces") == 3
+
+
+def test_a_symlinked_spool_root_turns_spooling_off_and_writes_nothing_there(tmp_path, caplog):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "spool").symlink_to(target)
+    s = spool.Spool(str(tmp_path / "spool"), spool.MIB, host=HOST)
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        assert not s.put("traces", "traces", b"x")
+        assert not s.put("traces", "traces", b"y")
+    assert list(target.iterdir()) == []
+    said = [r.getMessage() for r in caplog.records if "symlink" in r.getMessage()]
+    assert len(said) == 1 and "spooling is off" in said[0], said
+    assert spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)] == (2, 2)
+
+
+def test_planted_entries_in_a_dead_spool_are_never_followed_or_opened(tmp_path):
+    root = tmp_path / "spool"
+    dead = root / _dead_spool(root)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not telemetry")
+    folder = dead / "traces"
+    (folder / "0000000000000000.pb").symlink_to(secret)  # oldest: would be read first
+    os.mkfifo(folder / "0000000000000010.pb")  # a reader would wait for ever
+    (folder / "0000000000000011.pb").write_bytes(b"x" * 2048)  # above this reader's limit
+    (folder / "notes.txt").write_text("someone's file")  # not a spool name: never touched
+    (folder / ".0000000000000012.pb.tmp").write_bytes(b"half a batch")  # a writer died mid-write
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    assert s.adopt("traces") == 6  # the three batches and the three planted spool names
+    assert not (folder / ".0000000000000012.pb.tmp").exists()
+    got = []
+    while (entry := s.head("traces", "traces")) is not None:
+        body = spool.read_batch(entry.folder.dir_fd, entry.name, limit=1024)
+        got.append(body)
+        s.done(entry, semconv.SPOOL_RESENT if body else semconv.SPOOL_DROPPED, len(body or b""))
+    assert got == [None, b"batch-0", b"batch-1", b"batch-2", None, None]
+    assert secret.read_bytes() == b"not telemetry"  # the link was removed, never its target
+    assert (folder / "notes.txt").read_text() == "someone's file"
+    assert spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)][0] == 3
+
+
+def test_another_users_folders_are_not_taken(tmp_path, monkeypatch):
+    root = tmp_path / "spool"
+    _dead_spool(root)
+    real = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: real + 1)  # every folder there now belongs to someone else
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    assert s.adopt("traces") == 0
+    assert not s.put("traces", "traces", b"x")  # nor is that root used
+
+
+def test_a_forked_child_spools_into_its_own_folder_and_leaves_the_parents_alone(tmp_path):
+    root = tmp_path / "spool"
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    spool._current = s
+    assert s.put("traces", "traces", b"parent")
+    parent_folder = s.name
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the fork hook gave it a spool of its own
+        try:
+            ok = s.put("traces", "traces", b"child") and s.name != parent_folder
+            os.write(w, s.name.encode() if ok else b"-")
+        finally:
+            os._exit(0)
+    os.close(w)
+    child_folder = os.read(r, 200).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert child_folder not in ("", "-", parent_folder)
+    assert (root / parent_folder / "traces" / "0000000000000001.pb").read_bytes() == b"parent"
+    assert (root / child_folder / "traces" / "0000000000000001.pb").read_bytes() == b"child"
+    # the parent still holds its lock (the child closed its copies): nobody takes the parent's
+    other = spool.Spool(str(root), spool.MIB, host=HOST)
+    assert other.adopt("traces") == 1  # the child's only (it ended)
+    assert _drain(s) == [b"parent"]
+
+
+def test_host_labels_are_folder_names(monkeypatch):
+    assert spool.host_label("node-1.cluster.local") == "node-1.cluster.local"
+    assert spool.host_label("../../etc") == "_.._etc"
+    assert spool.host_label("a b/c\x00") == "a_b_c_"
+    assert spool.host_label("") == "host"
+    assert len(spool.host_label("x" * 300)) == 64
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch):
+    monkeypatch.setattr(_safe, "_seen", set())

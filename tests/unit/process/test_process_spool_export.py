@@ -1,0 +1,463 @@
+"""Spooling OTLP exporters (``otel_verl.process.spool_export``) with the SDK's real OTLP exporters.
+
+The endpoint is an in-process OTLP receiver, HTTP (``tests/otlp_http_receiver.py``) or gRPC (the
+opentelemetry-proto services on a grpc server), started on a port that refused connections before:
+a Collector that was away and is back. Each pipeline is otel-verl's own (``build_own``: the SDK's
+batch processors, otel-verl's step metric reader, the OTLP exporters of ``OTEL_*``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from otlp_http_receiver import OtlpReceiver
+
+from otel_verl import _safe, config, semconv
+from otel_verl.process import exporters, spool, spool_export, spool_send, spool_stats
+from otel_verl.process.resource import Identity
+from otel_verl.process.telemetry import build_own
+
+PROTOCOLS = ["http/protobuf", "grpc"]
+WAIT_S = 60.0  # bounded polling: the re-sender backs off up to spool_export.MAX_BACKOFF_S
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: connections are refused until a receiver takes it
+
+
+def _until(what: str, probe: Callable[[], object], timeout_s: float = WAIT_S) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout_s:g} s")
+
+
+class GrpcReceiver:
+    """OTLP/gRPC receiver on ``port``: records (signal, request) of every export."""
+
+    def __init__(self, port: int) -> None:
+        import grpc
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+        self.requests: list[tuple[str, object]] = []
+        receiver = self
+
+        def servicer(base: type, signal: str, response: type) -> object:
+            class Servicer(base):  # type: ignore[misc, valid-type]
+                def Export(self, request, context):  # noqa: N802 - gRPC's name
+                    receiver.requests.append((signal, request))
+                    return response()
+
+            return Servicer()
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
+            servicer(
+                trace_service_pb2_grpc.TraceServiceServicer, "traces", trace_service_pb2.ExportTraceServiceResponse
+            ),
+            self._server,
+        )
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
+            servicer(
+                metrics_service_pb2_grpc.MetricsServiceServicer,
+                "metrics",
+                metrics_service_pb2.ExportMetricsServiceResponse,
+            ),
+            self._server,
+        )
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(
+            servicer(logs_service_pb2_grpc.LogsServiceServicer, "logs", logs_service_pb2.ExportLogsServiceResponse),
+            self._server,
+        )
+        self._server.add_insecure_port(f"127.0.0.1:{port}")
+        self._server.start()
+
+    def span_ids(self) -> list[str]:
+        return [
+            s.span_id.hex()
+            for sig, r in self.requests
+            if sig == "traces"
+            for rs in r.resource_spans
+            for ss in rs.scope_spans
+            for s in ss.spans
+        ]
+
+    def step_values(self) -> list[float]:
+        return [
+            p.as_double or p.as_int
+            for sig, r in self.requests
+            if sig == "metrics"
+            for rm in r.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == semconv.M_TRAINING_STEP
+            for p in m.gauge.data_points
+        ]
+
+    def stop(self) -> None:
+        self._server.stop(0)
+
+
+class HttpReceiver:
+    """``OtlpReceiver`` with the same questions as ``GrpcReceiver``."""
+
+    def __init__(self, port: int) -> None:
+        self._rx = OtlpReceiver(port=port).__enter__()
+
+    def span_ids(self) -> list[str]:
+        return self._rx.span_ids()
+
+    def step_values(self) -> list[float]:
+        return [
+            float(p.get("asDouble", p.get("asInt", 0)))
+            for body in self._rx.bodies("/v1/metrics")
+            for rm in body.get("resourceMetrics", [])
+            for sm in rm.get("scopeMetrics", [])
+            for m in sm.get("metrics", [])
+            if m["name"] == semconv.M_TRAINING_STEP
+            for p in m["gauge"]["dataPoints"]
+        ]
+
+    def stop(self) -> None:
+        self._rx.__exit__()
+
+
+def _receiver(protocol: str, port: int) -> GrpcReceiver | HttpReceiver:
+    return GrpcReceiver(port) if protocol == "grpc" else HttpReceiver(port)
+
+
+@pytest.fixture
+def otlp_env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., int]:
+    """Point every signal at 127.0.0.1:<port> with ``protocol``; short SDK retries; the port."""
+
+    def setup(protocol: str, port: int | None = None, **extra: str) -> int:
+        port = port or _free_port()
+        for k in list(os.environ):
+            if k.startswith("OTEL_") and k != config.SPOOL_DIR:
+                monkeypatch.delenv(k)
+        env = {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "1",  # the SDK gives a batch up after ~1 s of retries
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_METRIC_EXPORT_INTERVAL": "600000",
+            **extra,
+        }
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        config.settings.cache_clear()
+        return port
+
+    yield setup
+    config.settings.cache_clear()
+
+
+@contextmanager
+def _pipeline() -> Iterator[object]:
+    telemetry = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+    try:
+        yield telemetry
+    finally:
+        telemetry.shutdown(10.0)
+
+
+def _steps(telemetry: object, first: int, last: int) -> list[str]:
+    """Steps ``first``..``last``: a span, a log record and the step gauge each; the span ids."""
+    gauge = telemetry.meter.create_gauge(semconv.M_TRAINING_STEP, unit="{step}")
+    logger = telemetry.logger_provider.get_logger("spool-test")
+    ids = []
+    for step in range(first, last + 1):
+        with telemetry.tracer.start_as_current_span(semconv.SPAN_STEP, attributes={semconv.ATTR_STEP: step}) as s:
+            ids.append(f"{s.get_span_context().span_id:016x}")
+            logger.emit(body=f"step {step}")
+        gauge.set(step)
+        telemetry.mark_step()
+        telemetry.request_flush()
+    return ids
+
+
+def _spooled(signal: str) -> int:
+    return spool_stats.counts().get((signal, semconv.SPOOL_SPOOLED), (0, 0))[0]
+
+
+def _all_sent(telemetry: object) -> bool:
+    return all(s.pending == 0 for s in telemetry._spoolers)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_healthy_endpoint_gets_every_batch_and_the_disk_nothing(otlp_env, protocol):
+    port = otlp_env(protocol)
+    rx = _receiver(protocol, port)
+    try:
+        with _pipeline() as telemetry:
+            assert len(telemetry._spoolers) == 3  # every OTLP exporter is behind a spool
+            ids = _steps(telemetry, 1, 3)
+            _until("every span", lambda: set(ids) <= set(rx.span_ids()))
+    finally:
+        rx.stop()
+    assert {1, 2, 3} <= set(rx.step_values())
+    root = Path(spool.current().root)
+    assert list(root.iterdir()) == []  # not one file, not one folder
+    assert spool_stats.counts() == {}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_endpoint_away_then_back_gets_every_batch_from_the_spool_in_order(otlp_env, protocol):
+    port = otlp_env(protocol)
+    with _pipeline() as telemetry:
+        ids = _steps(telemetry, 1, 2)
+        _until("batches of every signal spooled", lambda: all(_spooled(s) for s in semconv.SIGNALS))
+        ids += _steps(telemetry, 3, 6)  # while the spool holds batches: behind them, at once
+        _until("steps 3-6 spooled", lambda: _spooled("metrics") >= 5)
+        rx = _receiver(protocol, port)  # the Collector is back, on the same port
+        try:
+            _until("the spool emptied", lambda: _all_sent(telemetry))
+            ids += _steps(telemetry, 7, 8)  # and new batches go straight out again
+            _until("every span", lambda: set(ids) <= set(rx.span_ids()))
+            _until("every step", lambda: {1, 2, 3, 4, 5, 6, 7, 8} <= set(rx.step_values()))
+        finally:
+            telemetry.shutdown(5.0)
+            rx.stop()
+    steps = [v for v in rx.step_values() if v in range(1, 9)]
+    assert steps == sorted(steps), steps  # oldest first: each series' points arrive in time order
+    counts = spool_stats.counts()
+    for signal in semconv.SIGNALS:
+        assert counts[(signal, semconv.SPOOL_RESENT)] == counts[(signal, semconv.SPOOL_SPOOLED)], counts
+    assert not any(outcome in (semconv.SPOOL_DROPPED, semconv.SPOOL_REJECTED) for _, outcome in counts)
+    assert list(Path(spool.current().root).iterdir()) == []  # sent: removed, folders too
+
+
+class _Inner:
+    """An exporter whose sends fail until told otherwise, counting them."""
+
+    def __init__(self) -> None:
+        self.ok = False
+        self.calls = 0
+
+    def send(self, batch: object) -> bool:
+        self.calls += 1
+        return self.ok
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _Sender:
+    def __init__(self, answer: str = spool_send.RETRY) -> None:
+        self.answer = answer
+        self.sent: list[bytes] = []
+
+    def send(self, body: bytes) -> str:
+        if self.answer == spool_send.SENT:
+            self.sent.append(body)
+        return self.answer
+
+
+def test_while_its_spool_holds_batches_an_exporter_tries_the_endpoint_no_more():
+    inner, sender = _Inner(), _Sender()
+    spooler = spool_export.Spooler("traces", inner, sender, encode=lambda b: b)
+    try:
+        for i in range(5):
+            assert spooler.export(b"batch %d" % i, inner.send)  # True: safe on disk
+        assert inner.calls == 1  # only the first: the others went behind it, no SDK retry each
+        assert spooler.pending == 5
+        sender.answer = spool_send.SENT  # the endpoint is back
+        _until("the spool emptied", lambda: spooler.pending == 0)
+        assert sender.sent == [b"batch %d" % i for i in range(5)]
+        inner.ok = True
+        assert spooler.export(b"later", inner.send) and inner.calls == 2  # straight out again
+    finally:
+        spool_export.finish([spooler])
+
+
+def test_a_batch_the_endpoint_refuses_for_good_is_dropped_counted_and_said_once(caplog):
+    inner, sender = _Inner(), _Sender(spool_send.REJECTED)
+    spooler = spool_export.Spooler("logs", inner, sender, encode=lambda b: b)
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_verl"):
+            spooler.export(b"one", inner.send)
+            spooler.export(b"two", inner.send)
+            _until("both rejected", lambda: spooler.pending == 0)
+    finally:
+        spool_export.finish([spooler])
+    assert spool_stats.counts()[("logs", semconv.SPOOL_REJECTED)] == (2, 6)
+    assert len([r for r in caplog.records if "refused a spooled logs batch" in r.getMessage()]) == 1
+
+
+def test_an_http_400_answer_is_a_rejection_a_503_a_retry(otlp_env):
+    port = otlp_env("http/protobuf")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    body = ExportTraceServiceRequest().SerializeToString()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1)
+    sender = spool_send.sender_for(exporter, "traces")
+    with OtlpReceiver(status=400, port=port) as rx:
+        assert sender.send(body) == spool_send.REJECTED
+        rx.status = 503
+        assert sender.send(body) == spool_send.RETRY
+        rx.status = 200
+        assert sender.send(body) == spool_send.SENT
+        assert sender.send(b"\xff not a request") == spool_send.REJECTED  # never sent
+        assert len(rx.requests) >= 3
+
+
+def test_at_exit_a_hung_endpoint_costs_the_bound_and_every_batch_reaches_the_disk(otlp_env, monkeypatch):
+    """The first send hangs (the endpoint accepts and never answers); the batches queued behind it
+    must not wait for it past the bound: they go to disk, and so does the hung one."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)  # accepts, never answers
+    try:
+        otlp_env(
+            "http/protobuf",
+            hung.getsockname()[1],
+            OTEL_EXPORTER_OTLP_TIMEOUT="30",
+            OTEL_VERL_SHUTDOWN_TIMEOUT="1",
+            OTEL_BSP_SCHEDULE_DELAY="60000",  # the spans wait in the processor: the exit's flush sends them
+            OTEL_BSP_MAX_EXPORT_BATCH_SIZE="1",  # ... one batch each, queued behind the first, stuck one
+        )
+        telemetry = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+        ids = _steps(telemetry, 1, 5)
+        start = time.monotonic()
+        telemetry.shutdown()
+        took = time.monotonic() - start
+    finally:
+        hung.close()
+    # Nothing lost: what the exit could not send is in the spool, handed back for the next process.
+    root = spool.current().root
+    nxt = spool.Spool(root, spool.MIB)
+    assert nxt.adopt("traces") >= 1
+    found = []
+    while (entry := nxt.head("traces", "traces")) is not None:
+        request = spool_send.parse("traces", nxt.read(entry))
+        found += [f"{s.span_id.hex()}" for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        nxt.done(entry, semconv.SPOOL_RESENT, 0)
+    assert set(ids) <= set(found), (sorted(ids), sorted(found), took)
+
+
+# A verl process that spools into ROOT (its endpoint refuses) and is killed: prints its span ids.
+DIES = textwrap.dedent(
+    """
+    import os, time
+    from otel_verl import semconv
+    from otel_verl.process import spool_stats
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.telemetry import build_own
+    t = build_own(Identity(role=semconv.ROLE_WORKER, rank=0))
+    with t.tracer.start_as_current_span("verl.worker.dies") as s:
+        sid = f"{s.get_span_context().span_id:016x}"
+    t.request_flush()
+    deadline = time.monotonic() + 60
+    while not spool_stats.counts().get(("traces", "spooled")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(sid, flush=True)
+    os._exit(0)  # as SIGKILL: no atexit, no flush
+    """
+)
+# The next verl process of the host: its pipeline starts, then it waits for a line.
+NEXT = textwrap.dedent(
+    """
+    import sys
+    from otel_verl import semconv
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.telemetry import build_own
+    t = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+    print("up", flush=True)
+    sys.stdin.readline()
+    t.shutdown(5.0)
+    """
+)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_next_process_of_the_host_sends_what_a_killed_one_left(otlp_env, tmp_path, protocol):
+    port = otlp_env(protocol, OTEL_VERL_SPOOL_DIR=str(tmp_path / "spool"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    dead = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", DIES], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    span_id = dead.stdout.split()[-1]
+    assert list((tmp_path / "spool").glob("*/traces/*.pb")), "the killed process left nothing in its spool"
+    rx = _receiver(protocol, port)
+    nxt = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", NEXT], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert nxt.stdout.readline().strip() == "up"
+        _until("the killed process's span", lambda: span_id in rx.span_ids())
+    finally:
+        nxt.communicate("\n", timeout=60)
+        rx.stop()
+    assert not list((tmp_path / "spool").glob("*/traces/*.pb"))
+
+
+def test_spool_off_leaves_the_sdk_exporter_as_it_is(otlp_env):
+    otlp_env("http/protobuf", OTEL_VERL_SPOOL="off")
+    spool.reset()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    made = exporters.make_exporter("otlp", OTLPSpanExporter, "traces", Identity())
+    assert type(made) is OTLPSpanExporter
+
+
+def test_other_exporters_are_not_wrapped(otlp_env, tmp_path):
+    otlp_env("http/protobuf")
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    assert type(exporters.make_exporter("console", ConsoleSpanExporter, "traces", Identity())) is ConsoleSpanExporter
+
+
+def test_an_sdk_without_the_private_client_gets_no_spool_said_once_with_versions(otlp_env, caplog, monkeypatch):
+    otlp_env("http/protobuf")
+    monkeypatch.setattr(_safe, "_seen", set())
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    class Renamed(OTLPSpanExporter):  # a future SDK whose client is called something else
+        def __init__(self) -> None:
+            super().__init__()
+            self._transport_client = self.__dict__.pop("_client")
+
+    Renamed.__module__ = OTLPSpanExporter.__module__
+    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+        first = exporters.make_exporter("otlp", Renamed, "traces", Identity())
+        exporters.make_exporter("otlp", Renamed, "traces", Identity())
+    assert type(first) is Renamed  # as without otel-verl's spool
+    said = [r.getMessage() for r in caplog.records if "_client.export" in r.getMessage()]
+    assert len(said) == 1 and "opentelemetry-sdk" in said[0] and "no on-disk spool for traces" in said[0], said
+
+
+def test_the_export_thread_counts_in_otel_verls_own_cpu():
+    from otel_verl.process.overhead import component_of
+
+    inner, sender = _Inner(), _Sender()
+    spooler = spool_export.Spooler("metrics", inner, sender, encode=lambda b: b)
+    try:
+        spooler.export(b"x", inner.send)
+        names = {t.name for t in threading.enumerate()}
+        assert "otel-verl-export-metrics" in names
+        assert component_of("otel-verl-export-metrics") == semconv.COMPONENT_EXPORTER
+    finally:
+        spool_export.finish([spooler])
