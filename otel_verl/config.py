@@ -43,6 +43,7 @@ PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
+OTLP_HEADERS_FILE = "OTEL_VERL_OTLP_HEADERS_FILE"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
@@ -192,6 +193,7 @@ class Settings:
     step_export: bool
     ray_runtime_env: bool
     ray_runtime_env_secrets: bool
+    otlp_headers_file: str | None
     rollout_spans_per_step: int
     gpu_metrics: bool
     process_metrics: bool
@@ -240,6 +242,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(STEP_EXPORT, "step_export", True, env_bool),
     Variable(RAY_RUNTIME_ENV, "ray_runtime_env", True, env_bool),
     Variable(RAY_RUNTIME_ENV_SECRETS, "ray_runtime_env_secrets", False, env_bool),
+    Variable(OTLP_HEADERS_FILE, "otlp_headers_file", None, env_str),
     Variable(RAY_SYSTEM_METRICS, "ray_system_metrics", False, env_bool),
     Variable(ROLLOUT_SPANS_PER_STEP, "rollout_spans_per_step", 64, partial(env_int, minimum=-1, maximum=100_000)),
     Variable(GPU_METRICS, "gpu_metrics", True, env_bool),

@@ -8,7 +8,8 @@ per signal and process into ``OTEL_VERL_FILE_DIR``. ``prometheus`` is a pull rea
 carry the run's resource attributes as labels; each process of a host takes the next free port
 (at most ``PROMETHEUS_PORTS``), so scrape that range. A port setting that is not a whole number
 from 1 to 65535 is one warning and the default port (``prometheus_port``): the other signals of
-the process are not affected.
+the process are not affected. The OTLP exporters also send the headers of
+``OTEL_VERL_OTLP_HEADERS_FILE`` (``otlp_headers``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import settings
+from otel_verl.process import otlp_headers
 from otel_verl.process.resource import Identity
 
 _log = logging.getLogger(__name__)
@@ -79,6 +81,10 @@ def file_path(signal: str, identity: Identity) -> str:
 def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
     if name == JSON_FILE_EXPORTER:
         return cls(path=file_path(signal, identity))
+    if otlp_headers.applies(cls):
+        headers = otlp_headers.headers_for(signal)  # OTEL_VERL_OTLP_HEADERS_FILE (None: not set)
+        if headers is not None:
+            return cls(headers=headers)
     return cls()
 
 

@@ -95,6 +95,7 @@ FREE_FORM = {
     config.EXPERIMENT: ("experiment", None),
     config.FILE_DIR: ("file_dir", config.DEFAULT_FILE_DIR),
     config.GUARD_RULES: ("guard_rules", None),  # a path; an unusable file is judged when it is read
+    config.OTLP_HEADERS_FILE: ("otlp_headers_file", None),  # a path, likewise (process/otlp_headers.py)
 }
 
 
