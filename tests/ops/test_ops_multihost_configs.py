@@ -168,7 +168,10 @@ def _configs(comp: stack.Component) -> list[str]:
 
 def test_an_agent_is_one_collector_forwarding_to_the_gateways(tmp_path, files):
     setup = stack.CollectorSetup(
-        role="agent", gateways="gw1:4317, 10.0.0.6:4317,[fd00::7]:4317", token_file=files["token"], gateway_ca=files["ca"]
+        role="agent",
+        gateways="gw1:4317, 10.0.0.6:4317,[fd00::7]:4317",
+        token_file=files["token"],
+        gateway_ca=files["ca"],
     )
     comps = _plan(tmp_path, setup)
     assert list(comps) == ["otelcol"]
