@@ -8,8 +8,9 @@ telemetry) or ``otel_verl.live`` (live things):
 ``otel-verl replay DIR --endpoint URL`` sends them to an OTLP/HTTP endpoint (``--spool DIR``: what
 verl processes left in their on-disk spools);
 ``otel-verl doctor`` checks what the instrumentation would do here;
-``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker),
-``stack configs DIR`` writes the kit's configs out, ``stack build`` builds the backends.
+``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker), or a
+node's Collector agent or a gateway of several nodes (``--role``); ``stack configs DIR`` writes the
+kit's configs out, ``stack build`` builds the backends.
 
 Whatever goes wrong ends as one ``otel-verl <command>: ...`` line on stderr and an exit code
 (``otel_verl.commands.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback; text
@@ -149,6 +150,48 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="a folder of ops-kit configs (default: OTEL_VERL_COLLECTOR_DIR, else the kit installed with otel-verl)",
     )
+    p_stack.add_argument(
+        "--role",
+        choices=("all-in-one", "gateway", "agent"),
+        default="all-in-one",
+        help="all-in-one (default): the Collector and the backends; agent: a node's Collector, forwarding to "
+        "--gateway; gateway: a Collector of the gateway tier, exporting to this host's all-in-one backends",
+    )
+    p_stack.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address of the OTLP receivers (default 127.0.0.1); another than loopback needs --tls-cert, "
+        "--tls-key and --token-file",
+    )
+    p_stack.add_argument("--tls-cert", type=Path, metavar="FILE", help="PEM certificate of the OTLP receivers")
+    p_stack.add_argument("--tls-key", type=Path, metavar="FILE", help="its PEM key")
+    p_stack.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="bearer token (one line): with TLS the receivers take only requests with it; an agent sends it "
+        "to the gateways",
+    )
+    p_stack.add_argument(
+        "--gateway",
+        metavar="HOST:PORT[,HOST:PORT]|dns:NAME:PORT",
+        help="agent: the gateways, a fixed list or every address of a DNS name (looked up again every 5 s)",
+    )
+    p_stack.add_argument(
+        "--gateway-ca",
+        type=Path,
+        metavar="FILE",
+        help="agent: CA of the gateways' certificates (default: the system's)",
+    )
+    p_stack.add_argument(
+        "--collector-config",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="another Collector config merged after the role's (repeatable), e.g. collector/otelcol-debug.yaml",
+    )
     return parser
 
 
@@ -174,9 +217,21 @@ def _run(ns: argparse.Namespace) -> int:
         limit = ns.max_request_bytes or MAX_REQUEST_BYTES
         return replay(ns.folder, ns.endpoint, ns.headers, ns.timeout, max_request_bytes=limit)
     if ns.command == "stack":
-        from otel_verl.live.stack import stack
+        from otel_verl.live.stack import CollectorSetup, stack
 
-        return stack(ns.action, ns.bin_dir, ns.data_dir, ns.port, ns.timeout, ns.config_dir, ns.targets, ns.force)
+        setup = CollectorSetup(
+            role=ns.role,
+            bind=ns.bind,
+            tls_cert=ns.tls_cert,
+            tls_key=ns.tls_key,
+            token_file=ns.token_file,
+            gateways=ns.gateway,
+            gateway_ca=ns.gateway_ca,
+            extra_configs=tuple(ns.collector_config),
+        )
+        return stack(
+            ns.action, ns.bin_dir, ns.data_dir, ns.port, ns.timeout, ns.config_dir, ns.targets, ns.force, setup
+        )
     from otel_verl.live.doctor import doctor
 
     return doctor()

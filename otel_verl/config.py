@@ -44,6 +44,7 @@ PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
+OTLP_HEADERS_FILE = "OTEL_VERL_OTLP_HEADERS_FILE"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 SPOOL = "OTEL_VERL_SPOOL"
 SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
@@ -200,6 +201,7 @@ class Settings:
     step_export: bool
     ray_runtime_env: bool
     ray_runtime_env_secrets: bool
+    otlp_headers_file: str | None
     rollout_spans_per_step: int
     rollout_slowest_per_step: int
     gpu_metrics: bool
@@ -426,6 +428,18 @@ VARIABLES: tuple[Variable, ...] = (
         "`OTEL_RESOURCE_ATTRIBUTES` entries). Off because Ray stores and shows a job's `runtime_env`; on a "
         "running cluster, set them in the nodes' environment or turn this on.",
         GROUP_RAY,
+    ),
+    Variable(
+        OTLP_HEADERS_FILE,
+        "otlp_headers_file",
+        None,
+        env_str,
+        "Path of a file of OTLP headers (what `OTEL_EXPORTER_OTLP_HEADERS` holds: `authorization=Bearer%20<token>`, "
+        "comma- or line-separated), read by every verl process when it builds its OTLP exporters and added to "
+        "the `OTEL_EXPORTER_OTLP_*HEADERS` ones. The path travels in Ray's `runtime_env`, the token stays in the "
+        "file: readable on every node, a regular file of at most 64 KiB ([Multi-node](multi-node.md)).",
+        GROUP_RAY,
+        "unset",
     ),
     Variable(
         RAY_SYSTEM_METRICS,

@@ -5,7 +5,9 @@ running cluster (``ray start``, KubeRay, ``ray job submit``) they do not. Adding
 ``OTEL_*`` variables (exporter, endpoint, ``OTEL_VERL_RUN_ID``, ...) to the job's
 ``runtime_env.env_vars`` makes both cases equal. verl's ``verl.plugins`` entry point then
 turns the instrumentation on in each worker (see ``otel_verl._verl_plugin``). Variables the
-user already put in ``runtime_env`` win. Turn off with ``OTEL_VERL_RAY_RUNTIME_ENV=false``.
+user already put in ``runtime_env`` win, and so do those of the runtime_env a job was submitted
+with (``ray job submit --runtime-env-json``): Ray would refuse a second value of one variable
+(``_submitted_job_env_vars``). Turn off with ``OTEL_VERL_RAY_RUNTIME_ENV=false``.
 
 Ray stores a job's runtime_env and shows it in its dashboard, so ``otel_env`` (the one place that
 decides what goes there) leaves out, unless ``OTEL_VERL_RAY_RUNTIME_ENV_SECRETS=true``:
@@ -42,6 +44,7 @@ no SDK configurator, so that otel-verl's pipeline is the one of each verl proces
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -115,6 +118,39 @@ def otel_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+MAX_JOB_CONFIG_CHARS = 1 << 20  # Ray's job config (runtime_env and metadata) in one variable; far less in practice
+_JOB_ENV_EFFECT = (
+    "a job submitted with OTEL_* variables in its runtime_env fails at ray.init (Ray refuses to merge two "
+    "values of one variable): pass them in the entrypoint's environment instead"
+)
+
+
+def _submitted_job_env_vars() -> frozenset[str]:
+    """The ``env_vars`` names of the runtime_env the job was submitted with (``ray job submit``).
+
+    Ray's job supervisor hands the entrypoint the job's config in an environment variable, and
+    ``ray.init`` merges that runtime_env with the one passed to it: a variable set in both makes
+    it raise (unless ``RAY_OVERRIDE_JOB_RUNTIME_ENV=1``). Those variables reach every worker
+    through the job's runtime_env anyway, with the job's value, so they are left out here. The
+    variable's name is Ray's own (a private name); an unreadable value counts as none."""
+    name = private_api.import_attribute(
+        "ray._private.runtime_env.constants",
+        "RAY_JOB_CONFIG_JSON_ENV_VAR",
+        dists=("ray",),
+        effect=_JOB_ENV_EFFECT,
+    )
+    raw = os.environ.get(name) if isinstance(name, str) else None
+    if not raw or len(raw) > MAX_JOB_CONFIG_CHARS:
+        return frozenset()
+    try:
+        job = json.loads(raw)
+    except ValueError:
+        return frozenset()
+    runtime_env = job.get("runtime_env") if isinstance(job, dict) else None
+    env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
+    return frozenset(k for k in env_vars if isinstance(k, str)) if isinstance(env_vars, dict) else frozenset()
+
+
 SYSTEM_METRICS = "system_metrics"  # its entry point name
 VERL_RUN_PPO = ("verl.trainer.main_ppo", "run_ppo")  # verl's launcher: calls ray.init with `config` in scope
 
@@ -183,7 +219,8 @@ def _with_otel_env(kwargs: dict[str, Any]) -> dict[str, Any]:
         runtime_env = {}
     elif not isinstance(runtime_env, dict):
         return kwargs  # a RuntimeEnv object or similar: leave the user's choice alone
-    env_vars = dict(otel_env())
+    submitted = _submitted_job_env_vars()  # they reach every worker already, with the job's value
+    env_vars = {name: value for name, value in otel_env().items() if name not in submitted}
     env_vars.update(runtime_env.get("env_vars") or {})
     return {**kwargs, "runtime_env": {**runtime_env, "env_vars": env_vars}}
 

@@ -1,24 +1,42 @@
-"""``otel-verl stack up|down|status|configs|build``: the ops kit's stack without Docker.
+"""``otel-verl stack up|down|status|configs|build``: the ops kit's stack without Docker, on one host or several.
 
-Runs the OpenTelemetry Collector, Prometheus 3, Alertmanager, Jaeger v2 (traces) and VictoriaLogs
-(logs) as local processes bound to 127.0.0.1, with the configs of the ops kit (the ones compose
-mounts), every data folder under one ``--data-dir``. The kit is ``collector/`` and
-``scripts/backends.sh`` of a clone; the wheel carries the same files as ``otel_verl/_ops_kit/``
-(``pyproject.toml``'s force-include), so an installed otel-verl needs no clone: ``configs DIR``
-writes the configs out for a Collector/Prometheus/Grafana of the user's own, ``build`` runs the
-script that builds the five binaries from their Go modules. The Collector config takes its addresses
-from the environment (``${env:OTELCOL_...:-compose default}``); Prometheus and Alertmanager have
-no such substitution, so ``up`` writes a copy of theirs with the local addresses into the data
-folder. Binaries come from ``--bin-dir``, ``PATH``, then the folder ``scripts/backends.sh`` builds
-into; the official release binaries of each project work as well.
+Three roles (``--role``):
+
+* ``all-in-one`` (the default): the OpenTelemetry Collector, Prometheus 3, Alertmanager, Jaeger v2
+  (traces) and VictoriaLogs (logs) as local processes bound to 127.0.0.1, with the configs of the
+  ops kit (the ones compose mounts), every data folder under one ``--data-dir``;
+* ``agent``: the Collector of one node of a multi-node job alone (``otelcol-agent.yaml``): the
+  node's training processes send to it on localhost, it forwards to the gateways of
+  ``--gateway`` (a static list, or ``dns:NAME:PORT`` for every address of a name) with the
+  load_balancing exporter, over TLS with a bearer token (``--token-file``, ``--gateway-ca``);
+* ``gateway``: a Collector of the gateway tier alone (``otelcol-config.yaml``: the all-in-one
+  routing), taking OTLP from the agents on ``--bind`` over TLS with the bearer token
+  (``otelcol-remote.yaml``) and exporting to the backends of an all-in-one stack on this host (its
+  ``--port`` numbers), or to the ``OTELCOL_{METRICS,TRACES,LOGS}_ENDPOINT`` of the environment.
+
+``--bind`` other than loopback needs ``--tls-cert``, ``--tls-key`` and ``--token-file``: a
+Collector that other nodes reach takes OTLP only over TLS with the token. Health check and
+self-metrics stay on 127.0.0.1. ``--collector-config FILE`` adds config files merged after the
+role's (``otelcol-debug.yaml``: a line per span).
+
+The kit is ``collector/`` and ``scripts/backends.sh`` of a clone; the wheel carries the same files
+as ``otel_verl/_ops_kit/`` (``pyproject.toml``'s force-include), so an installed otel-verl needs no
+clone: ``configs DIR`` writes the configs out for a Collector/Prometheus/Grafana of the user's own,
+``build`` runs the script that builds the five binaries from their Go modules. The Collector config
+takes its addresses from the environment (``${env:OTELCOL_...:-compose default}``); Prometheus and
+Alertmanager have no such substitution, so ``up`` writes a copy of theirs with the local addresses
+into the data folder. Binaries come from ``--bin-dir``, ``PATH``, then the folder
+``scripts/backends.sh`` builds into; the official release binaries of each project work as well.
 
 ``up`` returns once every component answers its readiness endpoint; ``down`` stops what ``up``
 started (the pids it recorded, checked against their command line); ``status`` tells which parts
-answer. State lives in ``DATA_DIR/stack.json``.
+answer. State lives in ``DATA_DIR/stack.json``; one data folder per stack (an agent, a gateway and
+an all-in-one stack on one host each need their own, and their own ``--port`` numbers).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -56,6 +74,13 @@ DEFAULT_PORTS: dict[str, int] = {
 }
 
 START_ORDER = ("prometheus", "alertmanager", "jaeger", "victoria-logs", "otelcol")
+ROLES = ("all-in-one", "gateway", "agent")
+# The base config of each role's Collector; otelcol-remote.yaml goes on top with TLS.
+ROLE_CONFIG = {"all-in-one": "otelcol-config.yaml", "gateway": "otelcol-config.yaml", "agent": "otelcol-agent.yaml"}
+REMOTE_OVERLAY = "otelcol-remote.yaml"
+COLLECTOR_PORTS = ("otlp-grpc", "otlp-http", "otelcol-health", "otelcol-metrics")
+DNS_INTERVAL = "5s"  # how often an agent resolves a dns: gateway name again (the exporter's default)
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*\.?")
 # The names each project's own build or release uses; the first one found wins.
 BINARY_NAMES: dict[str, tuple[str, ...]] = {
     "otelcol": ("otelcol-verl", "otelcol-contrib"),
@@ -123,6 +148,118 @@ def parse_ports(items: list[str] | None) -> dict[str, int]:
     return ports
 
 
+def role_components(role: str) -> tuple[str, ...]:
+    """The components a stack of ``role`` runs, in start order."""
+    return START_ORDER if role == "all-in-one" else ("otelcol",)
+
+
+@dataclass(frozen=True)
+class CollectorSetup:
+    """The role of the stack's Collector and how other nodes reach it (the options of ``up``)."""
+
+    role: str = "all-in-one"
+    bind: str = HOST  # the OTLP receivers' address
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    token_file: Path | None = None
+    gateways: str | None = None  # agent: "HOST:PORT[,HOST:PORT]" or "dns:NAME:PORT"
+    gateway_ca: Path | None = None  # agent: CA of the gateways' certificates (None: the system's)
+    extra_configs: tuple[Path, ...] = ()
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _valid_host(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return len(host) <= 253 and bool(_HOSTNAME.fullmatch(host))
+    return True
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _host_port(item: str, what: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for an IPv6 address) of ``--gateway``; CommandError(USAGE) otherwise."""
+    host, sep, port = item.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not _valid_host(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CommandError(f"{what} {item!r}: expected HOST:PORT", USAGE)
+    return host, int(port)
+
+
+def gateway_resolver(spec: str) -> dict:
+    """The load_balancing exporter's ``resolver`` for ``--gateway``: a static list of
+    ``HOST:PORT`` (comma-separated), or ``dns:NAME:PORT`` (every address NAME resolves to, looked
+    up again every ``DNS_INTERVAL``: a gateway that leaves the name loses its share)."""
+    if spec.startswith("dns:"):
+        host, port = _host_port(spec[len("dns:") :], "--gateway dns:")
+        return {"dns": {"hostname": host, "port": str(port), "interval": DNS_INTERVAL}}
+    items = [item for item in spec.split(",") if item.strip()]
+    if not items:
+        raise CommandError("--gateway: no HOST:PORT given", USAGE)
+    hosts = []
+    for item in items:
+        host, port = _host_port(item, "--gateway")
+        hosts.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return {"static": {"hostnames": hosts}}
+
+
+def _readable_file(path: Path | None, option: str) -> None:
+    if path is not None and not path.is_file():
+        raise CommandError(f"{option} {path}: no such file", USAGE)
+
+
+def check_setup(setup: CollectorSetup) -> None:
+    """CommandError(USAGE) naming the first option that does not fit the role."""
+    if setup.role not in ROLES:
+        raise CommandError(f"--role {setup.role!r}: one of {', '.join(ROLES)}", USAGE)
+    if (setup.tls_cert is None) != (setup.tls_key is None):
+        raise CommandError("--tls-cert and --tls-key go together", USAGE)
+    if setup.tls and setup.token_file is None:
+        raise CommandError("--tls-cert needs --token-file: with TLS, the receivers take only the bearer token", USAGE)
+    if not _valid_host(setup.bind):
+        raise CommandError(f"--bind {setup.bind!r}: not an address or host name", USAGE)
+    if not setup.tls and not _is_loopback(setup.bind):
+        raise CommandError(
+            f"--bind {setup.bind} needs --tls-cert, --tls-key and --token-file: a Collector that other nodes "
+            "reach takes OTLP only over TLS with a bearer token",
+            USAGE,
+        )
+    if setup.role == "gateway" and not setup.tls:
+        raise CommandError("--role gateway needs --tls-cert, --tls-key and --token-file (the agents use them)", USAGE)
+    if setup.role == "agent":
+        if not setup.gateways:
+            raise CommandError("--role agent needs --gateway HOST:PORT[,HOST:PORT] or --gateway dns:NAME:PORT", USAGE)
+        gateway_resolver(setup.gateways)
+        if setup.token_file is None:
+            raise CommandError("--role agent needs --token-file: the gateways' bearer token", USAGE)
+    elif setup.gateways or setup.gateway_ca:
+        raise CommandError("--gateway and --gateway-ca are options of --role agent", USAGE)
+    for path, option in (
+        (setup.tls_cert, "--tls-cert"),
+        (setup.tls_key, "--tls-key"),
+        (setup.token_file, "--token-file"),
+        (setup.gateway_ca, "--gateway-ca"),
+        *((p, "--collector-config") for p in setup.extra_configs),
+    ):
+        _readable_file(path, option)
+
+
 @dataclass
 class Component:
     name: str
@@ -146,14 +283,16 @@ def _prometheus_major(binary: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def find_binaries(bin_dir: Path | None) -> dict[str, str]:
-    """Path of each component's binary; CommandError naming every missing one."""
+def find_binaries(bin_dir: Path | None, components: tuple[str, ...] = START_ORDER) -> dict[str, str]:
+    """Path of each of ``components``' binary; CommandError naming every missing one."""
     dirs = ([bin_dir] if bin_dir else []) + [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     dirs.append(default_backends_dir())
     dirs = list(dict.fromkeys(d.resolve() for d in dirs))  # /bin and /usr/bin are one folder on Debian
     found: dict[str, str] = {}
     notes: list[str] = []
     for comp, names in BINARY_NAMES.items():
+        if comp not in components:
+            continue
         for d in dirs:
             for name in names:
                 cand = d / name
@@ -168,7 +307,7 @@ def find_binaries(bin_dir: Path | None) -> dict[str, str]:
                 break
             if comp in found:
                 break
-    missing = [c for c in BINARY_NAMES if c not in found]
+    missing = [c for c in BINARY_NAMES if c in components and c not in found]
     if missing:
         wanted = "; ".join(f"{c} (as {' or '.join(BINARY_NAMES[c])})" for c in missing)
         where = f"{bin_dir}, PATH or {default_backends_dir()}" if bin_dir else f"PATH or {default_backends_dir()}"
@@ -215,11 +354,74 @@ def _alertmanager_config(config_dir: Path) -> str:
     return head + text.replace("host.docker.internal", HOST)
 
 
-def plan(binaries: dict[str, str], config_dir: Path, data_dir: Path, ports: dict[str, int]) -> list[Component]:
-    """The commands, environments and readiness URLs of the five components; writes the configs."""
+def _collector(
+    binary: str, config_dir: Path, data_dir: Path, ports: dict[str, int], setup: CollectorSetup
+) -> Component:
+    """The Collector of ``setup.role``: its config files, environment and readiness URL."""
+    p = ports
+    web = f"http://{HOST}"
+    configs = [config_dir / ROLE_CONFIG[setup.role]]
+    env = {
+        # without TLS --bind is a loopback address (check_setup): receivers, health and self-metrics there
+        "OTELCOL_LISTEN_HOST": HOST if setup.tls else setup.bind,
+        "OTELCOL_OTLP_GRPC_PORT": str(p["otlp-grpc"]),
+        "OTELCOL_OTLP_HTTP_PORT": str(p["otlp-http"]),
+        "OTELCOL_HEALTH_PORT": str(p["otelcol-health"]),
+        "OTELCOL_METRICS_PORT": str(p["otelcol-metrics"]),
+        "OTELCOL_STORAGE_DIR": str(data_dir / "otelcol" / "file_storage"),
+        # As compose: about 80 % of the 2 GiB compose gives it; memory_limiter acts first. An agent
+        # is smaller: 80 % of its memory_limiter's 512 MiB.
+        "GOMEMLIMIT": "410MiB" if setup.role == "agent" else "1640MiB",
+    }
+    if setup.role == "agent":
+        env["OTELCOL_GATEWAY_RESOLVER"] = json.dumps(gateway_resolver(setup.gateways or ""))
+        env["OTELCOL_GATEWAY_CA_FILE"] = str(setup.gateway_ca.resolve()) if setup.gateway_ca else ""
+    else:
+        backends = {
+            "OTELCOL_METRICS_ENDPOINT": f"{web}:{p['prometheus']}/api/v1/otlp",
+            "OTELCOL_TRACES_ENDPOINT": f"{HOST}:{p['jaeger-otlp-grpc']}",
+            "OTELCOL_LOGS_ENDPOINT": f"{web}:{p['victorialogs']}/insert/opentelemetry",
+        }
+        for name, value in backends.items():
+            # a gateway exports to this host's all-in-one stack, unless the environment names others
+            env[name] = (os.environ.get(name) or value) if setup.role == "gateway" else value
+    if setup.token_file is not None:
+        env["OTELCOL_BEARER_TOKEN_FILE"] = str(setup.token_file.resolve())
+    if setup.tls:
+        assert setup.tls_cert is not None and setup.tls_key is not None
+        configs.append(config_dir / REMOTE_OVERLAY)
+        env["OTELCOL_REMOTE_LISTEN_HOST"] = setup.bind
+        env["OTELCOL_TLS_CERT_FILE"] = str(setup.tls_cert.resolve())
+        env["OTELCOL_TLS_KEY_FILE"] = str(setup.tls_key.resolve())
+    configs += [c.resolve() for c in setup.extra_configs]
+    scheme, host = ("https", setup.bind) if setup.tls else ("http", env["OTELCOL_LISTEN_HOST"])
+    return Component(
+        "otelcol",
+        [binary, *(f"--config={c}" for c in configs)],
+        env,
+        f"http://{_url_host(env['OTELCOL_LISTEN_HOST'])}:{p['otelcol-health']}/",
+        f"{scheme}://{_url_host(host)}:{p['otlp-grpc']} (OTLP gRPC), {scheme}://{_url_host(host)}:{p['otlp-http']} "
+        "(OTLP HTTP)",
+        COLLECTOR_PORTS,
+    )
+
+
+def plan(
+    binaries: dict[str, str],
+    config_dir: Path,
+    data_dir: Path,
+    ports: dict[str, int],
+    setup: CollectorSetup | None = None,
+) -> list[Component]:
+    """The commands, environments and readiness URLs of the role's components; writes the configs."""
+    setup = setup or CollectorSetup()
+    (data_dir / "otelcol" / "file_storage").mkdir(parents=True, exist_ok=True)
+    collector = _collector(binaries["otelcol"], config_dir, data_dir, ports, setup)
+    if setup.role != "all-in-one":
+        return [collector]
     p = ports
     prom_dir, am_dir = data_dir / "prometheus", data_dir / "alertmanager"
-    for d in (prom_dir / "data", am_dir / "data", data_dir / "victoria-logs", data_dir / "otelcol" / "file_storage"):
+    for d in (prom_dir / "data", am_dir / "data", data_dir / "victoria-logs"):
         d.mkdir(parents=True, exist_ok=True)
     (prom_dir / "prometheus.yml").write_text(_prometheus_config(config_dir, p), encoding="utf-8")
     (am_dir / "alertmanager.yml").write_text(_alertmanager_config(config_dir), encoding="utf-8")
@@ -286,26 +488,7 @@ def plan(binaries: dict[str, str], config_dir: Path, data_dir: Path, ports: dict
             f"{web}:{p['victorialogs']}",
             ("victorialogs",),
         ),
-        Component(
-            "otelcol",
-            [binaries["otelcol"], f"--config={config_dir / 'otelcol-config.yaml'}"],
-            {
-                "OTELCOL_LISTEN_HOST": HOST,
-                "OTELCOL_OTLP_GRPC_PORT": str(p["otlp-grpc"]),
-                "OTELCOL_OTLP_HTTP_PORT": str(p["otlp-http"]),
-                "OTELCOL_HEALTH_PORT": str(p["otelcol-health"]),
-                "OTELCOL_METRICS_PORT": str(p["otelcol-metrics"]),
-                "OTELCOL_STORAGE_DIR": str(data_dir / "otelcol" / "file_storage"),
-                "OTELCOL_METRICS_ENDPOINT": f"{web}:{p['prometheus']}/api/v1/otlp",
-                "OTELCOL_TRACES_ENDPOINT": f"{HOST}:{p['jaeger-otlp-grpc']}",
-                "OTELCOL_LOGS_ENDPOINT": f"{web}:{p['victorialogs']}/insert/opentelemetry",
-                # As compose: about 80 % of the 2 GiB compose gives it; memory_limiter acts first.
-                "GOMEMLIMIT": "1640MiB",
-            },
-            f"{web}:{p['otelcol-health']}/",
-            f"{web}:{p['otlp-http']} (OTLP HTTP), {HOST}:{p['otlp-grpc']} (OTLP gRPC)",
-            ("otlp-grpc", "otlp-http", "otelcol-health", "otelcol-metrics"),
-        ),
+        collector,
     ]
 
 
@@ -321,11 +504,16 @@ def _answers(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _port_free(port: int, host: str = HOST) -> bool:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((HOST, port))
+            s.bind(address)
         except OSError:
             return False
     return True
@@ -392,6 +580,38 @@ def _stop(pid: int, binary: str, grace_s: float = STOP_GRACE_S) -> None:
         pass
 
 
+def _busy_ports(ports: dict[str, int], setup: CollectorSetup) -> list[str]:
+    """``name port`` of every port of the role's components that is taken where it would listen."""
+    names = [name for name in ports if setup.role == "all-in-one" or name in COLLECTOR_PORTS]
+    busy = []
+    for name in names:
+        if name in ("otlp-grpc", "otlp-http"):
+            host = setup.bind
+        elif name in COLLECTOR_PORTS:  # health check and self-metrics: loopback, --bind's without TLS
+            host = HOST if setup.tls else setup.bind
+        else:
+            host = HOST
+        if not _port_free(ports[name], host):
+            busy.append(f"{name} {ports[name]} on {host}")
+    return busy
+
+
+def _next_steps(setup: CollectorSetup, ports: dict[str, int]) -> list[str]:
+    """What ``up`` says to do next, for the training job or the agents."""
+    grpc = ports["otlp-grpc"]
+    if setup.role == "gateway":
+        return [f"agents: otel-verl stack up --role agent --gateway {_url_host(setup.bind)}:{grpc} --token-file ..."]
+    if setup.tls:
+        return [
+            "for the training job (on every node that reaches it):",
+            f"  export OTEL_EXPORTER_OTLP_ENDPOINT=https://{_url_host(setup.bind)}:{grpc}",
+            "  export OTEL_EXPORTER_OTLP_CERTIFICATE=<the CA of its certificate>",
+            "  export OTEL_VERL_OTLP_HEADERS_FILE=<a file: authorization=Bearer%20<the token>>",
+        ]
+    host = "localhost" if setup.role == "agent" else _url_host(setup.bind)
+    return ["for the training job:", f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{host}:{grpc}"]
+
+
 def up(
     bin_dir: Path | None,
     data_dir: Path,
@@ -399,7 +619,10 @@ def up(
     timeout_s: float = 90.0,
     config_dir: Path | None = None,
     out: Callable[[str], None] = print,
+    setup: CollectorSetup | None = None,
 ) -> int:
+    setup = setup or CollectorSetup()
+    check_setup(setup)
     config_dir = config_dir or default_config_dir()
     if config_dir is None or not (config_dir / "otelcol-config.yaml").is_file():
         raise CommandError(
@@ -409,10 +632,15 @@ def up(
             else "no ops-kit configs installed with otel-verl: pass --config-dir or set OTEL_VERL_COLLECTOR_DIR",
             USAGE,
         )
+    order = role_components(setup.role)
     data_dir.mkdir(parents=True, exist_ok=True)
     state = _load_state(data_dir)
     running = _running(state)
-    if set(running) == set(START_ORDER) and all(_answers(c["ready_url"]) for c in running.values()):
+    if (
+        state.get("role", "all-in-one") == setup.role
+        and set(running) == set(order)
+        and all(_answers(c["ready_url"]) for c in running.values())
+    ):
         # Idempotent, like scripts/backends.sh: a second `up` finds the stack it wants.
         out(f"already running from {data_dir}:")
         return status(data_dir, out)
@@ -421,16 +649,22 @@ def up(
             f"a stack from {data_dir} is already running ({', '.join(running)}): "
             "`otel-verl stack status` shows it, `otel-verl stack down` stops it"
         )
-    binaries = find_binaries(bin_dir)
-    busy = [f"{name} {port}" for name, port in ports.items() if not _port_free(port)]
+    binaries = find_binaries(bin_dir, order)
+    busy = _busy_ports(ports, setup)
     if busy:
-        raise CommandError(f"ports in use on {HOST}: {', '.join(busy)}; choose others with --port NAME=PORT")
-    components = {c.name: c for c in plan(binaries, config_dir.resolve(), data_dir.resolve(), ports)}
+        raise CommandError(f"ports in use: {', '.join(busy)}; choose others with --port NAME=PORT")
+    components = {c.name: c for c in plan(binaries, config_dir.resolve(), data_dir.resolve(), ports, setup)}
     (data_dir / "logs").mkdir(exist_ok=True)
-    state = {"data_dir": str(data_dir.resolve()), "ports": ports, "components": {}}
+    state = {
+        "data_dir": str(data_dir.resolve()),
+        "role": setup.role,
+        "order": list(order),
+        "ports": ports,
+        "components": {},
+    }
     started = time.monotonic()
     procs: dict[str, subprocess.Popen] = {}
-    for name in START_ORDER:
+    for name in order:
         comp = components[name]
         log_path = data_dir / "logs" / f"{name}.log"
         with open(log_path, "ab") as log:
@@ -452,7 +686,7 @@ def up(
             "log": str(log_path),
         }
         _save_state(data_dir, state)
-    pending = list(START_ORDER)
+    pending = list(order)
     deadline = started + timeout_s
     while pending:
         for name in list(pending):
@@ -473,15 +707,22 @@ def up(
             )
         if pending:
             time.sleep(0.25)
-    out(f"stack up in {time.monotonic() - started:.1f} s, data in {data_dir}; for the training job:")
-    out(f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{HOST}:{ports['otlp-grpc']}")
+    out(f"{setup.role} stack up in {time.monotonic() - started:.1f} s, data in {data_dir}")
+    for line in _next_steps(setup, ports):
+        out(line)
     return OK
+
+
+def _order(state: dict) -> tuple[str, ...]:
+    """The components of the stack ``state`` records, in start order."""
+    order = state.get("order")
+    return tuple(order) if isinstance(order, list) else START_ORDER
 
 
 def _stop_all(state: dict) -> list[str]:
     stopped = []
     # Collector first: whatever it still holds goes to its on-disk queue or to the backends.
-    for name in reversed(START_ORDER):
+    for name in reversed(_order(state)):
         info = (state.get("components") or {}).get(name)
         if info and _ours(info["pid"], info["argv"][0]):
             _stop(info["pid"], info["argv"][0])
@@ -504,7 +745,7 @@ def status(data_dir: Path, out: Callable[[str], None] = print) -> int:
         out(f"no stack started from {data_dir}")
         return PROBLEM
     healthy = True
-    for name in START_ORDER:
+    for name in _order(state):
         info = comps.get(name)
         if info is None:
             healthy = False
@@ -615,6 +856,7 @@ def stack(
     config_dir: Path | None = None,
     targets: list[str] | None = None,
     force: bool = False,
+    setup: CollectorSetup | None = None,
 ) -> int:
     """Entry point of ``otel-verl stack``; ``action`` is up, down, status, configs (``targets``: the
     folder) or build (``targets``: the components, default all)."""
@@ -630,7 +872,7 @@ def stack(
     if bin_dir is not None and not bin_dir.is_dir():
         raise CommandError(f"--bin-dir {bin_dir} is not a folder", USAGE)
     if action == "up":
-        return up(bin_dir, data_dir, parse_ports(port_items), timeout_s, config_dir)
+        return up(bin_dir, data_dir, parse_ports(port_items), timeout_s, config_dir, setup=setup)
     if action == "down":
         return down(data_dir)
     if action == "status":

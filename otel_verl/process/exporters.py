@@ -8,8 +8,9 @@ per signal and process into ``OTEL_VERL_FILE_DIR``. ``prometheus`` is a pull rea
 carry the run's resource attributes as labels; each process of a host takes the next free port
 (at most ``PROMETHEUS_PORTS``), so scrape that range. A port setting that is not a whole number
 from 1 to 65535 is one warning and the default port (``prometheus_port``): the other signals of
-the process are not affected. An OTLP exporter keeps what its endpoint does not take in the
-on-disk spool until it does (``spool_export``; ``OTEL_VERL_SPOOL=off``: as the SDK alone).
+the process are not affected. An OTLP exporter sends the headers of
+``OTEL_VERL_OTLP_HEADERS_FILE`` (``otlp_headers``) and keeps what its endpoint does not take in
+the on-disk spool until it does (``spool_export``; ``OTEL_VERL_SPOOL=off``: as the SDK alone).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import settings
-from otel_verl.process import spool_export
+from otel_verl.process import otlp_headers, spool_export
 from otel_verl.process.resource import Identity
 
 _log = logging.getLogger(__name__)
@@ -82,7 +83,9 @@ def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
     """The exporter ``name`` of ``signal``; an OTLP one behind the on-disk spool (``spool_export``)."""
     if name == JSON_FILE_EXPORTER:
         return cls(path=file_path(signal, identity))  # writes every batch: nothing to spool
-    return spool_export.wrap(cls(), signal)
+    headers = otlp_headers.headers_for(signal) if otlp_headers.applies(cls) else None
+    # OTEL_VERL_OTLP_HEADERS_FILE (None: not set)
+    return spool_export.wrap(cls() if headers is None else cls(headers=headers), signal)
 
 
 def prometheus_port(environ: Mapping[str, str] | None = None) -> tuple[int, str | None]:

@@ -5,8 +5,8 @@ its declared dependencies (from pip's cache or PyPI), and ``otel-verl doctor`` r
 verl is not in that venv (a multi-GB install), so doctor must say exactly that, and find the
 entry points that make ``opentelemetry-instrument`` and verl load otel-verl. The wheel alone
 carries the ops kit: ``otel-verl stack configs`` from that venv writes it, and the built Collector
-validates the written config. Then the same venv takes otel-verl from a git URL (``git+file://``
-of this clone's HEAD).
+validates the written configs (all-in-one, a node's agent, a gateway). Then the same venv takes
+otel-verl from a git URL (``git+file://`` of this clone's HEAD).
 """
 
 from __future__ import annotations
@@ -146,6 +146,29 @@ def test_the_built_collector_validates_the_config_the_wheel_wrote(written_kit):
             env={**os.environ, **env},
         )
         assert done.returncode == 0, (env, done.stdout + done.stderr)
+    # a node's agent and a gateway of several nodes, from the same written kit (their files have no
+    # default for the token, the TLS files and the gateways: what `stack up --role` sets)
+    roles = {
+        "agent": ["otelcol-agent.yaml"],
+        "secured agent": ["otelcol-agent.yaml", "otelcol-remote.yaml"],
+        "gateway": ["otelcol-config.yaml", "otelcol-remote.yaml", "otelcol-debug.yaml"],
+    }
+    env = {
+        "OTELCOL_STORAGE_DIR": str(storage),
+        "OTELCOL_BEARER_TOKEN_FILE": "/etc/otelcol/token",
+        "OTELCOL_GATEWAY_RESOLVER": '{"static": {"hostnames": ["gw1:4317", "gw2:4317"]}}',
+        "OTELCOL_TLS_CERT_FILE": "/etc/otelcol/cert.pem",
+        "OTELCOL_TLS_KEY_FILE": "/etc/otelcol/key.pem",
+    }
+    for role, files in roles.items():
+        done = subprocess.run(
+            [str(collector), "validate", *(f"--config={written_kit / f}" for f in files)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
+        assert done.returncode == 0, (role, done.stdout + done.stderr)
 
 
 @pytest.mark.skipif(

@@ -240,3 +240,45 @@ def test_weight_shim_keeps_the_linear_weight():
     mod.dispatch_cpu_unquantized_gemm("layer", remove_weight=True)
     mod.dispatch_cpu_unquantized_gemm("layer", True)
     assert calls == [("layer", False), ("layer", False)]
+
+
+def test_hold_waits_while_the_tests_file_exists_and_says_where_it_is(tmp_path):
+    import threading
+
+    from verl_cpu_harness import plugin
+
+    assert plugin.hold_at(str(tmp_path), 3) is False  # no hold file: no wait, no signal
+    assert not (tmp_path / "at-3").exists()
+    (tmp_path / "hold-3").write_text("")
+    released = threading.Event()
+
+    def release() -> None:  # the test's side: waits for the signal, then lets the driver go
+        while not (tmp_path / "at-3").exists():
+            threading.Event().wait(0.01)
+        released.set()
+        (tmp_path / "hold-3").unlink()
+
+    threading.Thread(target=release, daemon=True).start()
+    assert plugin.hold_at(str(tmp_path), 3) is True
+    assert released.is_set()  # it returned only after the hold file was gone
+
+
+def test_hold_patches_tracking_log_to_hold_after_the_step_is_logged(tmp_path, monkeypatch):
+    import types
+
+    from verl_cpu_harness import plugin
+
+    seen: list[int] = []
+
+    class Tracking:
+        def log(self, data, step, backend=None):
+            seen.append(step)
+
+    monkeypatch.setenv(plugin.HOLD_DIR, str(tmp_path))
+    mod = types.SimpleNamespace(Tracking=Tracking)
+    plugin._install_hold(mod)
+    plugin._install_hold(mod)  # once only
+    calls: list[tuple[str, object]] = []
+    monkeypatch.setattr(plugin, "hold_at", lambda folder, step: calls.append((folder, step)))
+    Tracking().log({"x": 1.0}, step=2)
+    assert seen == [2] and calls == [(str(tmp_path), 2)]

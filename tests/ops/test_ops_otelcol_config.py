@@ -52,7 +52,16 @@ ALLOWED_TYPES = {
         "deltatocumulative",
         "groupbyattrs",
     },
-    "exporters": {"otlp_grpc", "otlp_http", "debug", "nop", "prometheus", "prometheusremotewrite", "file"},
+    "exporters": {
+        "otlp_grpc",
+        "otlp_http",
+        "debug",
+        "nop",
+        "prometheus",
+        "prometheusremotewrite",
+        "file",
+        "load_balancing",  # renamed from loadbalancing (a deprecated alias now)
+    },
     "connectors": {"spanmetrics", "servicegraph", "forward", "count", "routing"},
     "extensions": {"health_check", "file_storage", "pprof", "zpages", "basicauth", "bearertokenauth"},
 }
@@ -68,6 +77,7 @@ DEPRECATED_OR_REMOVED = {
     ("exporters", "otlphttp"): "renamed to otlp_http in v0.144.0 (deprecated alias)",
     ("exporters", "logging"): "removed: use debug",
     ("processors", "spanmetrics"): "removed: use the spanmetrics connector",
+    ("exporters", "loadbalancing"): "renamed to load_balancing (deprecated alias)",
 }
 
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
@@ -286,12 +296,23 @@ def _contrib_version(gomod: str) -> str:
     return gomod.rsplit(" ", 1)[1]
 
 
+# Contrib modules the Go module proxy does not serve at the others' release (builder-config.yaml
+# says why): the only ones allowed at another release, and only at this one.
+CONTRIB_BEHIND = {
+    "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/loadbalancingexporter": "v0.160.0",
+    "github.com/open-telemetry/opentelemetry-collector-contrib/processor/resourcedetectionprocessor": "v0.160.0",
+}
+
+
 def test_the_built_collector_has_the_auth_extension_at_the_contrib_release():
     builder = load_yaml(BUILDER_CONFIG)
     modules = [m["gomod"] for kind in ("receivers", "processors", "exporters", "extensions") for m in builder[kind]]
     contrib = [m for m in modules if m.startswith("github.com/open-telemetry/opentelemetry-collector-contrib/")]
     (auth,) = [m for m in contrib if "/extension/bearertokenauthextension " in m]
-    assert {_contrib_version(m) for m in contrib} == {_contrib_version(auth)}  # one contrib release
+    behind = {m.split(" ")[0]: _contrib_version(m) for m in contrib if m.split(" ")[0] in CONTRIB_BEHIND}
+    assert behind == CONTRIB_BEHIND, behind  # the two are in, at the release the comment names
+    others = [m for m in contrib if m.split(" ")[0] not in CONTRIB_BEHIND]
+    assert {_contrib_version(m) for m in others} == {_contrib_version(auth)}  # one contrib release
 
 
 def test_signal_routing(cfg):

@@ -113,6 +113,7 @@ FREE_FORM = {
     config.FILE_DIR: ("file_dir", config.DEFAULT_FILE_DIR),
     config.GUARD_RULES: ("guard_rules", None),  # a path; an unusable file is judged when it is read
     config.SPOOL_DIR: ("spool_dir", None),  # a path; an unusable folder turns the spool off when it is used
+    config.OTLP_HEADERS_FILE: ("otlp_headers_file", None),  # a path, likewise (process/otlp_headers.py)
 }
 
 

@@ -17,6 +17,9 @@ It does nothing when a GPU is present (or ``VERL_CPU_HARNESS=0``). Otherwise it:
 7. (fault tests, opt-in) ``VERL_CPU_HARNESS_STEP_SECONDS=<s>`` makes each training step last at
    least ``s`` seconds (``Tracking.log`` waits until ``s`` after its previous call), so that a run
    spans an outage of known length with a known number of steps, on a fast or a loaded machine.
+8. (fault tests, opt-in) ``VERL_CPU_HARNESS_HOLD_DIR=<dir>`` holds the driver after it logged
+   step ``N`` while ``<dir>/hold-N`` exists (it writes ``<dir>/at-N`` when it starts waiting), so
+   that a test does its fault at a known point of the run instead of racing Ray's console.
 
 Patches that need a verl module are applied right after that module is first imported
 (``_when_imported``), so loading the plugin stays cheap and never imports
@@ -367,6 +370,54 @@ def _install_pacing(mod: types.ModuleType) -> None:
     cls.log = paced
 
 
+# --------------------------------------------------------------------------------------
+# 8. holding the driver at a step (opt-in): VERL_CPU_HARNESS_HOLD_DIR=<dir>. Once verl's
+#    Tracking.log(step=N) returns, the driver waits while <dir>/hold-N exists (the test made it
+#    before the job and removes it when its fault is done), after writing <dir>/at-N (the test's
+#    signal, independent of when Ray forwards the console). Bounded by HOLD_MAX_S.
+# --------------------------------------------------------------------------------------
+HOLD_DIR = "VERL_CPU_HARNESS_HOLD_DIR"
+HOLD_MAX_S = 900.0
+HOLD_POLL_S = 0.1
+
+
+def hold_at(folder: str, step: object, max_s: float = HOLD_MAX_S) -> bool:
+    """Wait while ``folder/hold-<step>`` exists (announced by ``folder/at-<step>``); whether it held."""
+    import time
+
+    hold = os.path.join(folder, f"hold-{step}")
+    if not os.path.exists(hold):
+        return False
+    at = os.path.join(folder, f"at-{step}")
+    with open(at + ".tmp", "w") as f:
+        f.write(f"{os.getpid()}\n")
+    os.replace(at + ".tmp", at)
+    deadline = time.monotonic() + max_s
+    while os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(HOLD_POLL_S)  # the test's file is the condition; a few reads a second
+    return True
+
+
+def _install_hold(mod: types.ModuleType) -> None:
+    import functools
+
+    folder = os.environ.get(HOLD_DIR, "").strip()
+    cls = getattr(mod, "Tracking", None)
+    original = cls.__dict__.get("log") if cls is not None else None
+    if not folder or original is None or getattr(original, "_cpu_harness_hold", False):
+        return
+
+    @functools.wraps(original)
+    def log(self, data, step, *args, **kwargs):
+        try:
+            return original(self, data, step, *args, **kwargs)
+        finally:
+            hold_at(folder, step)
+
+    log._cpu_harness_hold = True
+    cls.log = log
+
+
 def install() -> bool:
     """Apply everything; returns False (and does nothing) when a GPU is present."""
     if not _enabled():
@@ -396,6 +447,13 @@ def install() -> bool:
             wrapt.register_post_import_hook(_install_pacing, "verl.utils.tracking")
         except ImportError:
             _when_imported("verl.utils.tracking", _install_pacing)
+    if os.environ.get(HOLD_DIR, "").strip():
+        try:  # as above: otel-verl hooks verl.utils.tracking with wrapt too
+            import wrapt
+
+            wrapt.register_post_import_hook(_install_hold, "verl.utils.tracking")
+        except ImportError:
+            _when_imported("verl.utils.tracking", _install_hold)
     return True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -231,3 +232,48 @@ def test_plain_settings_travel_with_no_warning(fresh_warnings, caplog):
     assert env_vars["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment=prod,service.namespace=rl"
     assert env_vars["OTEL_SERVICE_NAME"] == "verl"
     assert [r for r in caplog.records if r.name.startswith("otel_verl")] == []
+
+
+def _submitted_with(monkeypatch, runtime_env: dict) -> None:
+    """This process as Ray's job supervisor starts a submitted job's entrypoint (``ray job submit``)."""
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+
+    monkeypatch.setenv(RAY_JOB_CONFIG_JSON_ENV_VAR, json.dumps({"runtime_env": runtime_env, "metadata": {}}))
+    for name, value in runtime_env.get("env_vars", {}).items():
+        monkeypatch.setenv(name, value)  # the supervisor runs the entrypoint with the job's env_vars
+    config.settings.cache_clear()
+
+
+def test_a_job_submitted_with_otel_variables_in_its_runtime_env_still_merges(monkeypatch):
+    """``ray job submit --runtime-env-json '{"env_vars": {"OTEL_...": ...}}'``: the entrypoint's
+    ``ray.init`` merges the job's runtime_env with the one passed to it and raises on a variable
+    in both (Ray's own merge, below); the job's variables are left to the job."""
+    from ray.runtime_env.runtime_env import _merge_runtime_env
+
+    job = {"env_vars": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4317", "OTEL_SERVICE_NAME": "verl-job"}}
+    _submitted_with(monkeypatch, job)
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-9")
+    try:
+        verl_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "true"}}  # what verl's main_ppo passes
+        out = ray_launch._with_otel_env({"runtime_env": verl_env})["runtime_env"]
+        merged = _merge_runtime_env(job, out)  # what ray.init does with the two (None: it raises)
+        assert merged is not None, out
+        assert merged["env_vars"]["OTEL_VERL_RUN_ID"] == "run-9"  # what the job lacks still goes
+        assert merged["env_vars"]["OTEL_SERVICE_NAME"] == "verl-job"
+        assert merged["env_vars"]["TOKENIZERS_PARALLELISM"] == "true"
+    finally:
+        config.settings.cache_clear()
+
+
+@pytest.mark.parametrize("raw", ["", "not json", "[1, 2]", '{"runtime_env": 3}', '{"runtime_env": {"env_vars": []}}'])
+def test_an_unreadable_job_config_counts_as_none(monkeypatch, raw):
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+
+    monkeypatch.setenv(RAY_JOB_CONFIG_JSON_ENV_VAR, raw)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "verl-job")
+    config.settings.cache_clear()
+    try:
+        assert ray_launch._submitted_job_env_vars() == frozenset()
+        assert ray_launch._with_otel_env({})["runtime_env"]["env_vars"]["OTEL_SERVICE_NAME"] == "verl-job"
+    finally:
+        config.settings.cache_clear()
