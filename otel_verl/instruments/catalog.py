@@ -82,6 +82,12 @@ STEP_TIME = InstrumentSpec(
 TRAINER_IDLE_RATIO = InstrumentSpec(
     semconv.M_TRAINER_IDLE_RATIO, GAUGE, "1", "Share of the last step the trainer waited for rollouts"
 )
+TRAINER_POLL_LAG = InstrumentSpec(
+    semconv.M_TRAINER_POLL_LAG,
+    GAUGE,
+    "s",
+    "Seconds of the last step the trainer waited after its rollouts were done (v1 replay buffer poll)",
+)
 POOL_TIME = InstrumentSpec(
     semconv.M_POOL_TIME,
     GAUGE,
@@ -177,6 +183,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     TRAINING_STALLED,
     STEP_TIME,
     TRAINER_IDLE_RATIO,
+    TRAINER_POLL_LAG,
     POOL_TIME,
     ROLLOUT_IDLE_RATIO,
     TRAJECTORY_DURATION,
