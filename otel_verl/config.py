@@ -43,11 +43,15 @@ PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
+GUARD_EXIT_CODE = "OTEL_VERL_GUARD_EXIT_CODE"
+GUARD_MARKER = "OTEL_VERL_GUARD_MARKER"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
+GUARD_MARKER_NAME = "otel-verl-guard-stop.json"  # in trainer.default_local_dir, next to verl's checkpoints
+GUARD_EXIT_CODE_MAX = 125  # above: the shell's "not executable", "not found" and 128 + signal
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
 
 # The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
@@ -203,6 +207,8 @@ class Settings:
     samples_max_chars: int
     guard_action: str
     guard_rules: str | None
+    guard_exit_code: int  # 0: a guard stop ends the job with rc 0, as a finished run
+    guard_marker: str | None  # None: GUARD_MARKER_NAME in the run's checkpoint folder
     stall_after_s: float | None  # None: auto; 0: off
 
 
@@ -251,6 +257,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(SAMPLES_MAX_CHARS, "samples_max_chars", 2000, partial(env_int, minimum=1, maximum=1_000_000)),
     Variable(GUARD_ACTION, "guard_action", "observe", partial(env_choice, choices=GUARD_ACTIONS)),
     Variable(GUARD_RULES, "guard_rules", None, env_str),
+    Variable(GUARD_EXIT_CODE, "guard_exit_code", 0, partial(env_int, minimum=0, maximum=GUARD_EXIT_CODE_MAX)),
+    Variable(GUARD_MARKER, "guard_marker", None, env_str),
     Variable(STALL_AFTER, "stall_after_s", None, lambda name, default: env_stall_after(name)),
 )
 

@@ -87,6 +87,7 @@ INVALID = {
     config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
     config.GUARD_ACTION: ("pause", "guard_action", "observe", "'observe'"),
     config.STALL_AFTER: ("soon", "stall_after_s", None, "'auto'"),
+    config.GUARD_EXIT_CODE: ("130", "guard_exit_code", 0, "0"),  # 128 + signal: not a code of ours
 }
 # Free-form values: any string is valid, so there is no invalid value; empty means the default.
 FREE_FORM = {
@@ -95,6 +96,7 @@ FREE_FORM = {
     config.EXPERIMENT: ("experiment", None),
     config.FILE_DIR: ("file_dir", config.DEFAULT_FILE_DIR),
     config.GUARD_RULES: ("guard_rules", None),  # a path; an unusable file is judged when it is read
+    config.GUARD_MARKER: ("guard_marker", None),  # a path; one that cannot be written is said when it is
 }
 
 
@@ -166,6 +168,7 @@ RANGES = {
     config.SAMPLES_EVERY_N_STEPS: (1, 1_000_000),
     config.SAMPLES_PER_STEP: (1, 10_000),
     config.SAMPLES_MAX_CHARS: (1, 1_000_000),
+    config.GUARD_EXIT_CODE: (0, config.GUARD_EXIT_CODE_MAX),
 }
 HOSTILE = [
     "²",  # str.isdigit() says yes, int() says no
