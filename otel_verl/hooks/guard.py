@@ -231,8 +231,7 @@ def _stop_before_step(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
 def _fit_until_guard_stop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     if settings().guard_action != "off":
         _start_reading_rules()  # read while verl starts up, not at the first step
-    if settings().guard_action == "stop":
-        guard_exit.clear_stale_marker(instance)
+    guard_exit.clear_stale_marker(instance)  # an earlier run's stop: this run's own outcome replaces it
     try:
         return wrapped(*args, **kwargs)
     except GuardStop as stop:
