@@ -16,6 +16,12 @@ its own code. Two parts, side by side:
   run (``ray::TaskRunner``, ``ray::IDLE``, ``dashboard.py``...). Run twice: otel-verl on, and
   off (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=verl,system_metrics``: the library alone).
 
+The isolated part also runs the ``sitecustomize`` of the job's Ray workers
+(``otel_verl.process.worker_bootstrap``: no distro, no configurator), bare and with every
+instrumentation ``opentelemetry-bootstrap -a install`` picks (``verl_cpu_harness.bootstrap_site``);
+the ``sitecustomize`` cases above are the launcher's (with ``opentelemetry-distro`` installed, its
+configurator builds the SDK's providers there).
+
 Usage: ``python bench/startup_cost.py [--rounds 7] [--job [--no-isolated]] [--driver v0] [--otel-verl-src DIR]``
 (``--otel-verl-src``: put another copy of ``otel_verl`` first on the path, e.g. an older tree).
 """
@@ -101,8 +107,8 @@ def _base_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k not in drop}
 
 
-def _otel_env(folder: Path, src: str | None) -> dict[str, str]:
-    path = [_autoinstr_dir(), *([src] if src else [])]
+def _otel_env(folder: Path, src: str | None, site: str | None = None, extra: str | None = None) -> dict[str, str]:
+    path = [site or _autoinstr_dir(), *([src] if src else []), *([extra] if extra else [])]
     return {
         **_base_env(),
         "PYTHONPATH": os.pathsep.join(path),
@@ -134,6 +140,16 @@ def isolated(rounds: int, src: str | None) -> str:
     }
     lib = {**on, "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "verl,system_metrics"}
     plain = {**_base_env(), "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "verl"}  # verl.plugins stays off too
+    # what the job's Ray workers run instead (otel_verl.process.worker_bootstrap: no distro or
+    # configurator), bare and with every instrumentation opentelemetry-bootstrap picks
+    from verl_cpu_harness import bootstrap_site
+
+    from otel_verl.process.worker_bootstrap import SITE_DIR
+
+    boot, _ = bootstrap_site.build()
+    worker = {**_otel_env(folder, src, SITE_DIR), **{k: on[k] for k in ("OTEL_VERL_RUN_ID",)}}
+    worker["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "system_metrics"
+    worker_boot = {**worker, "PYTHONPATH": os.pathsep.join([worker["PYTHONPATH"], str(boot)])}
     cases = {
         "python -c pass, plain": ([py, "-c", "pass"], plain),
         "python -c pass, sitecustomize, otel-verl off": ([py, "-c", "pass"], lib),
@@ -141,6 +157,10 @@ def isolated(rounds: int, src: str | None) -> str:
         "python -c 'import verl', plain": ([py, "-c", "import verl"], plain),
         "python -c 'import verl', sitecustomize, otel-verl off": ([py, "-c", "import verl"], lib),
         "python -c 'import verl', sitecustomize, otel-verl on": ([py, "-c", "import verl"], on),
+        "python -c pass, worker sitecustomize": ([py, "-c", "pass"], worker),
+        "python -c pass, worker sitecustomize, bootstrap's set": ([py, "-c", "pass"], worker_boot),
+        "python -c 'import verl', worker sitecustomize": ([py, "-c", "import verl"], worker),
+        "python -c 'import verl', worker sitecustomize, bootstrap's set": ([py, "-c", "import verl"], worker_boot),
     }
     samples: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for _ in range(rounds):

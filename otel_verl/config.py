@@ -5,8 +5,8 @@ characters) logs one warning naming the variable, the default used instead and w
 nothing here can stop training: ``Variable.value`` catches whatever a parser raises. Standard
 ``OTEL_*`` variables (exporters, endpoint, headers, sampler, ``OTEL_METRIC_EXPORT_INTERVAL``, ...)
 are read by the OpenTelemetry SDK itself and keep their documented meaning. Every variable, its
-default, range and meaning: README.md, "Configuration" (``tests/unit/test_config.py`` fails when a
-variable here has no row there).
+default, range and meaning: ``VARIABLES`` below, from which ``scripts/gen_docs.py`` writes the
+configuration page (``tests/docs`` fails when that page is out of date).
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 GUARD_EXIT_CODE = "OTEL_VERL_GUARD_EXIT_CODE"
 GUARD_MARKER = "OTEL_VERL_GUARD_MARKER"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
+ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
+ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 GUARD_MARKER_NAME = "otel-verl-guard-stop.json"  # in trainer.default_local_dir, next to verl's checkpoints
@@ -200,6 +202,7 @@ class Settings:
     gpu_metrics: bool
     process_metrics: bool
     ray_system_metrics: bool
+    engine_tracing: str
     log_level: int
     samples: bool
     samples_every_n_steps: int
@@ -214,12 +217,17 @@ class Settings:
 
 @dataclass(frozen=True)
 class Variable:
-    """One ``OTEL_VERL_*`` setting: its ``Settings`` field, default, and parser ``read(name, default)``."""
+    """One ``OTEL_VERL_*`` setting: its ``Settings`` field, default, parser ``read(name, default)``,
+    and what the configuration page says of it (``doc``; ``shown_default`` when the default is
+    not a plain value; ``group``: the page's section)."""
 
     name: str
     field: str
     default: Any
     read: Callable[[str, Any], Any]
+    doc: str
+    group: str
+    shown_default: str | None = None
 
     def value(self) -> Any:
         """The setting's value, or its default after one warning: whatever the environment holds,
@@ -234,32 +242,329 @@ class Variable:
             _warn(self.name, raw, self.default)
             return self.default
 
+    def default_text(self) -> str:
+        """The default as the configuration page shows it."""
+        if self.shown_default is not None:
+            return self.shown_default
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        if self.field == "log_level":
+            return logging.getLevelName(self.default)
+        return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
-# Every setting, in README order: the one list settings() and ``otel-verl doctor`` read.
+
+# Sections of the configuration page, in order.
+GROUP_RUN = "The run and its files"
+GROUP_EXPORT = "What is exported, and when"
+GROUP_RAY = "Ray"
+GROUP_LOGS = "Logs and sampled generations"
+GROUP_GUARD = "Guard and stall doctor"
+GROUPS = (GROUP_RUN, GROUP_EXPORT, GROUP_RAY, GROUP_LOGS, GROUP_GUARD)
+
+# Every setting, in the configuration page's order: the one list settings(), ``otel-verl doctor``
+# and that page (``scripts/gen_docs.py``) read.
 VARIABLES: tuple[Variable, ...] = (
-    Variable(RUN_ID, "run_id", None, env_str),
-    Variable(PROJECT, "project", None, env_str),
-    Variable(EXPERIMENT, "experiment", None, env_str),
-    Variable(FILE_DIR, "file_dir", DEFAULT_FILE_DIR, env_str),
-    Variable(SHUTDOWN_TIMEOUT, "shutdown_timeout_s", 5.0, partial(env_float, maximum=SHUTDOWN_TIMEOUT_MAX_S)),
-    Variable(FORWARD_METRICS, "forward_metrics", True, env_bool),
-    Variable(STEP_EXPORT, "step_export", True, env_bool),
-    Variable(RAY_RUNTIME_ENV, "ray_runtime_env", True, env_bool),
-    Variable(RAY_RUNTIME_ENV_SECRETS, "ray_runtime_env_secrets", False, env_bool),
-    Variable(RAY_SYSTEM_METRICS, "ray_system_metrics", False, env_bool),
-    Variable(ROLLOUT_SPANS_PER_STEP, "rollout_spans_per_step", 64, partial(env_int, minimum=-1, maximum=100_000)),
-    Variable(GPU_METRICS, "gpu_metrics", True, env_bool),
-    Variable(PROCESS_METRICS, "process_metrics", True, env_bool),
-    Variable(LOG_LEVEL, "log_level", logging.WARNING, env_log_level),
-    Variable(SAMPLES, "samples", False, env_bool),
-    Variable(SAMPLES_EVERY_N_STEPS, "samples_every_n_steps", 10, partial(env_int, minimum=1, maximum=1_000_000)),
-    Variable(SAMPLES_PER_STEP, "samples_per_step", 4, partial(env_int, minimum=1, maximum=10_000)),
-    Variable(SAMPLES_MAX_CHARS, "samples_max_chars", 2000, partial(env_int, minimum=1, maximum=1_000_000)),
-    Variable(GUARD_ACTION, "guard_action", "observe", partial(env_choice, choices=GUARD_ACTIONS)),
-    Variable(GUARD_RULES, "guard_rules", None, env_str),
-    Variable(GUARD_EXIT_CODE, "guard_exit_code", 0, partial(env_int, minimum=0, maximum=GUARD_EXIT_CODE_MAX)),
-    Variable(GUARD_MARKER, "guard_marker", None, env_str),
-    Variable(STALL_AFTER, "stall_after_s", None, lambda name, default: env_stall_after(name)),
+    Variable(
+        RUN_ID,
+        "run_id",
+        None,
+        env_str,
+        "Run id shared by every process of a job (`verl.run.id`).",
+        GROUP_RUN,
+        "generated in the launcher",
+    ),
+    Variable(
+        PROJECT,
+        "project",
+        None,
+        env_str,
+        "`verl.project` on every process's resource (the launcher reads `trainer.project_name` when verl "
+        "calls `ray.init`); set it to override.",
+        GROUP_RUN,
+        "from verl's config",
+    ),
+    Variable(
+        EXPERIMENT,
+        "experiment",
+        None,
+        env_str,
+        "`verl.experiment` on every process's resource (from `trainer.experiment_name`); set it to override.",
+        GROUP_RUN,
+        "from verl's config",
+    ),
+    Variable(
+        FILE_DIR,
+        "file_dir",
+        DEFAULT_FILE_DIR,
+        env_str,
+        "Folder for the `otlp_json_file` exporters: one `traces-`/`metrics-`/`logs-<role>-<pid>.jsonl` per "
+        "process (made absolute in the launcher, so every Ray worker writes to the same folder).",
+        GROUP_RUN,
+        f"`./{DEFAULT_FILE_DIR}`",
+    ),
+    Variable(
+        SHUTDOWN_TIMEOUT,
+        "shutdown_timeout_s",
+        5.0,
+        partial(env_float, maximum=SHUTDOWN_TIMEOUT_MAX_S),
+        f"Seconds (0 to {SHUTDOWN_TIMEOUT_MAX_S:g}) telemetry may add to a process's end, whatever the endpoint "
+        "does (the end-of-training flush and the exit shutdown share it).",
+        GROUP_RUN,
+    ),
+    Variable(
+        FORWARD_METRICS,
+        "forward_metrics",
+        True,
+        env_bool,
+        "Export every numeric key verl logs as a `verl.<key>` gauge (the named instruments stay either way).",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        STEP_EXPORT,
+        "step_export",
+        True,
+        env_bool,
+        "Export metrics at every step boundary, so no step's values are lost between export intervals.",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        ROLLOUT_SPANS_PER_STEP,
+        "rollout_spans_per_step",
+        64,
+        partial(env_int, minimum=-1, maximum=100_000),
+        "Trajectories per step and agent-loop worker (at most 100000) that get `verl.rollout.*` spans (`0` "
+        "none, `-1` all), and with them the reward worker's span and user spans inside them; the rollout "
+        "histograms count every one.",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        ENGINE_TRACING,
+        "engine_tracing",
+        "auto",
+        partial(env_choice, choices=ENGINE_TRACING_CHOICES),
+        "The rollout engine's own request spans under each LLM call (vLLM's `llm_request`, SGLang's request "
+        "trace): `auto` and `true` carry the call's trace context to the engine and turn on what its tracing "
+        "needs (vLLM: its request tracing on otel-verl's provider and its stats, `disable_log_stats=False`), "
+        "for the engines that support it; `false` leaves the engine as verl configures it.",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        GPU_METRICS,
+        "gpu_metrics",
+        True,
+        env_bool,
+        "`hw.gpu.*` gauges in worker processes.",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        PROCESS_METRICS,
+        "process_metrics",
+        True,
+        env_bool,
+        "`process.*` CPU/memory gauges in worker processes (needs `otel-verl[system]`).",
+        GROUP_EXPORT,
+    ),
+    Variable(
+        RAY_RUNTIME_ENV,
+        "ray_runtime_env",
+        True,
+        env_bool,
+        "Add the `OTEL_*` settings to the job's Ray `runtime_env`, so that workers on a running cluster get them.",
+        GROUP_RAY,
+    ),
+    Variable(
+        RAY_RUNTIME_ENV_SECRETS,
+        "ray_runtime_env_secrets",
+        False,
+        env_bool,
+        "Also add, as they are, the `OTEL_*` variables whose name looks secret (`OTEL_EXPORTER_OTLP_*HEADERS`, "
+        "client keys) or whose value holds credentials (an endpoint with `user:pass@` or `?api_key=`, secret "
+        "`OTEL_RESOURCE_ATTRIBUTES` entries). Off because Ray stores and shows a job's `runtime_env`; on a "
+        "running cluster, set them in the nodes' environment or turn this on.",
+        GROUP_RAY,
+    ),
+    Variable(
+        RAY_SYSTEM_METRICS,
+        "ray_system_metrics",
+        False,
+        env_bool,
+        "Also run the generic system-metrics instrumentation that `opentelemetry-instrument` starts in every "
+        "process in each of the job's Ray processes. Off: each would collect the host's `system.*` metrics; "
+        "the launcher keeps one copy and verl's processes report `process.*` with their rank.",
+        GROUP_RAY,
+    ),
+    Variable(
+        LOG_LEVEL,
+        "log_level",
+        logging.WARNING,
+        env_log_level,
+        "Lowest Python log level exported (a name, or a number from 0 to 50).",
+        GROUP_LOGS,
+    ),
+    Variable(
+        SAMPLES,
+        "samples",
+        False,
+        env_bool,
+        "Export sampled generations (prompt and response) as log records.",
+        GROUP_LOGS,
+    ),
+    Variable(
+        SAMPLES_EVERY_N_STEPS,
+        "samples_every_n_steps",
+        10,
+        partial(env_int, minimum=1, maximum=1_000_000),
+        "Sample steps whose number is a multiple of N (1 to 1000000).",
+        GROUP_LOGS,
+    ),
+    Variable(
+        SAMPLES_PER_STEP,
+        "samples_per_step",
+        4,
+        partial(env_int, minimum=1, maximum=10_000),
+        "Generations per sampled step (the first of the batch; 1 to 10000).",
+        GROUP_LOGS,
+    ),
+    Variable(
+        SAMPLES_MAX_CHARS,
+        "samples_max_chars",
+        2000,
+        partial(env_int, minimum=1, maximum=1_000_000),
+        "Prompt and response are each cut to this many characters (1 to 1000000).",
+        GROUP_LOGS,
+    ),
+    Variable(
+        GUARD_ACTION,
+        "guard_action",
+        "observe",
+        partial(env_choice, choices=GUARD_ACTIONS),
+        "What the guard does when a rule fires: `observe`, `checkpoint`, `stop` or `off` ([Guard](guard.md)).",
+        GROUP_GUARD,
+    ),
+    Variable(
+        GUARD_RULES,
+        "guard_rules",
+        None,
+        env_str,
+        "Path of a rules file (YAML or JSON; a regular file of at most 1 MiB and 1000 rules, read off the "
+        "training thread) replacing `otel_verl/guard/rules.yaml`; an unusable one is one warning and the "
+        "built-in rules.",
+        GROUP_GUARD,
+        "built-in",
+    ),
+    Variable(
+        GUARD_EXIT_CODE,
+        "guard_exit_code",
+        0,
+        partial(env_int, minimum=0, maximum=GUARD_EXIT_CODE_MAX),
+        f"Exit status (0 to {GUARD_EXIT_CODE_MAX}) of the job's launcher after a guard `stop`, so that a "
+        "scheduler (Slurm, a KubeRay job) can tell it from a finished run; `0`: rc 0, as a finished run "
+        "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
+        GROUP_GUARD,
+    ),
+    Variable(
+        GUARD_MARKER,
+        "guard_marker",
+        None,
+        env_str,
+        "File the guard writes (JSON, atomically) when it stops training: the step, the rules that fired and the "
+        "exit code, for a scheduler or a wrapper script to read "
+        "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
+        GROUP_GUARD,
+        f"`<trainer.default_local_dir>/{GUARD_MARKER_NAME}`",
+    ),
+    Variable(
+        STALL_AFTER,
+        "stall_after_s",
+        None,
+        lambda name, default: env_stall_after(name),
+        f"Seconds ({STALL_AFTER_MIN_S:g} to {STALL_AFTER_MAX_S:.0f}, 30 days) without a finished training step "
+        "before every process reports its stacks; `auto`: 10x the median step time, at least 600 s; `0`/`off`: "
+        "off ([Stall doctor](stall-doctor.md)).",
+        GROUP_GUARD,
+        "auto",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Documented:
+    """A variable otel-verl reads that is not one of its settings: a standard ``OTEL_*`` one (read by
+    the SDK with its documented meaning), or one of a command's (``otel-verl stack``)."""
+
+    name: str
+    default: str
+    doc: str
+
+
+# The standard variables that matter most with otel-verl (the configuration page lists them).
+STANDARD_VARIABLES: tuple[Documented, ...] = (
+    Documented(
+        "OTEL_TRACES_EXPORTER",
+        "otlp",
+        "`otlp`, `otlp_json_file` (files in `OTEL_VERL_FILE_DIR`), `console`, `none`; several comma-separated.",
+    ),
+    Documented("OTEL_METRICS_EXPORTER", "otlp", "As above, and `prometheus` (a pull endpoint per process)."),
+    Documented("OTEL_LOGS_EXPORTER", "otlp", "As for traces; `none` turns logs off."),
+    Documented(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "http://localhost:4317 (gRPC), http://localhost:4318 (HTTP)",
+        "Where OTLP goes; each process resolves it where it runs (`localhost` is each node's own).",
+    ),
+    Documented("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "`grpc`, `http/protobuf` or `http/json`."),
+    Documented(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "(none)",
+        "`k=v,k2=v2`, e.g. `authorization=Bearer%20<token>`; kept out of Ray's `runtime_env` unless "
+        "`OTEL_VERL_RAY_RUNTIME_ENV_SECRETS=true`.",
+    ),
+    Documented("OTEL_EXPORTER_OTLP_CERTIFICATE", "(system CAs)", "CA that signed the Collector's certificate (TLS)."),
+    Documented(
+        "OTEL_EXPORTER_OTLP_TIMEOUT", "10 (seconds)", "Per export, retries included; then the batch is dropped."
+    ),
+    Documented(
+        "OTEL_TRACES_SAMPLER", "parentbased_always_on", "The SDK's sampler (`OTEL_TRACES_SAMPLER_ARG` its argument)."
+    ),
+    Documented(
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        "60000 (ms)",
+        "Periodic metric export; step values also go at every step boundary (`OTEL_VERL_STEP_EXPORT`).",
+    ),
+    Documented("OTEL_SERVICE_NAME", "verl", "`service.name` of every process of the job."),
+    Documented("OTEL_RESOURCE_ATTRIBUTES", "(none)", "`k=v,...` added to every process's resource."),
+    Documented(
+        "OTEL_EXPORTER_PROMETHEUS_HOST",
+        "127.0.0.1",
+        "With `OTEL_METRICS_EXPORTER=prometheus`: the pull endpoint's address (`0.0.0.0` for a remote scraper).",
+    ),
+    Documented(
+        "OTEL_EXPORTER_PROMETHEUS_PORT",
+        "9464",
+        "Its port (1 to 65535); each further process of the host takes the next free one (up to 32).",
+    ),
+    Documented("OTEL_BSP_MAX_QUEUE_SIZE", "2048", "Spans a process holds while the endpoint is away."),
+    Documented("OTEL_BLRP_MAX_QUEUE_SIZE", "2048", "Log records a process holds while the endpoint is away."),
+    Documented(SDK_DISABLED, "false", "`true`: the SDK makes no telemetry, and neither does otel-verl."),
+    Documented(DISABLED_INSTRUMENTATIONS, "(none)", f"`{INSTRUMENTATION_NAME}` (or `*`) turns otel-verl off."),
+)
+
+# Variables of the ``otel-verl`` commands (not settings of the instrumentation).
+TOOL_VARIABLES: tuple[Documented, ...] = (
+    Documented(
+        "OTEL_VERL_STACK_DIR",
+        "`~/.local/share/otel-verl/stack`",
+        "`otel-verl stack`: data, logs and state of the stack (`--data-dir`).",
+    ),
+    Documented(
+        "OTEL_VERL_BACKENDS_DIR",
+        "`~/.cache/otel-verl/backends`",
+        "Where `otel-verl stack build` (`scripts/backends.sh`) puts the binaries, and where `stack up` looks last.",
+    ),
+    Documented(
+        "OTEL_VERL_COLLECTOR_DIR",
+        "the ops kit installed with otel-verl",
+        "`otel-verl stack`: another folder of ops-kit configs (`--config-dir`), e.g. one `stack configs` wrote.",
+    ),
 )
 
 

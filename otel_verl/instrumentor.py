@@ -22,6 +22,15 @@ from otel_verl.config import ensure_run_id
 from otel_verl.package import _instruments
 
 
+def _bound_their_exit() -> None:
+    try:
+        from otel_verl.process.global_providers import bound_their_exit
+
+        bound_their_exit()
+    except Exception:  # noqa: BLE001 - never break start-up
+        logging.getLogger("otel_verl").debug("could not bound the global providers' exit", exc_info=True)
+
+
 class _OnVerlImport:
     """A ``sys.meta_path`` entry that calls ``callback`` once, when ``verl`` is first looked up.
 
@@ -78,6 +87,8 @@ class VerlInstrumentor(BaseInstrumentor):
 
             PROCESS.use_providers(*given)
         ensure_run_id()  # now: the Ray processes this one starts inherit it
+        if not any(p is not None for p in given):
+            _bound_their_exit()  # a distro's providers in this process: their exit stays bounded too
         if "verl" in sys.modules:  # programmatic use, or the verl.plugins entry point inside ``import verl``
             self._activate()
         elif self._waiting is None:

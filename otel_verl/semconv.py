@@ -178,6 +178,20 @@ M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
 # the replica's own view (hooks/rollout/server.py): seconds with >= 1 request in its generate
 M_ROLLOUT_REPLICA_BUSY_TIME = "verl.rollout.replica.busy_time"
 ATTR_ROLLOUT_REPLICA = "verl.rollout.replica"  # the replica rank (RolloutReplica.replica_rank)
+# the rollout engine's own request span and its attributes (vLLM's names: vllm/tracing/utils.py)
+SPAN_ENGINE_REQUEST = "llm_request"  # vLLM: one per request, a child of the verl.rollout.llm_call
+GEN_AI_LATENCY_TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"  # s waiting for the scheduler
+GEN_AI_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"  # s from scheduled to first token
+GEN_AI_LATENCY_DECODE = "gen_ai.latency.time_in_model_decode"  # s from first to last token
+GEN_AI_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
+GEN_AI_LATENCY_E2E = "gen_ai.latency.e2e"
+# vLLM's own metrics as the engine bridge names them (instruments/engine_metrics.py: ``:`` -> ``.``);
+# the ones the collector/ kit queries
+M_VLLM_KV_CACHE_USAGE = "vllm.kv_cache_usage_perc"
+M_VLLM_REQUESTS_RUNNING = "vllm.num_requests_running"
+M_VLLM_REQUESTS_WAITING = "vllm.num_requests_waiting"
+M_VLLM_PREEMPTIONS = "vllm.num_preemptions"
+M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram: .bucket (le), .sum, .count
 
 # ---------------------------------------------------------------- GPU (hardware semconv: hardware/gpu.md, common.md)
 M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"

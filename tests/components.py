@@ -61,6 +61,31 @@ def require_module(name: str, how: str) -> ModuleType:
         require(name, f"cannot be imported ({exc}); {how}")
 
 
+VLLM_CPU_HOW = "`bash scripts/vllm_cpu.sh` builds it (`bash scripts/setup.sh` starts that in the background)"
+# The wait for a background build of that venv ends this long after the session started (from
+# empty caches it takes a few minutes beside the other tests; the tests that need it run late).
+VLLM_CPU_DEADLINE_S = float(os.environ.get("OTEL_VERL_VLLM_CPU_DEADLINE_S", "2400"))
+
+
+def require_vllm_cpu() -> str:
+    """The Python of the venv with verl's vLLM rollout on vLLM's CPU build (``scripts/vllm_cpu.sh``),
+    or :func:`require`. Waits for a build that is still running (the script's own lock), until
+    ``VLLM_CPU_DEADLINE_S`` after the session start."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "vllm_cpu.sh"
+    left = max(1.0, SESSION_START + VLLM_CPU_DEADLINE_S - time.monotonic())
+    try:
+        done = subprocess.run(["bash", str(script), "--check"], capture_output=True, text=True, timeout=left)
+    except subprocess.TimeoutExpired:
+        require("the vLLM CPU venv", f"scripts/vllm_cpu.sh was still building at the deadline; {VLLM_CPU_HOW}")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        require("the vLLM CPU venv", f"{(done.stderr or done.stdout).strip()[-300:]}; {VLLM_CPU_HOW}")
+    return str(Path(lines[-1]) / "bin" / "python")
+
+
 HARNESS_HOW = "`bash scripts/setup.sh` installs it (pip install -e tests/harness)"
 
 

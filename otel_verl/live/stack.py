@@ -1,8 +1,12 @@
-"""``otel-verl stack up|down|status``: the ops kit's stack without Docker.
+"""``otel-verl stack up|down|status|configs|build``: the ops kit's stack without Docker.
 
 Runs the OpenTelemetry Collector, Prometheus 3, Alertmanager, Jaeger v2 (traces) and VictoriaLogs
-(logs) as local processes bound to 127.0.0.1, with the configs of ``collector/`` (the ones compose
-mounts), every data folder under one ``--data-dir``. The Collector config takes its addresses
+(logs) as local processes bound to 127.0.0.1, with the configs of the ops kit (the ones compose
+mounts), every data folder under one ``--data-dir``. The kit is ``collector/`` and
+``scripts/backends.sh`` of a clone; the wheel carries the same files as ``otel_verl/_ops_kit/``
+(``pyproject.toml``'s force-include), so an installed otel-verl needs no clone: ``configs DIR``
+writes the configs out for a Collector/Prometheus/Grafana of the user's own, ``build`` runs the
+script that builds the five binaries from their Go modules. The Collector config takes its addresses
 from the environment (``${env:OTELCOL_...:-compose default}``); Prometheus and Alertmanager have
 no such substitution, so ``up`` writes a copy of theirs with the local addresses into the data
 folder. Binaries come from ``--bin-dir``, ``PATH``, then the folder ``scripts/backends.sh`` builds
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -72,13 +77,32 @@ def default_backends_dir() -> Path:
     return Path(os.environ.get("OTEL_VERL_BACKENDS_DIR") or Path.home() / ".cache" / "otel-verl" / "backends")
 
 
+@dataclass(frozen=True)
+class Kit:
+    """Where the ops kit's files are: the configs folder and the script that builds the backends."""
+
+    configs: Path  # collector/
+    backends_script: Path  # scripts/backends.sh (it reads ../collector/ next to it)
+
+
+def ops_kit() -> Kit | None:
+    """The ops kit installed with this otel-verl (``otel_verl/_ops_kit``, from a wheel), else the one
+    of the clone it runs from (``collector/``, ``scripts/``: an editable install); None without either."""
+    package = Path(__file__).resolve().parents[1]
+    for root in (package / "_ops_kit", package.parent):
+        kit = Kit(root / "collector", root / "scripts" / "backends.sh")
+        if (kit.configs / "otelcol-config.yaml").is_file():
+            return kit
+    return None
+
+
 def default_config_dir() -> Path | None:
-    """collector/ of this checkout (an editable install); a wheel does not carry it."""
+    """``OTEL_VERL_COLLECTOR_DIR``, else the installed ops kit's configs (``ops_kit``)."""
     env = os.environ.get("OTEL_VERL_COLLECTOR_DIR")
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parents[2] / "collector"
-    return here if (here / "otelcol-config.yaml").is_file() else None
+    kit = ops_kit()
+    return kit.configs if kit else None
 
 
 def parse_ports(items: list[str] | None) -> dict[str, int]:
@@ -150,8 +174,9 @@ def find_binaries(bin_dir: Path | None) -> dict[str, str]:
         where = f"{bin_dir}, PATH or {default_backends_dir()}" if bin_dir else f"PATH or {default_backends_dir()}"
         extra = f" ({'; '.join(notes)})" if notes else ""
         raise CommandError(
-            f"missing binaries: {wanted}, looked in {where}{extra}; build them with "
-            "`bash scripts/backends.sh` or put each project's release binary there"
+            f"missing binaries: {wanted}, looked in {where}{extra}; build them with `otel-verl stack build` "
+            f"(Go >= 1.26.8; into {default_backends_dir()}), or put each project's release binary "
+            "(Collector contrib, Prometheus 3, Alertmanager, Jaeger 2, VictoriaLogs) in --bin-dir or on PATH"
         )
     return found
 
@@ -378,8 +403,10 @@ def up(
     config_dir = config_dir or default_config_dir()
     if config_dir is None or not (config_dir / "otelcol-config.yaml").is_file():
         raise CommandError(
-            "no collector/ config folder: pass --config-dir (the collector/ folder of an otel-verl clone) "
-            "or set OTEL_VERL_COLLECTOR_DIR",
+            f"no ops-kit configs in {config_dir}: pass --config-dir (a folder `otel-verl stack configs` "
+            "wrote, or collector/ of an otel-verl clone) or set OTEL_VERL_COLLECTOR_DIR"
+            if config_dir is not None
+            else "no ops-kit configs installed with otel-verl: pass --config-dir or set OTEL_VERL_COLLECTOR_DIR",
             USAGE,
         )
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -491,6 +518,94 @@ def status(data_dir: Path, out: Callable[[str], None] = print) -> int:
     return OK if healthy else PROBLEM
 
 
+# ---------------------------------------------------------------------------------------------
+# The kit's files for a stack of the user's own, and the backends' build
+
+
+def _kit() -> Kit:
+    kit = ops_kit()
+    if kit is None:
+        raise CommandError("the ops kit is not installed with this otel-verl (no otel_verl/_ops_kit, no clone)")
+    return kit
+
+
+def _kit_files(root: Path) -> list[Path]:
+    """Every regular file of the kit's configs folder, relative to it, sorted."""
+    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def configs(dest: Path, force: bool = False, out: Callable[[str], None] = print) -> int:
+    """Write the kit's configs into ``dest`` (made if missing), each file whole or not at all
+    (``atomic.write_file``: a link planted at a destination is replaced, never written through).
+    A file already there with other content is replaced only with ``force``; a folder on the way
+    that is a link is refused (it would lead the files elsewhere)."""
+    from otel_verl.commands.atomic import write_file
+
+    source = _kit().configs
+    files = _kit_files(source)
+    if dest.exists() and not dest.is_dir():
+        raise CommandError(f"{dest} exists and is not a folder", USAGE)
+    plan: list[tuple[Path, bytes]] = []
+    differ: list[str] = []
+    same = 0
+    for rel in files:
+        for parent in reversed(rel.parents[:-1]):  # the folders between dest and the file
+            if (dest / parent).is_symlink() or ((dest / parent).exists() and not (dest / parent).is_dir()):
+                raise CommandError(f"{dest / parent} is a link or not a folder; remove it or choose another DIR")
+        data = (source / rel).read_bytes()
+        target = dest / rel
+        if target.is_dir() and not target.is_symlink():
+            raise CommandError(f"{target} is a folder; remove it or choose another DIR")
+        if target.is_file() and not target.is_symlink():
+            if target.read_bytes() == data:
+                same += 1
+                continue
+            differ.append(str(rel))
+        plan.append((target, data))
+    if differ and not force:
+        shown = ", ".join(differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
+        raise CommandError(f"{len(differ)} files in {dest} differ from the kit's ({shown}); --force replaces them")
+    try:
+        for target, data in plan:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_file(target, data)
+    except OSError as exc:
+        raise CommandError(f"cannot write into {dest}: {exc.strerror or exc}") from None
+    out(f"wrote {len(plan)} files to {dest}" + (f" ({same} already there, unchanged)" if same else ""))
+    out(f"  Collector:    otelcol-contrib --config={dest / 'otelcol-config.yaml'}  (backends: OTELCOL_*_ENDPOINT)")
+    out(f"  Prometheus 3: prometheus --config.file={dest / 'prometheus' / 'prometheus.yml'} --web.enable-otlp-receiver")
+    out(f"  Alertmanager: alertmanager --config.file={dest / 'alertmanager' / 'alertmanager.yml'}")
+    grafana = dest / "grafana"
+    out(f"  Grafana:      provisioning {grafana / 'provisioning'}, dashboards {grafana / 'dashboards'}")
+    return OK
+
+
+BUILD_COMPONENTS = ("otelcol-verl", "prometheus", "alertmanager", "jaeger", "victoria-logs")
+
+
+def build(components: list[str] | None = None, out: Callable[[str], None] = print) -> int:
+    """Build the backends from their Go modules with the kit's ``backends.sh`` (its lines go to
+    this command's output); 0 when all were built or present, 1 when one failed."""
+    unknown = [c for c in components or [] if c not in BUILD_COMPONENTS]
+    if unknown:
+        raise CommandError(f"unknown component {unknown[0]!r} (known: {', '.join(BUILD_COMPONENTS)})", USAGE)
+    script = _kit().backends_script
+    if not script.is_file():
+        raise CommandError(f"the ops kit has no {script.name} ({script})")
+    bash = shutil.which("bash")
+    if bash is None:
+        raise CommandError("bash is not on PATH (backends.sh is a bash script)")
+    if shutil.which("go") is None:
+        raise CommandError(
+            f"go is not on PATH: building needs Go >= 1.26.8 (https://go.dev/dl/); or put each project's "
+            f"release binary ({', '.join(sorted({n for names in BINARY_NAMES.values() for n in names}))}) "
+            f"in {default_backends_dir()} or on PATH"
+        )
+    out(f"building {', '.join(components or BUILD_COMPONENTS)} into {default_backends_dir()} ({script})")
+    done = subprocess.run([bash, str(script), *(components or [])], check=False)  # noqa: S603 - our script
+    return OK if done.returncode == 0 else PROBLEM
+
+
 def stack(
     action: str,
     bin_dir: Path | None = None,
@@ -498,8 +613,19 @@ def stack(
     port_items: list[str] | None = None,
     timeout_s: float = 90.0,
     config_dir: Path | None = None,
+    targets: list[str] | None = None,
+    force: bool = False,
 ) -> int:
-    """Entry point of ``otel-verl stack``; ``action`` is up, down or status."""
+    """Entry point of ``otel-verl stack``; ``action`` is up, down, status, configs (``targets``: the
+    folder) or build (``targets``: the components, default all)."""
+    if action == "configs":
+        if not targets or len(targets) != 1:
+            raise CommandError("stack configs takes one folder: otel-verl stack configs DIR", USAGE)
+        return configs(Path(targets[0]), force)
+    if action == "build":
+        return build(targets)
+    if targets:
+        raise CommandError(f"stack {action} takes no further arguments ({' '.join(targets)})", USAGE)
     data_dir = data_dir or default_data_dir()
     if bin_dir is not None and not bin_dir.is_dir():
         raise CommandError(f"--bin-dir {bin_dir} is not a folder", USAGE)

@@ -4,7 +4,7 @@ Used by ``otel-verl summary``/``report``/``replay`` and by the tests that check 
 The files are written by other jobs on a shared file system, so nothing in them is trusted: a line
 is used only when it is an OTLP export request of its signal, as protobuf's ``json_format`` reads
 it into the opentelemetry-proto message (every field of the right type, text that is UTF-8), whose
-ids are hex of their length, whose numbers are finite and whose spans end at or after their start.
+ids are hex of their length, whose numbers are numbers and whose spans end at or after their start.
 
 Whatever cannot be used is left out and noted in a ``Skipped`` (pass one to the readers): a line
 that is not JSON (the last line of a process killed while writing is cut short), not UTF-8 text,
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import stat
@@ -103,12 +102,15 @@ def size(n: int) -> str:
 
 
 def _float(value: Any) -> float:
-    """A double of a request: protojson may write ``"NaN"`` or ``"Infinity"``, which no chart or
-    sum can use, so the request is not used."""
-    out = float(value)
-    if not math.isfinite(out):
-        raise BadRequest("a number that is not finite")
-    return out
+    """A double of a request. protojson writes ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``: those
+    are kept, since a NaN loss or an infinite grad norm is exactly what a run's record must show (the
+    guard fires on them); every chart, sum and sort downstream leaves non-finite values out."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise BadRequest("a number that is not a number")
+    try:
+        return float(value)
+    except ValueError:
+        raise BadRequest("a number that is not a number") from None
 
 
 def _id(value: Any, pattern: re.Pattern[str], optional: bool = True) -> str:
@@ -462,7 +464,8 @@ def decode(signal: str, batch: dict[str, Any]) -> list[Any]:
     The one check every reader (and replay, through ``check_request``) applies: the request must be
     an OTLP export request as ``json_format`` reads it into ``REQUEST_MESSAGES[signal]`` (fields
     it does not know, from a newer exporter, are ignored), then pass the checks of its records:
-    hex ids, finite numbers, spans that do not end before they start. Else a ``BadRequest`` naming why.
+    hex ids, numbers that are numbers (NaN and infinities included), spans that do not end before
+    they start. Else a ``BadRequest`` naming why.
     """
     try:
         json_format.ParseDict(batch, REQUEST_MESSAGES[signal](), ignore_unknown_fields=True)

@@ -177,7 +177,17 @@ def _slowest(rep: Report) -> list[str]:
         "  " + ", ".join(facts),
         "  A step's rollout ends with its slowest trajectory: a long tail idles the other rollout slots and",
         "  delays the whole step (verl.rollout.tail_ratio tracks it; the report's timeline shows it in red).",
+        *_engine(rep),
     ]
+
+
+def _engine(rep: Report) -> list[str]:
+    """Each step's slowest trajectory, split by the engine's own request spans (queue / prefill / decode)."""
+    rows = [r for r in rep.steps if r.engine is not None]
+    if not rows:
+        return []
+    out = ["  in the engine (its llm_request spans under the trajectory's LLM calls), each step's slowest:"]
+    return out + [f"    step {r.step}: {r.engine.line()}" for r in rows if r.engine is not None]
 
 
 def _telemetry(rep: Report) -> list[str]:

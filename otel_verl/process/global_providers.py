@@ -12,12 +12,15 @@ The rule, per signal: a global provider someone set before (the user, a distro's
 ``instrument()`` are the caller's business: the globals are not touched then. Ray installs a
 global MeterProvider of its own only in its dashboard-agent processes, which run no verl code.
 Instruments and tracers user code made before (at import) are the API's proxies: they forward to
-the provider installed here.
+the provider installed here. Global SDK providers otel-verl did not build (a distro's, in the
+launcher) get the same exit bound as its own (``bound_their_exit``).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import threading
 from typing import Any
 
 from opentelemetry import _logs, metrics, trace
@@ -57,3 +60,42 @@ def install(tracer_provider: Any, meter_provider: Any, logger_provider: Any) -> 
             ", ".join(kept),
         )
     return kept
+
+
+_bounded = threading.Event()
+
+
+def _sdk_globals() -> list[Any]:
+    current = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
+    return [p for p in current if type(p).__module__.startswith("opentelemetry.sdk") and hasattr(p, "shutdown")]
+
+
+def bound_their_exit() -> None:
+    """Bound the exit shutdown of global SDK providers otel-verl did not build (a distro's
+    configurator builds them in the launcher at interpreter start) by ``OTEL_VERL_SHUTDOWN_TIMEOUT``.
+
+    The SDK shuts them down at exit with its own timeouts (an export to a hung endpoint waits
+    ``OTEL_EXPORTER_OTLP_TIMEOUT``, 10 s by default, per signal). This exit handler, registered after
+    theirs, runs before them: it starts their shutdown in a daemon thread and waits at most the
+    bound; theirs then find it begun and return at once."""
+    if _bounded.is_set() or not _sdk_globals():
+        return
+    _bounded.set()
+    atexit.register(_shutdown_bounded)
+
+
+def _shutdown_bounded() -> None:
+    from otel_verl.config import settings
+    from otel_verl.process.telemetry import run_bounded
+
+    providers = _sdk_globals()
+
+    def shutdown_all() -> None:
+        for provider in providers:
+            try:
+                provider.shutdown()
+            except Exception:  # noqa: BLE001 - at exit: nothing to do about it
+                _log.debug("shutdown of %s failed", type(provider).__name__, exc_info=True)
+
+    if providers:
+        run_bounded(shutdown_all, settings().shutdown_timeout_s)

@@ -6,5 +6,5 @@ process of the job reports where each of its threads is.
 * ``reporter``: a thread in every verl process that reads the board and reports its stacks;
 * ``stacks``: the formatted stacks of all threads of this process, as a log record.
 
-README.md, "Stall doctor".
+docs/stall-doctor.md.
 """

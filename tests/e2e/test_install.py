@@ -1,10 +1,12 @@
-"""The install ways README's GPU section gives, done as a user would (slow: builds and installs).
+"""The install ways of docs/install.md, done as a user would (slow: builds and installs).
 
 ``python -m build`` makes the sdist and, from it, the wheel; the wheel goes into a fresh venv with
 its declared dependencies (from pip's cache or PyPI), and ``otel-verl doctor`` runs from there.
 verl is not in that venv (a multi-GB install), so doctor must say exactly that, and find the
-entry points that make ``opentelemetry-instrument`` and verl load otel-verl. Then the same venv
-takes otel-verl from a git URL (``git+file://`` of this clone's HEAD).
+entry points that make ``opentelemetry-instrument`` and verl load otel-verl. The wheel alone
+carries the ops kit: ``otel-verl stack configs`` from that venv writes it, and the built Collector
+validates the written config. Then the same venv takes otel-verl from a git URL (``git+file://``
+of this clone's HEAD).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from components import require_tool
+from components import require, require_tool
 
 from otel_verl.package import _instruments
 from otel_verl.version import __version__
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600
+sys.path.insert(1, str(REPO / "tests" / "ops"))  # opskit: where the backends are built, and the wait for them
+from opskit import BACKENDS_HOW, backends_dir, require_backend_build  # noqa: E402
 
 
 def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
@@ -69,11 +73,16 @@ def test_build_makes_a_complete_wheel_and_sdist(installed):
     wheel = zipfile.ZipFile(dist / f"otel_verl-{__version__}-py3-none-any.whl")
     names = set(wheel.namelist())
     assert {"otel_verl/cli.py", "otel_verl/offline/report/assets/report.js"} <= names
+    # the ops kit, from its one copy (collector/, scripts/backends.sh), as package data
+    kit = {f"otel_verl/_ops_kit/{p.relative_to(REPO)}" for p in (REPO / "collector").rglob("*") if p.is_file()}
+    assert kit <= names, sorted(kit - names)
+    assert "otel_verl/_ops_kit/scripts/backends.sh" in names
     entry_points = wheel.read(f"otel_verl-{__version__}.dist-info/entry_points.txt").decode()
     assert "otel-verl = otel_verl.cli:main" in entry_points and "otel_verl = otel_verl._verl_plugin" in entry_points
     with tarfile.open(dist / f"otel_verl-{__version__}.tar.gz") as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {"pyproject.toml", "README.md", "otel_verl/cli.py", "otel_verl/offline/report/assets/report.css"} <= members
+    assert {"collector/otelcol-config.yaml", "scripts/backends.sh"} <= members  # what the wheel is built from
     print(f"timings: {', '.join(f'{k} {v:.0f} s' for k, v in took.items())}")
 
 
@@ -92,6 +101,51 @@ def test_doctor_runs_from_the_fresh_venv(installed):
     assert "  --  skipped: verl is not installed" in out
     assert doctor.stderr.startswith("otel-verl doctor: ") and doctor.stderr.count("\n") == 1
     assert "Traceback" not in out + doctor.stderr
+
+
+@pytest.fixture(scope="module")
+def written_kit(installed, tmp_path_factory) -> Path:
+    """``otel-verl stack configs DIR`` run from the fresh venv, away from this clone."""
+    venv, _, _ = installed
+    out = tmp_path_factory.mktemp("kit") / "ops-kit"
+    wrote = _run([venv / "bin" / "otel-verl", "stack", "configs", out], cwd=venv)
+    assert wrote.returncode == 0, wrote.stdout + wrote.stderr
+    assert f"otelcol-contrib --config={out / 'otelcol-config.yaml'}" in wrote.stdout
+    return out
+
+
+def test_the_wheel_alone_writes_the_ops_kit(installed, written_kit):
+    venv, _, _ = installed
+    where = _run(
+        [venv / "bin" / "python", "-c", "from otel_verl.live import stack; print(stack.ops_kit().configs)"], cwd=venv
+    )
+    assert where.stdout.strip().startswith(str(venv)), where.stdout + where.stderr  # the installed copy
+    for path in (REPO / "collector").rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(REPO / "collector")
+            assert (written_kit / rel).read_bytes() == path.read_bytes(), rel
+    helped = _run([venv / "bin" / "otel-verl", "stack", "--help"], cwd=venv)
+    assert "configs" in helped.stdout and "build" in helped.stdout
+
+
+@pytest.mark.live_stack  # runs last: the Collector may still be building in the background
+def test_the_built_collector_validates_the_config_the_wheel_wrote(written_kit):
+    require_backend_build()
+    collector = backends_dir() / "otelcol-verl"
+    if not collector.is_file():
+        require("the built Collector", f"{collector} is missing; {BACKENDS_HOW}")
+    storage = written_kit.parent / "file_storage"
+    storage.mkdir(exist_ok=True)
+    # as the file is (its defaults), and with the addresses `otel-verl stack up` would set
+    for env in ({}, {"OTELCOL_STORAGE_DIR": str(storage), "OTELCOL_TRACES_ENDPOINT": "127.0.0.1:14317"}):
+        done = subprocess.run(
+            [str(collector), "validate", f"--config={written_kit / 'otelcol-config.yaml'}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
+        assert done.returncode == 0, (env, done.stdout + done.stderr)
 
 
 @pytest.mark.skipif(

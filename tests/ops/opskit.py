@@ -71,7 +71,7 @@ def load_json(path: Path):
 
 
 # `${env:VAR:-default}` in otelcol-config.yaml: the defaults are the compose values, and
-# `otel-verl stack up` sets the variables (collector/README.md, "Without Docker").
+# `otel-verl stack up` sets the variables (docs/stack.md, "One copy of each config").
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -487,6 +487,7 @@ NEEDS_GPU = {
 FAILURE_ONLY = {"verl_training_nonfinite_total"}  # created by the first NaN/Inf verl logs
 ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus only while a rule fires
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
+ENGINE_PREFIXES = ("vllm_", "sglang_")  # the rollout engine's own metrics (otel_verl.instruments.engine_metrics)
 
 
 def catalog_prometheus_names() -> set[str]:
@@ -495,7 +496,7 @@ def catalog_prometheus_names() -> set[str]:
     from otel_verl.instruments.prometheus import prometheus_name
 
     out: set[str] = set()
-    for spec in catalog.ALL:
+    for spec in catalog.ALL + catalog.ENGINE:
         base = prometheus_name(spec)
         out |= {base + s for s in HIST_SUFFIXES} if spec.kind == catalog.HISTOGRAM else {base}
     return out
@@ -518,6 +519,8 @@ def why_absent(name: str, logged: set[str]) -> str | None:
         return f"{name} exists only after a NaN/Inf"
     if name in ALERT_STATE:
         return f"{name}: written only while an alert fires"
+    if name.startswith(ENGINE_PREFIXES):
+        return f"{name} comes from verl's vLLM rollout (tests/e2e/test_vllm_rollout.py); these runs use the HF one"
     if name.startswith("verl_") and name not in catalog_prometheus_names() and name not in logged:
         return f"verl logged no key for {name} in this run (e.g. no critic, no kl_loss in GRPO)"
     return None

@@ -25,7 +25,7 @@ from opskit import (
 from otel_verl.instruments import catalog
 
 # (OTel name, unit, kind) of what otel-verl emits: its one definition of the instruments.
-OTEL_INSTRUMENTS = [(spec.name, spec.unit, spec.kind) for spec in catalog.ALL]
+OTEL_INSTRUMENTS = [(spec.name, spec.unit, spec.kind) for spec in catalog.ALL + catalog.ENGINE]
 # verl metric keys (Tracking.log) that the kit reads through otel-verl's
 # generic gauges ("verl." + key, unit-less).
 VERL_KEYS = [

@@ -13,7 +13,7 @@ has no exporter entry point (it must be built in code), needs ``protobuf < 7`` (
 environment has 7.x) and python-snappy; Prometheus 2.42 has no OTLP receiver.
 
 Names: the Python Prometheus exporter and Prometheus 3's OTLP receiver (what users run, see
-collector/README.md) translate OTel names alike except for unit ``1``: Prometheus 3 appends
+docs/prometheus.md) translate OTel names alike except for unit ``1``: Prometheus 3 appends
 ``_ratio`` to such gauges, the Python exporter appends nothing. The files give each metric's
 OTel name, unit and kind, so the test knows both names: it checks the dashboard and rules
 against the Prometheus 3 names and rewrites each query to the scraped names to run it.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_missing_binaries_are_named_in_one_line(tmp_path, monkeypatch, capsys):
     assert rc == PROBLEM and err.count("\n") == 1, err
     for name in ("otelcol-verl", "prometheus", "alertmanager", "jaeger", "victoria-logs"):
         assert name in err, err
-    assert "scripts/backends.sh" in err
+    assert "otel-verl stack build" in err and "release binary" in err
 
 
 def test_prometheus_2_is_passed_over(tmp_path, monkeypatch):
@@ -129,3 +130,113 @@ def test_collector_exports_to_the_stack_backends(components):
     assert env["OTELCOL_TRACES_ENDPOINT"] == "127.0.0.1:14317"
     assert env["OTELCOL_LOGS_ENDPOINT"] == "http://127.0.0.1:9428/insert/opentelemetry"
     assert env["OTELCOL_METRICS_ENDPOINT"] == "http://127.0.0.1:9090/api/v1/otlp"
+
+
+# ---------------------------------------------------------------- the kit's files: configs, build
+
+
+def test_the_kit_of_this_clone_is_found_and_is_collector():
+    kit = stack.ops_kit()
+    assert kit is not None and kit.configs.resolve() == COLLECTOR.resolve()
+    assert kit.backends_script.resolve() == (COLLECTOR.parent / "scripts" / "backends.sh").resolve()
+
+
+def test_the_installed_kit_wins_over_a_clone(tmp_path, monkeypatch):
+    """A wheel's otel_verl/_ops_kit is where stack looks first (what pyproject's force-include makes)."""
+    package = tmp_path / "site" / "otel_verl"
+    (package / "live").mkdir(parents=True)
+    (package / "_ops_kit" / "collector").mkdir(parents=True)
+    (package / "_ops_kit" / "collector" / "otelcol-config.yaml").write_text("receivers: {}\n")
+    monkeypatch.setattr(stack, "__file__", str(package / "live" / "stack.py"))
+    kit = stack.ops_kit()
+    assert kit.configs == package / "_ops_kit" / "collector"
+    assert kit.backends_script == package / "_ops_kit" / "scripts" / "backends.sh"
+    monkeypatch.setattr(stack, "__file__", str(tmp_path / "bare" / "otel_verl" / "live" / "stack.py"))
+    assert stack.ops_kit() is None
+
+
+def test_configs_writes_every_file_of_the_kit(tmp_path, capsys):
+    out = tmp_path / "kit"
+    assert cli.main(["stack", "configs", str(out)]) == 0
+    wanted = {p.relative_to(COLLECTOR) for p in COLLECTOR.rglob("*") if p.is_file()}
+    assert {p.relative_to(out) for p in out.rglob("*") if p.is_file()} == wanted
+    for rel in wanted:
+        assert (out / rel).read_bytes() == (COLLECTOR / rel).read_bytes(), rel
+    assert f"otelcol-contrib --config={out / 'otelcol-config.yaml'}" in capsys.readouterr().out
+    assert cli.main(["stack", "configs", str(out)]) == 0  # again: nothing differs
+    assert "already there, unchanged" in capsys.readouterr().out
+
+
+def test_configs_replaces_a_changed_file_only_with_force(tmp_path, capsys):
+    out = tmp_path / "kit"
+    stack.configs(out, out=lambda _: None)
+    mine = out / "prometheus" / "prometheus.yml"
+    mine.write_text("# my edits\n")
+    assert cli.main(["stack", "configs", str(out)]) == PROBLEM
+    assert "prometheus/prometheus.yml" in capsys.readouterr().err and mine.read_text() == "# my edits\n"
+    assert cli.main(["stack", "configs", str(out), "--force"]) == 0
+    assert mine.read_bytes() == (COLLECTOR / "prometheus" / "prometheus.yml").read_bytes()
+
+
+def test_configs_never_writes_through_a_link(tmp_path):
+    """A link planted at a file's place is replaced by the file; a linked folder is refused."""
+    out, elsewhere = tmp_path / "kit", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    victim = elsewhere / "victim.yaml"
+    victim.write_text("keep\n")
+    (out / "otelcol-config.yaml").symlink_to(victim)
+    stack.configs(out, force=True, out=lambda _: None)
+    assert victim.read_text() == "keep\n" and not (out / "otelcol-config.yaml").is_symlink()
+    other = tmp_path / "kit2"
+    other.mkdir()
+    (other / "prometheus").symlink_to(elsewhere)
+    with pytest.raises(CommandError, match="is a link"):
+        stack.configs(other, out=lambda _: None)
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["victim.yaml"]
+
+
+def test_configs_needs_one_folder(tmp_path, capsys):
+    assert cli.main(["stack", "configs"]) == USAGE
+    assert cli.main(["stack", "configs", str(tmp_path / "a"), str(tmp_path / "b")]) == USAGE
+    assert cli.main(["stack", "status", "extra", "--data-dir", str(tmp_path)]) == USAGE
+
+
+def test_stack_up_reads_a_folder_configs_wrote(tmp_path, components):
+    out = tmp_path / "kit"
+    stack.configs(out, out=lambda _: None)
+    binaries = {c: comp.argv[0] for c, comp in components.items()}
+    planned = {c.name: c for c in stack.plan(binaries, out, tmp_path / "data2", dict(stack.DEFAULT_PORTS))}
+    assert planned["otelcol"].argv[1] == f"--config={out / 'otelcol-config.yaml'}"
+    prom = yaml.safe_load((tmp_path / "data2" / "prometheus" / "prometheus.yml").read_text())
+    assert all(rule.startswith(str(out / "prometheus")) for rule in prom["rule_files"])
+
+
+def test_build_runs_the_kits_script_with_the_components(tmp_path, monkeypatch, capsys):
+    """`stack build` is backends.sh of the installed kit: here a stand-in that records its arguments."""
+    script = tmp_path / "scripts" / "backends.sh"
+    script.parent.mkdir()
+    script.write_text('echo "$@" > "$(dirname "$0")/args"\nexit ${FAIL:-0}\n')
+    monkeypatch.setattr(stack, "ops_kit", lambda: stack.Kit(COLLECTOR, script))
+    go = tmp_path / "bin" / "go"
+    go.parent.mkdir()
+    go.write_text("#!/bin/sh\n")
+    go.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{go.parent}{os.pathsep}{os.environ['PATH']}")
+    assert cli.main(["stack", "build", "prometheus", "jaeger"]) == 0
+    assert (script.parent / "args").read_text().split() == ["prometheus", "jaeger"]
+    monkeypatch.setenv("FAIL", "1")
+    assert cli.main(["stack", "build"]) == PROBLEM
+    assert cli.main(["stack", "build", "grafana"]) == USAGE
+    assert "unknown component 'grafana'" in capsys.readouterr().err
+
+
+def test_build_without_go_says_what_to_get(tmp_path, monkeypatch, capsys):
+    bash_dir = Path(shutil.which("bash")).parent
+    empty = tmp_path / "path"
+    empty.mkdir()
+    (empty / "bash").symlink_to(bash_dir / "bash")
+    monkeypatch.setenv("PATH", str(empty))
+    assert cli.main(["stack", "build"]) == PROBLEM
+    err = capsys.readouterr().err
+    assert "Go >= 1.26.8" in err and "otelcol-contrib" in err and "victoria-logs" in err

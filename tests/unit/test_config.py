@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import pytest
 
@@ -61,11 +62,13 @@ def test_run_id_is_created_once_and_file_dir_made_absolute(monkeypatch, tmp_path
 
 # ------------------------------------------------------------------ every OTEL_VERL_* variable
 def _defined_variables() -> dict[str, str]:
-    """Every ``OTEL_VERL_*`` variable ``otel_verl.config`` defines (constant name -> variable)."""
+    """Every ``OTEL_VERL_*`` setting ``otel_verl.config`` defines (constant name -> variable); the
+    variables of the commands (``TOOL_VARIABLES``) are no settings."""
+    tools = {t.name for t in config.TOOL_VARIABLES}
     return {
         name: value
         for name, value in vars(config).items()
-        if name.isupper() and isinstance(value, str) and value.startswith("OTEL_VERL_")
+        if name.isupper() and isinstance(value, str) and value.startswith("OTEL_VERL_") and value not in tools
     }
 
 
@@ -78,6 +81,7 @@ INVALID = {
     config.RAY_RUNTIME_ENV_SECRETS: ("yes please", "ray_runtime_env_secrets", False, "False"),
     config.RAY_SYSTEM_METRICS: ("maybe", "ray_system_metrics", False, "False"),
     config.ROLLOUT_SPANS_PER_STEP: ("-2", "rollout_spans_per_step", 64, "64"),
+    config.ENGINE_TRACING: ("sometimes", "engine_tracing", "auto", "'auto'"),
     config.GPU_METRICS: ("nvml", "gpu_metrics", True, "True"),
     config.PROCESS_METRICS: ("enabled!", "process_metrics", True, "True"),
     config.LOG_LEVEL: ("LOUD", "log_level", logging.WARNING, "'WARNING'"),
@@ -117,12 +121,24 @@ def test_every_variable_has_a_bad_value_case():
     assert not set(INVALID) & set(FREE_FORM)
 
 
-@pytest.mark.parametrize("var", sorted(_defined_variables().values()))
-def test_every_variable_is_documented_in_the_readme(var):
+@pytest.mark.parametrize("var", config.VARIABLES, ids=lambda v: v.name)
+def test_every_setting_is_documented(var):
+    """The configuration page is written from these (scripts/gen_docs.py; tests/docs checks it is up to date)."""
+    assert len(var.doc) > 20 and var.doc.endswith((".", ")")), var.name
+    assert var.group in config.GROUPS, var.name
+    assert var.default_text(), var.name
+
+
+def test_every_otel_verl_variable_the_package_reads_is_documented():
+    """A variable a module reads by name without a row on the configuration page fails here."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert f"`{var}`" in readme
+    package = Path(config.__file__).parent
+    named = set()
+    for path in package.rglob("*.py"):
+        named |= set(re.findall(r"OTEL_VERL_[A-Z][A-Z0-9_]*[A-Z0-9]", path.read_text(encoding="utf-8")))
+    documented = {v.name for v in config.VARIABLES} | {t.name for t in config.TOOL_VARIABLES}
+    assert named - documented == set()
 
 
 @pytest.mark.parametrize("var", sorted(_defined_variables().values()))
@@ -160,7 +176,7 @@ def test_invalid_value_warns_naming_the_variable_and_uses_the_default(monkeypatc
 
 
 # ------------------------------------------------------------------ hostile values
-# What each setting may be, whatever the environment says (README: "Configuration").
+# What each setting may be, whatever the environment says (docs/configuration.md).
 RANGES = {
     config.SHUTDOWN_TIMEOUT: (0.0, 300.0),
     config.ROLLOUT_SPANS_PER_STEP: (-1, 100_000),

@@ -5,20 +5,22 @@
 * ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links);
 * ``reward_worker``: the reward-loop worker's span around each trajectory's scoring (user reward code);
 * ``server``: the rollout replicas' own busy clock, in the LLM server actors (any backend);
+* ``engine_context``, ``engine``: the LLM call's context to the engine (vLLM, SGLang), whose own
+  request spans join the trajectory, and the engine's metrics per replica;
 * ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers (and servers theirs);
 * ``state``: per-process state those share (open trajectories, step groups, span budget).
 
 Only ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP`` trajectories per step (and validate flag) and worker get
 spans (their LLM calls too); the histograms count every trajectory and call. Every wrapper stays
 a coroutine and costs a few microseconds when its trajectory is not sampled. Spans and
-attributes: README.md, "Rollout spans and GPU metrics".
+attributes: docs/rollouts.md and docs/reference.md.
 """
 
 from __future__ import annotations
 
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
-from otel_verl.hooks.rollout import handoff, llm, ray_actor, reward_worker, trajectory
+from otel_verl.hooks.rollout import engine, handoff, llm, ray_actor, reward_worker, trajectory
 from otel_verl.process.resource import UNKNOWN_ACTOR, ray_actor_class
 
 
@@ -72,6 +74,8 @@ HOOKS = [
     ),
     Hook(targets.LLM_SERVER, "LLMServerClient.generate", llm.generate_wrapper),
     Hook(targets.LLM_SERVER, "LLMServerClient._acquire_server", llm.acquire_server_wrapper, optional=True),
+    Hook(targets.LLM_SERVER, "LLMServerClient._vllm_request_id", llm.request_id_wrapper),
+    *engine.HOOKS,
     Hook(targets.TOOL_AGENT_LOOP, "ToolAgentLoop._call_tool", trajectory.call_tool_wrapper, optional=True),
     # worker side of Ray's actor-class loading (the driver side must stay unpatched: it pickles)
     Hook(targets.RAY_FUNCTION_MANAGER, "_inject_tracing_into_class", ray_actor.load_actor_class_wrapper),

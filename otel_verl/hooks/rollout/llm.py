@@ -3,7 +3,8 @@
 ``verl.rollout.llm_call`` (CLIENT, child of the sampled trajectory) with the ``gen_ai.*`` request
 and usage attributes; ``LLMServerClient._acquire_server`` adds the server id and the seconds the
 load balancer took to hand it out. The ``verl.rollout.llm_call.duration`` histogram counts every
-call, sampled or not.
+call, sampled or not. ``LLMServerClient._vllm_request_id`` (the id verl makes for each engine
+call) carries the call's trace context to the rollout server and its engine (``engine_context``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from opentelemetry.trace import SpanKind
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl._values import as_int
+from otel_verl.hooks.rollout import engine_context
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.spans import call_traced_async, start_span
 
@@ -129,3 +131,23 @@ async def acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs:
     result = await wrapped(*args, **kwargs)
     _note_server(result, time.perf_counter() - start)
     return result
+
+
+@safe("rollout engine context")
+def _carry(instance: Any, request_id: Any) -> Any:
+    if not engine_context.enabled(_provider(instance)):
+        return request_id
+    call = rs.LLM_CALL.get()
+    if call is None:
+        return request_id  # not inside an LLM call we traced: no context of ours to hand on
+    # the sampled call's span; in a trajectory the span budget left out, its unsampled parent
+    context = trace.set_span_in_context(call.span) if call.span is not None else None
+    return engine_context.attach(request_id, engine_context.traceparent(context))
+
+
+def request_id_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``LLMServerClient._vllm_request_id(request_id)``: verl's id for one engine call, with the
+    call's ``traceparent`` for the server (which takes it off again: ``server``)."""
+    request_id = wrapped(*args, **kwargs)
+    carried = _carry(instance, request_id)
+    return request_id if carried is None else carried

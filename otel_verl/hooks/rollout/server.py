@@ -16,6 +16,9 @@ Ray actor class whose ``generate`` takes ``prompt_ids``, ``sampling_params`` and
 The process is named ``verl.process.role=rollout_server``. It has no step boundary: it exports
 when it goes idle (``IdleExport``), about once per step in the synchronous modes. The wrapper
 costs two lock-guarded updates per request (bench/README.md has the figure).
+
+The same wrapper takes the LLM call's trace context off the request id (``engine_context``) before
+verl's ``generate`` sees it, and keeps it for the engine call of that request (``engine``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.instruments import catalog
+from otel_verl.config import settings
+from otel_verl.hooks.rollout import engine_context
+from otel_verl.instruments import catalog, engine_metrics
 from otel_verl.process.idle_export import IdleExport
 from otel_verl.process.state import PROCESS
 
@@ -102,6 +107,7 @@ def _start(instance: Any) -> bool:
         rank = getattr(instance, "replica_rank", None)
         _STATE.clock.rank = rank if isinstance(rank, int) else None
         catalog.create_observable(PROCESS.telemetry.meter, catalog.REPLICA_BUSY_TIME, [_observe])
+    engine_metrics.bridge(_STATE.clock.rank)  # families an engine registered late (at most once a minute)
     _STATE.clock.begin()
     _STATE.calls.begin()
     return True
@@ -113,11 +119,26 @@ def _end() -> None:
     _STATE.calls.end()
 
 
+@safe("rollout server request context")
+def _take_context(kwargs: dict[str, Any]) -> Any:
+    """The engine's trace headers of this request, set for it (a token to reset), or None."""
+    request_id, parent = engine_context.detach(kwargs.get("request_id"))
+    if parent is None:
+        return None
+    kwargs["request_id"] = request_id  # verl and the engine see verl's own id
+    if settings().engine_tracing == "false":
+        return None
+    return engine_context.ENGINE_HEADERS.set({"traceparent": parent})
+
+
 async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``<Server>.generate(prompt_ids, sampling_params, request_id, ...)``: one engine request."""
     started = _start(instance) is True  # None: our error (said once), then no end either
+    headers = _take_context(kwargs)
     try:
         return await wrapped(*args, **kwargs)
     finally:
+        if headers is not None:
+            engine_context.ENGINE_HEADERS.reset(headers)
         if started:
             _end()

@@ -286,11 +286,14 @@ def line_style(k: int, n: int) -> LineStyle:
 
 
 def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -> str:
-    """One line per (label, step -> value) series, steps on the x axis."""
+    """One line per (label, step -> value) series, steps on the x axis (non-finite values left out)."""
+    lines = [(label, {s: v for s, v in data.items() if math.isfinite(v)}) for label, data in lines]
     width, height, left, bottom, top = 540, 220, 64, 36, 12
     plot_w, plot_h = width - left - 14, height - top - bottom
     steps = sorted({s for _, v in lines for s in v})
     values = [x for _, v in lines for x in v.values()]
+    if not values:
+        return '<p class="empty">No finite values (every point is NaN or infinite).</p>'
     lo, hi = min(values), max(values)
     if hi == lo:
         pad = abs(hi) * 0.1 or 1.0

@@ -26,10 +26,12 @@ from otel_verl.offline.otlp_files import (
 from otel_verl.offline.pools import replica_idle_ratio
 from otel_verl.offline.run_facts import (
     INSTANCE,
+    EngineSplit,
     Overhead,
     StallReport,
     attr_key,
     attributed_seconds,
+    engine_split,
     is_trajectory,
     is_validation,
     overhead,
@@ -79,6 +81,7 @@ class StepRow:
     time_by: dict[str, float] = field(default_factory=dict)  # category -> seconds (verl.time.* on the step span)
     pools: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> state -> seconds (verl.pool.*)
     replica_idle: dict[str, float] = field(default_factory=dict)  # rollout replica -> idle share (offline.pools)
+    engine: EngineSplit | None = None  # the slowest trajectory's time in the engine (run_facts.engine_split)
 
     @property
     def slowest_category(self) -> str | None:
@@ -374,13 +377,14 @@ def _steps(
         trajectories = [s for s in members if is_trajectory(s)]
         pool = trajectory_pool(trajectories, include_validation)
         workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
+        slowest = slowest_trajectory(pool, include_validation)
         steps.append(
             StepRow(
                 n,
                 st,
                 stages,
                 max(0.0, st.seconds - covered),
-                slowest_trajectory(pool, include_validation),
+                slowest,
                 len(trajectories),
                 any(s.status == "STATUS_CODE_ERROR" for s in by_trace[st.trace_id]),
                 tail_ratio(pool),
@@ -390,6 +394,7 @@ def _steps(
                 time_categories(st),
                 pool_states(st),
                 replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
+                engine_split(slowest, members),
             )
         )
     return steps, stage_order, members_of

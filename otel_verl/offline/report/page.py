@@ -94,6 +94,7 @@ def _stages_section(report: Report, colors: dict[str, str]) -> str:
             legend(colors),
             stacked_svg(report, colors),
             _folded(_stage_table(report), len(report.steps), "stage seconds per step"),
+            _engine_split(report),
             _overhead(report),
         ]
     else:
@@ -270,6 +271,20 @@ def _explore_section(report: Report) -> list[str]:
         f'<section id="explore"><h2>Any metric</h2>{picker}<div id="metric-chart"></div></section>',
         f'<script type="application/json" id="gauge-data">{gauge_json}</script>',
     ]
+
+
+def _engine_split(report: Report) -> str:
+    """Each step's slowest trajectory split by the engine's own request spans (vLLM's ``llm_request``)."""
+    rows = [r for r in report.steps if r.engine is not None]
+    if not rows:
+        return ""
+    items = "".join(
+        f'<li data-step="{esc(r.step)}">step {esc(r.step)}: {esc(r.engine.line())}</li>' for r in rows if r.engine
+    )
+    return (
+        '<div id="engine-split"><p>The slowest trajectory of each step, in the rollout engine (queue / prefill / '
+        f"decode from its <code>llm_request</code> spans under the trajectory's LLM calls):</p><ul>{items}</ul></div>"
+    )
 
 
 def _stage_table(report: Report) -> str:

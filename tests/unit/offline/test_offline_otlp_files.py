@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
@@ -210,7 +211,8 @@ def test_ids_that_are_not_hex_of_their_length_are_refused(tmp_path):
 
 def test_a_request_with_a_value_no_reader_can_use_is_skipped_and_named(tmp_path):
     """One rule in the reader for what would stop summary or report further on: a span that ends
-    before it starts, a number that is not finite, text that is not UTF-8 (a lone surrogate)."""
+    before it starts, text that is not UTF-8 (a lone surrogate). NaN and infinities are values a
+    run's record must keep (a NaN loss, an infinite grad norm: what the guard fires on)."""
     gauge_line = {
         "resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "verl.g", "gauge": {"dataPoints": [{}]}}]}]}]
     }
@@ -230,18 +232,17 @@ def test_a_request_with_a_value_no_reader_can_use_is_skipped_and_named(tmp_path)
         + _span_line(name="ok")
     )
     skipped = Skipped()
-    assert [s.name for s in read_spans(tmp_path, skipped)] == ["ok"]
-    assert [p.value for p in read_metric_points(tmp_path, skipped)] == [1.5]
+    spans = read_spans(tmp_path, skipped)
+    assert len(spans) == 2 and spans[-1].name == "ok"
+    assert math.isnan(spans[0].attributes["k"])
+    values = [p.value for p in read_metric_points(tmp_path, skipped)]
+    assert math.isnan(values[0]) and values[1:] == [math.inf, -math.inf, 1.5]
     assert skipped.lines == {
         tmp_path / "traces-a-1.jsonl": [
             (1, "a span that ends before it starts"),
             (2, "text that is not UTF-8 (a lone surrogate)"),
-            (3, "a number that is not finite"),
         ],
         tmp_path / "metrics-a-1.jsonl": [
-            (1, "a number that is not finite"),
-            (2, "a number that is not finite"),
-            (3, "a number that is not finite"),
             (5, "not an OTLP metrics request"),  # 1e999: JSON's own infinity, refused by the message's double
         ],
     }

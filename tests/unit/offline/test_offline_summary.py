@@ -113,3 +113,61 @@ def test_nothing_readable_is_an_error(tmp_path):
     write_spans(tmp_path, "taskrunner", 1, [root])
     text, err = _summary(tmp_path)
     assert "1 training steps" in text and "traces-x-1.jsonl line 1 (not an OTLP traces request)" in err
+
+
+def _engine_run(folder, latency_of_second_call):
+    """One v0-style step: two trajectories; the slowest one's two LLM calls each have the engine's
+    ``llm_request`` span (queue / prefill / decode), written by the rollout server."""
+    folder.mkdir()
+    trace = "e" * 16
+    sid, step = span(semconv.SPAN_STEP, trace, 0, 3.0, verl__step=1, verl__driver="v0")
+    gid, gen = span("verl.gen", trace, 0.1, 2.9, sid, verl__stage="gen", verl__step=1)
+    rollout, engine = [], []
+    for i, dur in enumerate((2.0, 0.5)):
+        tid, traj = span(
+            semconv.SPAN_ROLLOUT_TRAJECTORY, trace, 0.2, 0.2 + dur, gid,
+            verl__rollout__submit_step=1, verl__rollout__sample_index=i, verl__rollout__index=0,
+        )  # fmt: skip
+        rollout.append(traj)
+        if i:
+            continue
+        for n, latency in enumerate(({"queue": 0.1, "prefill": 0.2, "decode": 0.5}, latency_of_second_call)):
+            cid, call = span(semconv.SPAN_ROLLOUT_LLM_CALL, trace, 0.3 + n, 1.2 + n, tid)
+            rollout.append(call)
+            attrs = {f"gen_ai__latency__{k}": v for k, v in latency.items()}
+            attrs = {k.replace("__queue", "__time_in_queue").replace("__prefill", "__time_in_model_prefill")
+                     .replace("__decode", "__time_in_model_decode"): v for k, v in attrs.items()}  # fmt: skip
+            engine.append(span(semconv.SPAN_ENGINE_REQUEST, trace, 0.31 + n, 1.19 + n, cid, **attrs)[1])
+    write_spans(folder, "taskrunner", 10, [step, gen])
+    write_spans(folder, "agent_loop_worker", 12, rollout)
+    write_spans(folder, "rollout_server", 13, engine)
+    return folder
+
+
+def test_the_slowest_trajectorys_engine_time_is_split_into_queue_prefill_decode(tmp_path):
+    folder = _engine_run(tmp_path / "t", {"queue": 0.3, "prefill": 0.1, "decode": 0.4})
+    text, _ = _summary(folder)
+    lines = text.splitlines()
+    i = lines.index("  in the engine (its llm_request spans under the trajectory's LLM calls), each step's slowest:")
+    assert lines[i + 1] == (
+        "    step 1: queue 0.400 s (20%), prefill 0.300 s (15%), decode 0.900 s (45%), "
+        "outside the engine 0.400 s (20%) of its 2.000 s"
+    )
+    from otel_verl.offline.report import model, page
+
+    html = page.render(model.build(folder))
+    assert '<div id="engine-split">' in html and "step 1: queue 0.400 s (20%)" in html
+
+
+@pytest.mark.parametrize("bad", [{"queue": "NaN"}, {"queue": -1.0}, {"queue": "0.5"}, {"queue": True}, {}])
+def test_an_engine_span_without_usable_latencies_is_left_out_and_said(tmp_path, bad):
+    folder = _engine_run(tmp_path / "t", {"queue": 0.3, "prefill": 0.1, "decode": 0.4, **bad} if bad else {})
+    text, _ = _summary(folder)
+    line = next(line for line in text.splitlines() if line.startswith("    step 1: "))
+    assert line.startswith("    step 1: queue 0.100 s (5%), prefill 0.200 s (10%), decode 0.500 s (25%), ")
+    assert line.endswith("of its 2.000 s; 1 of its 2 LLM calls without one")
+
+
+def test_no_engine_spans_no_engine_lines(v1_run):
+    text, _ = _summary(v1_run)
+    assert "in the engine" not in text

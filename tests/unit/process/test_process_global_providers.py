@@ -115,3 +115,38 @@ def test_kill_switch_leaves_the_plain_api_as_without_otel_verl(tmp_path):
     assert type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider"
     """
     _run(tmp_path, code, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="verl")
+
+
+def test_a_distros_providers_exit_within_the_shutdown_bound(tmp_path):
+    """In the launcher opentelemetry-distro's configurator builds the SDK providers; with a hung
+    endpoint the SDK's exit shutdown would wait its export timeout per signal. otel-verl bounds it
+    by ``OTEL_VERL_SHUTDOWN_TIMEOUT`` like its own pipeline's."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import opentelemetry.instrumentation.auto_instrumentation as auto
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)  # accepts (the kernel's backlog) and never answers
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.update(
+            PYTHONPATH=os.pathsep.join([os.path.dirname(auto.__file__), env.get("PYTHONPATH", "")]),
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{hung.getsockname()[1]}",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_EXPORTER_OTLP_TIMEOUT="60",  # what the SDK alone would wait per export
+            OTEL_VERL_SHUTDOWN_TIMEOUT="1",
+            OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
+        )
+        code = "from opentelemetry import metrics; metrics.get_meter('t').create_counter('c').add(1)"
+        start = time.monotonic()
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        elapsed = time.monotonic() - start
+    finally:
+        hung.close()
+    assert out.returncode == 0, out.stderr
+    assert elapsed < 30, (elapsed, out.stderr[-2000:])  # half the export timeout; the bound is 1 s

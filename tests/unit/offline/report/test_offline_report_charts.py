@@ -40,3 +40,12 @@ def test_text_formats_and_stage_colors():
     colors = stage_colors(["gen", "my_stage"])
     assert colors["gen"] == STAGE_COLORS["gen"] and colors["my_stage"] not in STAGE_COLORS.values()
     assert list(colors) == ["gen", "my_stage", OTHER]  # "other" (step time outside any stage) comes last
+
+
+def test_a_curve_leaves_non_finite_values_out():
+    """A NaN loss is kept in the record (the guard fires on it) but has no place on an axis."""
+    from otel_verl.offline.report.charts import line_svg
+
+    svg = line_svg("loss", "", [("loss", {1: 0.5, 2: float("nan"), 3: float("inf"), 4: 0.25})])
+    assert "nan" not in svg.lower() and "inf" not in svg.lower() and "<polyline" in svg
+    assert "No finite values" in line_svg("loss", "", [("loss", {1: float("nan")})])

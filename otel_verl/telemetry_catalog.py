@@ -1,0 +1,461 @@
+"""Every span, event and attribute otel-verl emits: where it is made, its kind, and what it means.
+
+The reference page (``docs/reference.md``) is written from this module, ``instruments.catalog``
+(the metrics) and ``instruments.prometheus`` (their names in Prometheus) by ``scripts/gen_docs.py``;
+``tests/unit/test_telemetry_catalog.py`` fails when a name in ``otel_verl.semconv`` is not here.
+Nothing here is read while a job runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from otel_verl import semconv as s
+
+
+@dataclass(frozen=True)
+class AttributeDoc:
+    name: str  # an attribute key, or a pattern with ``<...>`` (``verl.time.<category>``)
+    type: str  # string, int, double, bool, string[]
+    doc: str
+
+
+@dataclass(frozen=True)
+class SpanDoc:
+    name: str  # a span name, or a pattern with ``<...>``
+    kind: str  # internal, client, server (OpenTelemetry SpanKind)
+    process: str  # the process role(s) that make it (``verl.process.role``)
+    parent: str  # where it hangs in a trace
+    attributes: tuple[str, ...]
+    doc: str
+
+
+@dataclass(frozen=True)
+class EventDoc:
+    name: str
+    carrier: str  # "span event on ..." or "log record"
+    attributes: tuple[str, ...]
+    doc: str
+
+
+TASKRUNNER, WORKER, AGENT, REWARD, SERVER = (
+    s.ROLE_TASKRUNNER,
+    s.ROLE_WORKER,
+    s.ROLE_AGENT_LOOP,
+    s.ROLE_REWARD_WORKER,
+    s.ROLE_ROLLOUT_SERVER,
+)
+
+RESOURCE: tuple[str, ...] = (
+    s.RES_SERVICE_NAME,
+    s.RES_SERVICE_INSTANCE_ID,
+    s.RES_RUN_ID,
+    s.RES_PROJECT,
+    s.RES_EXPERIMENT,
+    s.RES_ROLE,
+    s.RES_RANK,
+    s.RES_PROCESS_PID,
+    s.RES_HOST_NAME,
+    s.RES_DISTRO_NAME,
+    s.RES_DISTRO_VERSION,
+)
+
+_ROLES = ", ".join(
+    f"`{r}`"
+    for r in (
+        s.ROLE_LAUNCHER,
+        s.ROLE_TASKRUNNER,
+        s.ROLE_WORKER,
+        s.ROLE_AGENT_LOOP,
+        s.ROLE_REWARD_WORKER,
+        s.ROLE_ROLLOUT_SERVER,
+        s.ROLE_RAY_ACTOR,
+    )
+)
+
+ATTRIBUTES: tuple[AttributeDoc, ...] = (
+    # ------------------------------------------------------------ resource
+    AttributeDoc(s.RES_SERVICE_NAME, "string", f"`OTEL_SERVICE_NAME`, default `{s.SERVICE_NAME_DEFAULT}`."),
+    AttributeDoc(s.RES_SERVICE_INSTANCE_ID, "string", "One per process (the SDK's)."),
+    AttributeDoc(s.RES_RUN_ID, "string", "The job's run id, shared by all its processes (`OTEL_VERL_RUN_ID`)."),
+    AttributeDoc(s.RES_PROJECT, "string", "verl's `trainer.project_name` (or `OTEL_VERL_PROJECT`)."),
+    AttributeDoc(s.RES_EXPERIMENT, "string", "verl's `trainer.experiment_name` (or `OTEL_VERL_EXPERIMENT`)."),
+    AttributeDoc(
+        s.RES_ROLE,
+        "string",
+        f"The process's part in the job: {_ROLES} (another verl actor, such as the load balancer).",
+    ),
+    AttributeDoc(s.RES_RANK, "int", "The worker rank (worker processes; also on `verl.worker.*` spans)."),
+    AttributeDoc(s.RES_PROCESS_PID, "int", "The process id."),
+    AttributeDoc(s.RES_HOST_NAME, "string", "The node's host name."),
+    AttributeDoc(s.RES_DISTRO_NAME, "string", f"`{s.DISTRO_NAME}`."),
+    AttributeDoc(s.RES_DISTRO_VERSION, "string", "otel-verl's version."),
+    # ------------------------------------------------------------ steps and stages
+    AttributeDoc(s.ATTR_STEP, "int", "verl's global step (also in W3C baggage, for user code: `current_step()`)."),
+    AttributeDoc(s.ATTR_EPOCH, "int", "verl's epoch, where the driver knows it."),
+    AttributeDoc(s.ATTR_STAGE, "string", "The timer name of a stage (`gen`, `update_actor`, ...)."),
+    AttributeDoc(s.ATTR_DRIVER, "string", f"`{s.DRIVER_V0}` (`RayPPOTrainer`) or `{s.DRIVER_V1}` (`PPOTrainer`)."),
+    AttributeDoc(s.ATTR_TRAINER_CLASS, "string", "The trainer's class name."),
+    AttributeDoc(s.ATTR_VALIDATION_INITIAL, "bool", "Validation before the first step (`val_before_train`)."),
+    AttributeDoc(s.ATTR_WORKER_METHOD, "string", "The worker-group method called (`compute_log_prob`, ...)."),
+    AttributeDoc(s.ATTR_WORKER_CLASS, "string", "The worker's class (`WorkerDict`, ...)."),
+    AttributeDoc(
+        s.ATTR_CONFIG,
+        "string",
+        f"The run's resolved verl config as JSON, secrets redacted, at most {s.CONFIG_MAX_BYTES // 1024} KiB "
+        f"(entries left out for the cap are listed under `{s.CONFIG_TRUNCATED_KEY}`).",
+    ),
+    AttributeDoc(
+        s.ATTR_TIME_PREFIX + "<category>",
+        "double",
+        "On `verl.step`: seconds of the step in each category of `verl.step.time` (they add up to the step).",
+    ),
+    AttributeDoc(
+        s.ATTR_TIME_CATEGORY,
+        "string",
+        "Where step time went: " + "`rollout`, `waiting` (rollouts still being generated), `poll_lag` (v1: "
+        "waiting after the rollouts were all done, until the replay buffer polled again), `training`, "
+        "`weight_sync`, `checkpoint`, `validation`, `driver`, `other`.",
+    ),
+    AttributeDoc(
+        s.ATTR_POOL_PREFIX + "<role>.<state>",
+        "double",
+        "On `verl.step`: seconds of the step per pool role and state (the figures of `verl.pool.time`).",
+    ),
+    AttributeDoc(s.ATTR_POOL_ROLE, "string", "`actor`, `rollout`, `ref`, `critic`, `reward`."),
+    AttributeDoc(s.ATTR_POOL_STATE, "string", "`busy`, `waiting`, `idle` (they add up to the step per role)."),
+    AttributeDoc(s.ATTR_WAIT_FOR, "string", "What the trainer waits for (`rollouts`)."),
+    AttributeDoc(s.ATTR_WAIT_SOURCE, "string", "The verl call that waits (`replay_buffer.sample`)."),
+    AttributeDoc(s.ATTR_WAIT_PARTITION, "string", "v1 replay-buffer partition (`train`, `val`)."),
+    AttributeDoc(s.ATTR_WAIT_POLL_INTERVAL, "double", "Seconds between the v1 replay buffer's polls of TransferQueue."),
+    AttributeDoc(
+        s.ATTR_WAIT_POLL_LAG,
+        "double",
+        "Seconds of the wait after the rollouts it waited for were all done (the replay buffer's next poll).",
+    ),
+    AttributeDoc(s.ATTR_REPLICAS_COUNT, "int", "Rollout replicas the call drives."),
+    # ------------------------------------------------------------ metrics' attributes
+    AttributeDoc(s.ATTR_KL_SOURCE, "string", ", ".join(f"`{v}`" for v in s.KL_KEYS.values()) + " (verl's key)."),
+    AttributeDoc(s.ATTR_REWARD_SOURCE, "string", "`score` (before the KL penalty), `rewards` (after)."),
+    AttributeDoc(s.ATTR_METRIC_KEY, "string", "The key verl logged (`actor/pg_loss`)."),
+    # ------------------------------------------------------------ rollout
+    AttributeDoc(s.ATTR_ROLLOUT_SUBMIT_STEP, "int", "The global step when the trajectory was submitted."),
+    AttributeDoc(s.ATTR_ROLLOUT_SAMPLE_INDEX, "int", "The prompt's index in the batch."),
+    AttributeDoc(s.ATTR_ROLLOUT_INDEX, "int", "0 .. `rollout.n`-1 within the prompt's group."),
+    AttributeDoc(s.ATTR_ROLLOUT_VALIDATE, "bool", "A validation rollout."),
+    AttributeDoc(s.ATTR_ROLLOUT_STATUS, "string", f"`{s.STATUS_OK}`, `{s.STATUS_ERROR}` or `{s.STATUS_CANCELLED}`."),
+    AttributeDoc(s.ATTR_ROLLOUT_PROMPT_TOKENS, "int", "Prompt tokens."),
+    AttributeDoc(
+        s.ATTR_ROLLOUT_RESPONSE_TOKENS, "int", "Response tokens as verl counts `response_length` (tool tokens too)."
+    ),
+    AttributeDoc(s.ATTR_ROLLOUT_GENERATED_TOKENS, "int", "Tokens the LLM generated (without tool tokens)."),
+    AttributeDoc(s.ATTR_ROLLOUT_NUM_TURNS, "int", "Turns of the agent loop."),
+    AttributeDoc(s.ATTR_ROLLOUT_REWARD, "double", "The trajectory's reward score."),
+    AttributeDoc(s.ATTR_ROLLOUT_BATCH_SIZE, "int", "Prompts in the worker's batch (v0)."),
+    AttributeDoc(s.ATTR_ROLLOUT_DURATION, "double", "Seconds of the slowest trajectory."),
+    AttributeDoc(s.ATTR_ROLLOUT_TAIL_RATIO, "double", "Slowest / median trajectory duration of the step."),
+    AttributeDoc(s.ATTR_ROLLOUT_TRAJECTORIES, "int", "Trajectories of the step in this worker."),
+    AttributeDoc(s.ATTR_ROLLOUT_SLOWEST_SPAN_ID, "string", "Span id of the slowest trajectory's span."),
+    AttributeDoc(s.ATTR_ROLLOUT_SERVER_ID, "string", "The rollout replica (server) that served the call."),
+    AttributeDoc(s.ATTR_ROLLOUT_SERVER_WAIT, "double", "Seconds the load balancer took to hand out a server."),
+    AttributeDoc(s.ATTR_ROLLOUT_TOOL_REWARD, "double", "The reward a tool call returned."),
+    AttributeDoc(s.ATTR_ROLLOUT_CACHED_TOKENS, "int", "Prompt tokens served from vLLM's prefix cache."),
+    AttributeDoc(s.ATTR_ROLLOUT_PREEMPTIONS, "int", "Times the engine preempted the request."),
+    AttributeDoc(s.ATTR_ROLLOUT_WEIGHT_VERSION, "int", "The weights' version (global step) that generated it."),
+    AttributeDoc(s.ATTR_ROLLOUT_REPLICA, "string", "The replica rank (`RolloutReplica.replica_rank`)."),
+    AttributeDoc(s.GEN_AI_OPERATION_NAME, "string", "`text_completion` (LLM call) or `execute_tool`."),
+    AttributeDoc(s.GEN_AI_PROVIDER_NAME, "string", "The rollout backend (`vllm`, `sglang`, ...)."),
+    AttributeDoc(s.GEN_AI_AGENT_NAME, "string", "The agent loop's name."),
+    AttributeDoc(s.GEN_AI_TOOL_NAME, "string", "The tool called."),
+    AttributeDoc(s.GEN_AI_LATENCY_TIME_IN_QUEUE, "double", "Seconds the engine request waited for vLLM's scheduler."),
+    AttributeDoc(s.GEN_AI_LATENCY_PREFILL, "double", "Seconds from scheduled to the first token (vLLM)."),
+    AttributeDoc(s.GEN_AI_LATENCY_DECODE, "double", "Seconds from the first to the last token (vLLM)."),
+    AttributeDoc(s.GEN_AI_LATENCY_TTFT, "double", "Seconds from arrival to the first token (vLLM)."),
+    AttributeDoc(s.GEN_AI_LATENCY_E2E, "double", "Seconds from arrival to the last token (vLLM)."),
+    AttributeDoc(s.GEN_AI_TOOL_CALL_ID, "string", "The tool call's id."),
+    AttributeDoc(s.GEN_AI_REQUEST_MAX_TOKENS, "int", "Sampling setting, when set."),
+    AttributeDoc(s.GEN_AI_REQUEST_TEMPERATURE, "double", "Sampling setting, when set."),
+    AttributeDoc(s.GEN_AI_REQUEST_TOP_P, "double", "Sampling setting, when set."),
+    AttributeDoc(s.GEN_AI_RESPONSE_FINISH_REASONS, "string[]", "Why generation stopped."),
+    AttributeDoc(s.GEN_AI_USAGE_INPUT_TOKENS, "int", "Prompt tokens of the call."),
+    AttributeDoc(s.GEN_AI_USAGE_OUTPUT_TOKENS, "int", "Tokens the call generated."),
+    # ------------------------------------------------------------ hardware
+    AttributeDoc(s.ATTR_HW_ID, "string", "The GPU's UUID (required by the hardware conventions)."),
+    AttributeDoc(s.ATTR_HW_TYPE, "string", f"`{s.HW_TYPE_GPU}`."),
+    AttributeDoc(s.ATTR_HW_NAME, "string", "`gpu<index>` (`cuda:<index>` from torch)."),
+    AttributeDoc(s.ATTR_HW_VENDOR, "string", "The GPU's vendor."),
+    AttributeDoc(s.ATTR_HW_MODEL, "string", "The GPU's model (`NVIDIA H200`)."),
+    AttributeDoc(s.ATTR_HW_DRIVER_VERSION, "string", "The driver's version."),
+    AttributeDoc(
+        s.ATTR_HW_GPU_TASK, "string", f"`{s.GPU_TASK_GENERAL}`, `{s.GPU_TASK_ENCODER}`, `{s.GPU_TASK_DECODER}`."
+    ),
+    AttributeDoc(s.ATTR_GPU_INDEX, "int", "The GPU's NVML index on its host."),
+    # ------------------------------------------------------------ logs and samples
+    AttributeDoc(s.ATTR_SAMPLE_REWARD, "double", "The sample's sequence score (`token_level_scores` summed)."),
+    AttributeDoc(s.ATTR_SAMPLE_INDEX, "int", "The sample's position in the step's batch."),
+    AttributeDoc(s.ATTR_DATA_SOURCE, "string", "The dataset's `data_source` column."),
+    # ------------------------------------------------------------ guard
+    AttributeDoc(s.ATTR_GUARD_RULE, "string", "The rule that fired (`nonfinite`, `kl_high`, ...)."),
+    AttributeDoc(s.ATTR_GUARD_ACTION, "string", "`observe`, `checkpoint` or `stop`."),
+    AttributeDoc(s.ATTR_GUARD_VALUE, "double", "The value that made it fire."),
+    AttributeDoc(s.ATTR_GUARD_LIMIT, "double", "The rule's threshold, fraction, ratio or factor."),
+    AttributeDoc(s.ATTR_GUARD_BASELINE, "double", "The baseline a relative rule compared with."),
+    AttributeDoc(s.ATTR_GUARD_CHECKPOINT, "string", "The folder verl saved to, when the action saved one."),
+    # ------------------------------------------------------------ stall doctor
+    AttributeDoc(s.ATTR_STALL_EPISODE, "int", "1, 2, ... per run."),
+    AttributeDoc(s.ATTR_STALL_SECONDS, "double", "How long no training step had finished."),
+    AttributeDoc(s.ATTR_RAY_ACTOR_CLASS, "string", "The Ray actor class of the reporting process."),
+    # ------------------------------------------------------------ otel-verl itself
+    AttributeDoc(s.ATTR_OVERHEAD_COMPONENT, "string", ", ".join(f"`{c}`" for c in s.OVERHEAD_COMPONENTS) + "."),
+    AttributeDoc(s.ATTR_DROPPED_KIND, "string", ", ".join(f"`{k}`" for k in s.DROPPED_KINDS) + "."),
+)
+
+SPANS: tuple[SpanDoc, ...] = (
+    SpanDoc(
+        s.SPAN_STEP,
+        "internal",
+        TASKRUNNER,
+        "root: one trace per training step",
+        (
+            s.ATTR_STEP,
+            s.ATTR_EPOCH,
+            s.ATTR_DRIVER,
+            s.ATTR_TIME_PREFIX + "<category>",
+            s.ATTR_POOL_PREFIX + "<role>.<state>",
+        ),
+        "One training step; its duration is verl's `timing_s/step`.",
+    ),
+    SpanDoc(
+        s.SPAN_STAGE_PREFIX + "<stage>",
+        "internal",
+        TASKRUNNER,
+        "`verl.step`",
+        (s.ATTR_STAGE, s.ATTR_STEP, s.ATTR_EPOCH),
+        "Every stage verl times (`gen`, `reward`, `old_log_prob`, `ref`, `values`, `adv`, `update_critic`, "
+        "`update_actor`, `update_weights`, `save_checkpoint`, `testing`, and any other timer name), with "
+        "verl's `timing_s/<stage>` as its duration. A stage that raises ends ERROR with the exception.",
+    ),
+    SpanDoc(
+        s.SPAN_WG_PREFIX + "<method>",
+        "client",
+        TASKRUNNER,
+        "the stage it runs in",
+        (s.ATTR_WORKER_METHOD,),
+        "The driver's worker-group call; for a non-blocking call it covers the dispatch.",
+    ),
+    SpanDoc(
+        s.SPAN_WORKER_PREFIX + "<method>",
+        "server",
+        WORKER,
+        "`verl.wg.<method>`, across Ray",
+        (s.ATTR_WORKER_METHOD, s.ATTR_WORKER_CLASS, s.RES_RANK),
+        "The call inside one worker rank, for calls that carry data (log-prob, ref, values, updates).",
+    ),
+    SpanDoc(
+        s.SPAN_INIT,
+        "internal",
+        TASKRUNNER,
+        "root",
+        (s.ATTR_TRAINER_CLASS, s.ATTR_CONFIG),
+        "Run start-up (workers and models).",
+    ),
+    SpanDoc(
+        s.SPAN_VALIDATION,
+        "internal",
+        TASKRUNNER,
+        "root",
+        (s.ATTR_VALIDATION_INITIAL, s.ATTR_STEP),
+        "Validation outside a timed stage (before training).",
+    ),
+    SpanDoc(
+        s.SPAN_WAIT,
+        "internal",
+        TASKRUNNER,
+        "the stage it waits in",
+        (
+            s.ATTR_WAIT_FOR,
+            s.ATTR_WAIT_SOURCE,
+            s.ATTR_WAIT_PARTITION,
+            s.ATTR_STEP,
+            s.ATTR_WAIT_POLL_INTERVAL,
+            s.ATTR_WAIT_POLL_LAG,
+        ),
+        "The trainer waiting for rollouts (v1's `gen` polls TransferQueue until enough rollouts finished).",
+    ),
+    SpanDoc(
+        s.SPAN_REPLICAS_PREFIX + "<op>",
+        "internal",
+        TASKRUNNER,
+        "the stage it runs in",
+        (s.ATTR_REPLICAS_COUNT, s.ATTR_STEP),
+        "The trainer driving the rollout replicas through verl's `CheckpointEngineManager`: `<op>` = `abort`, "
+        "`sleep`, `wake_up`, `resume_generation`, `release_kv_cache`, `resume_kv_cache`, `update_weights`.",
+    ),
+    SpanDoc(
+        s.SPAN_GUARD,
+        "internal",
+        TASKRUNNER,
+        "`verl.step` of the step (verl logs a step's values after that span ended)",
+        (s.ATTR_STEP,),
+        "The guard's decision, with a `verl.guard.triggered` event per firing.",
+    ),
+    SpanDoc(
+        s.SPAN_ROLLOUT_BATCH,
+        "server",
+        AGENT,
+        "`verl.gen`, across Ray (v0)",
+        (s.ATTR_ROLLOUT_VALIDATE, s.ATTR_ROLLOUT_SUBMIT_STEP, s.ATTR_ROLLOUT_BATCH_SIZE),
+        "v0: one `AgentLoopWorker.generate_sequences` call; carries the `verl.rollout.slowest_trajectory` event.",
+    ),
+    SpanDoc(
+        s.SPAN_ROLLOUT_TRAJECTORY,
+        "internal",
+        AGENT,
+        "v0: `verl.rollout.generate`; v1: root of its own trace, linked to the `verl.gen` span that submitted it",
+        (
+            s.ATTR_ROLLOUT_SUBMIT_STEP,
+            s.ATTR_ROLLOUT_SAMPLE_INDEX,
+            s.ATTR_ROLLOUT_INDEX,
+            s.ATTR_ROLLOUT_VALIDATE,
+            s.GEN_AI_AGENT_NAME,
+            s.ATTR_ROLLOUT_STATUS,
+            s.ATTR_ROLLOUT_PROMPT_TOKENS,
+            s.ATTR_ROLLOUT_RESPONSE_TOKENS,
+            s.ATTR_ROLLOUT_GENERATED_TOKENS,
+            s.ATTR_ROLLOUT_NUM_TURNS,
+            s.ATTR_ROLLOUT_REWARD,
+        ),
+        "One trajectory (prompt x `rollout.n`), sampled: `OTEL_VERL_ROLLOUT_SPANS_PER_STEP` per step and worker.",
+    ),
+    SpanDoc(
+        s.SPAN_ROLLOUT_LLM_CALL,
+        "client",
+        AGENT,
+        "`verl.rollout.trajectory`",
+        (
+            s.GEN_AI_OPERATION_NAME,
+            s.GEN_AI_PROVIDER_NAME,
+            s.GEN_AI_USAGE_INPUT_TOKENS,
+            s.GEN_AI_USAGE_OUTPUT_TOKENS,
+            s.GEN_AI_REQUEST_MAX_TOKENS,
+            s.GEN_AI_REQUEST_TEMPERATURE,
+            s.GEN_AI_REQUEST_TOP_P,
+            s.GEN_AI_RESPONSE_FINISH_REASONS,
+            s.ATTR_ROLLOUT_SERVER_ID,
+            s.ATTR_ROLLOUT_SERVER_WAIT,
+            s.ATTR_ROLLOUT_CACHED_TOKENS,
+            s.ATTR_ROLLOUT_PREEMPTIONS,
+            s.ATTR_ROLLOUT_WEIGHT_VERSION,
+            s.ATTR_ROLLOUT_SUBMIT_STEP,
+            s.ATTR_ROLLOUT_VALIDATE,
+            s.ATTR_ROLLOUT_STATUS,
+        ),
+        "One engine call of a trajectory (`LLMServerClient.generate`).",
+    ),
+    SpanDoc(
+        s.SPAN_ENGINE_REQUEST,
+        "server",
+        SERVER,
+        "`verl.rollout.llm_call`, across Ray",
+        (
+            s.GEN_AI_LATENCY_TIME_IN_QUEUE,
+            s.GEN_AI_LATENCY_PREFILL,
+            s.GEN_AI_LATENCY_DECODE,
+            s.GEN_AI_LATENCY_TTFT,
+            s.GEN_AI_LATENCY_E2E,
+        ),
+        "vLLM's own span of the engine request (its name and attributes are vLLM's), recorded on otel-verl's "
+        "provider in the rollout server while `OTEL_VERL_ENGINE_TRACING` allows it.",
+    ),
+    SpanDoc(
+        s.SPAN_ROLLOUT_TOOL_PREFIX + "<tool>",
+        "internal",
+        AGENT,
+        "`verl.rollout.trajectory`",
+        (s.GEN_AI_OPERATION_NAME, s.GEN_AI_TOOL_NAME, s.GEN_AI_TOOL_CALL_ID, s.ATTR_ROLLOUT_TOOL_REWARD),
+        "One tool call of a tool agent loop; arguments and results are never recorded.",
+    ),
+    SpanDoc(
+        s.SPAN_REWARD_WORKER,
+        "internal",
+        REWARD,
+        "`verl.rollout.trajectory`, across Ray",
+        (s.ATTR_STEP,),
+        "The trajectory's reward scoring (`RewardLoopWorker.compute_score`); the user's reward function runs under it.",
+    ),
+    SpanDoc(
+        s.SPAN_ROLLOUT_TAIL,
+        "internal",
+        AGENT,
+        "v1: root, linked to the `verl.gen` span that submitted the step's rollouts",
+        (s.ATTR_ROLLOUT_SUBMIT_STEP, s.ATTR_ROLLOUT_VALIDATE, s.ATTR_ROLLOUT_TAIL_RATIO),
+        "v1: carries the `verl.rollout.slowest_trajectory` event of a worker's step.",
+    ),
+)
+
+EVENTS: tuple[EventDoc, ...] = (
+    EventDoc(
+        s.EVENT_SLOWEST_TRAJECTORY,
+        "span event on `verl.rollout.generate` (v0) or `verl.rollout.tail` (v1)",
+        (
+            s.ATTR_ROLLOUT_SUBMIT_STEP,
+            s.ATTR_ROLLOUT_VALIDATE,
+            s.ATTR_ROLLOUT_DURATION,
+            s.ATTR_ROLLOUT_TAIL_RATIO,
+            s.ATTR_ROLLOUT_TRAJECTORIES,
+            s.ATTR_ROLLOUT_SAMPLE_INDEX,
+            s.ATTR_ROLLOUT_INDEX,
+            s.ATTR_ROLLOUT_RESPONSE_TOKENS,
+            s.ATTR_ROLLOUT_SLOWEST_SPAN_ID,
+        ),
+        "The slowest trajectory of a worker's step (not a metric attribute: one series per sample).",
+    ),
+    EventDoc(
+        s.EVENT_GUARD_TRIGGERED,
+        "span event on `verl.guard`, and a WARNING log record",
+        (
+            s.ATTR_GUARD_RULE,
+            s.ATTR_METRIC_KEY,
+            s.ATTR_GUARD_VALUE,
+            s.ATTR_GUARD_LIMIT,
+            s.ATTR_GUARD_BASELINE,
+            s.ATTR_GUARD_ACTION,
+            s.ATTR_GUARD_CHECKPOINT,
+            s.ATTR_STEP,
+        ),
+        "A guard rule fired.",
+    ),
+    EventDoc(
+        s.EVENT_ROLLOUT_SAMPLE,
+        "log record (`OTEL_VERL_SAMPLES=true`)",
+        (s.ATTR_STEP, s.ATTR_SAMPLE_REWARD, s.ATTR_DATA_SOURCE, s.ATTR_SAMPLE_INDEX),
+        f"A sampled generation: body `{{{s.SAMPLE_BODY_PROMPT!r}: ..., {s.SAMPLE_BODY_RESPONSE!r}: ...}}`, in "
+        "the step's trace.",
+    ),
+    EventDoc(
+        s.EVENT_TRAINING_STALLED,
+        "log record (TaskRunner, WARNING)",
+        (s.ATTR_STEP, s.ATTR_STALL_SECONDS, s.ATTR_STALL_EPISODE),
+        "No training step has finished for `OTEL_VERL_STALL_AFTER`.",
+    ),
+    EventDoc(
+        s.EVENT_STALL_STACKS,
+        "log record (every verl process)",
+        (s.ATTR_STEP, s.ATTR_STALL_EPISODE, s.ATTR_RAY_ACTOR_CLASS),
+        "Body: the Python stacks of all the process's threads, in the trace of the step in progress.",
+    ),
+    EventDoc(
+        s.EVENT_TRAINING_RESUMED,
+        "log record (TaskRunner)",
+        (s.ATTR_STEP, s.ATTR_STALL_EPISODE),
+        "A step finished again after a stall.",
+    ),
+)
+
+
+def attribute(name: str) -> AttributeDoc:
+    """The entry of ``name`` (KeyError: not documented)."""
+    found = [a for a in ATTRIBUTES if a.name == name]
+    if not found:
+        raise KeyError(name)
+    return found[0]

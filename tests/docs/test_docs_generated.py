@@ -1,0 +1,64 @@
+"""The generated parts of the documentation (``docs/generated/``) are what the code says now:
+``scripts/gen_docs.py`` writes them from ``otel_verl.config``, ``telemetry_catalog``,
+``instruments.catalog``/``prometheus`` and the guard's built-in rules, so a setting, span,
+attribute, metric or rule cannot be documented otherwise than it is."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from otel_verl import config
+from otel_verl.instruments import catalog
+from otel_verl.instruments.prometheus import prometheus_name
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location("gen_docs", REPO / "scripts" / "gen_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_files_are_up_to_date():
+    gen = _gen()
+    assert gen.stale() == [], "run: .venv/bin/python scripts/gen_docs.py"
+
+
+def test_check_mode_fails_on_a_stale_file(tmp_path):
+    gen = _gen()
+    for name, text in gen.render().items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert gen.stale(tmp_path) == []
+    (tmp_path / "settings.md").write_text("old\n", encoding="utf-8")
+    assert gen.stale(tmp_path) == ["settings.md"]
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_docs.py"), "--check"], capture_output=True)
+    assert done.returncode == 0, done.stderr  # the committed ones
+
+
+def _rows(text: str, name: str) -> list[list[str]]:
+    rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
+    return [[c.strip() for c in row.strip("|").split(" | ")] for row in rows]
+
+
+@pytest.mark.parametrize("spec", catalog.ALL, ids=lambda s: s.name)
+def test_every_instrument_has_one_row_with_its_kind_unit_and_prometheus_name(spec):
+    rows = _rows(_gen().render()["metrics.md"], spec.name)
+    assert len(rows) == 1, f"{spec.name}: {len(rows)} rows"
+    cells = rows[0]
+    assert cells[1].split()[0] == spec.kind.removeprefix("observable_")
+    assert cells[2].strip("`") == spec.unit
+    assert f"`{prometheus_name(spec)}" in cells[4]
+    assert cells[5], f"{spec.name} has no source"
+
+
+@pytest.mark.parametrize("var", config.VARIABLES, ids=lambda v: v.name)
+def test_every_setting_has_one_row_with_its_default(var):
+    rows = _rows(_gen().render()["settings.md"], var.name)
+    assert len(rows) == 1 and var.default_text() in rows[0][1] and rows[0][2] == var.doc.replace("|", "\\|")

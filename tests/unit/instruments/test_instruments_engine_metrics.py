@@ -1,0 +1,149 @@
+"""The engine's Prometheus families as OTLP instruments (``otel_verl.instruments.engine_metrics``):
+a real ``prometheus_client`` registry with vLLM's kinds of families, read by the SDK."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from otel_verl import semconv
+from otel_verl.instruments import engine_metrics
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def engine():
+    registry = CollectorRegistry()
+    labels = ["model_name", "engine"]
+    fams = {
+        "kv": Gauge("vllm:kv_cache_usage_perc", "KV cache usage", labels, registry=registry),
+        "waiting": Gauge("vllm:num_requests_waiting", "waiting", labels, registry=registry),
+        "preempt": Counter("vllm:num_preemptions", "preemptions", labels, registry=registry),
+        "ttft": Histogram("vllm:time_to_first_token_seconds", "TTFT", labels, buckets=(0.1, 1.0), registry=registry),
+        "other": Gauge("ray_something", "not an engine family", registry=registry),
+    }
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    clock = _Clock()
+    bridge = engine_metrics.Bridge(provider.get_meter("t"), registry, replica=1, clock=clock)
+    bridge.discover(force=True)
+    yield registry, fams, reader, bridge, clock
+    provider.shutdown()
+
+
+def _points(reader) -> dict[str, list]:
+    out: dict[str, list] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out
+
+
+def test_each_engine_family_becomes_an_instrument_named_like_its_prometheus_series(engine):
+    registry, fams, reader, bridge, clock = engine
+    model = {"model_name": "tiny", "engine": "0"}
+    fams["kv"].labels(**model).set(0.25)
+    fams["waiting"].labels(**model).set(3)
+    fams["preempt"].labels(**model).inc(2)
+    for v in (0.05, 0.5, 5.0):
+        fams["ttft"].labels(**model).observe(v)
+
+    points = _points(reader)
+    assert set(points) == {
+        "vllm.kv_cache_usage_perc",
+        "vllm.num_requests_waiting",
+        "vllm.num_preemptions",
+        "vllm.time_to_first_token_seconds.bucket",
+        "vllm.time_to_first_token_seconds.sum",
+        "vllm.time_to_first_token_seconds.count",
+    }
+    want = {**model, semconv.ATTR_ROLLOUT_REPLICA: 1}
+    assert [(p.value, dict(p.attributes)) for p in points["vllm.kv_cache_usage_perc"]] == [(0.25, want)]
+    assert [p.value for p in points["vllm.num_requests_waiting"]] == [3]
+    assert [p.value for p in points["vllm.num_preemptions"]] == [2]  # the _total series, not _created
+    buckets = {p.attributes["le"]: p.value for p in points["vllm.time_to_first_token_seconds.bucket"]}
+    assert buckets == {"0.1": 1, "1.0": 2, "+Inf": 3}  # cumulative, as the engine counted
+    assert [p.value for p in points["vllm.time_to_first_token_seconds.count"]] == [3]
+    assert [p.value for p in points["vllm.time_to_first_token_seconds.sum"]] == [pytest.approx(5.55)]
+
+
+def test_values_move_between_collections_and_one_registry_read_serves_one_collection(engine):
+    registry, fams, reader, bridge, clock = engine
+    fams["preempt"].labels(model_name="m", engine="0").inc()
+    reads = []
+    collect = registry.collect
+    registry.collect = lambda: (reads.append(1), list(collect()))[1]
+    assert [p.value for p in _points(reader)["vllm.num_preemptions"]] == [1]
+    assert len(reads) == 1  # six instruments, one snapshot
+    fams["preempt"].labels(model_name="m", engine="0").inc(4)
+    assert [p.value for p in _points(reader)["vllm.num_preemptions"]] == [1]  # same snapshot within its TTL
+    clock.now += engine_metrics.SNAPSHOT_TTL_S
+    assert [p.value for p in _points(reader)["vllm.num_preemptions"]] == [5]
+
+
+def test_a_family_registered_late_is_found_at_the_next_discovery(engine):
+    registry, fams, reader, bridge, clock = engine
+    late = Gauge("sglang:token_usage", "late", registry=registry)
+    late.set(0.5)
+    bridge.discover()
+    assert "sglang.token_usage" not in _points(reader)  # not before DISCOVER_EVERY_S
+    clock.now += engine_metrics.DISCOVER_EVERY_S
+    bridge.discover()
+    assert [p.value for p in _points(reader)["sglang.token_usage"]] == [0.5]
+
+
+def test_what_is_read_is_bounded(engine, monkeypatch):
+    registry, fams, reader, bridge, clock = engine
+    monkeypatch.setattr(engine_metrics, "MAX_SERIES", 3)
+    for i in range(10):
+        fams["waiting"].labels(model_name=f"m{i}", engine="0").set(i)
+    fams["kv"].labels(model_name="x" * 1000, engine="0").set(1)
+    clock.now += engine_metrics.SNAPSHOT_TTL_S
+    points = _points(reader)
+    assert len(points["vllm.num_requests_waiting"]) == 3
+    (kv,) = points["vllm.kv_cache_usage_perc"]
+    assert len(kv.attributes["model_name"]) == engine_metrics.MAX_LABEL_CHARS
+
+
+def test_the_catalogs_engine_names_are_what_the_bridge_makes_of_vllms_families(engine):
+    """collector/ queries catalog.ENGINE's Prometheus names: the bridge must make exactly those."""
+    from otel_verl.instruments import catalog
+
+    registry, fams, reader, bridge, clock = engine
+    Gauge("vllm:num_requests_running", "running", ["model_name", "engine"], registry=registry).labels("m", "0").set(1)
+    model = {"model_name": "m", "engine": "0"}
+    fams["kv"].labels(**model).set(0.5)
+    fams["waiting"].labels(**model).set(1)
+    fams["preempt"].labels(**model).inc()
+    fams["ttft"].labels(**model).observe(0.2)
+    clock.now += engine_metrics.DISCOVER_EVERY_S
+    bridge.discover()
+    from opentelemetry.sdk.metrics.export import Gauge as GaugeData
+    from opentelemetry.sdk.metrics.export import Sum
+
+    made = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                data = m.data
+                kind = (
+                    catalog.OBSERVABLE_GAUGE
+                    if isinstance(data, GaugeData)
+                    else catalog.OBSERVABLE_COUNTER
+                    if isinstance(data, Sum) and data.is_monotonic
+                    else catalog.OBSERVABLE_UP_DOWN_COUNTER
+                )
+                made[m.name] = kind
+    for spec in catalog.ENGINE:
+        assert made.get(spec.name) == spec.kind, spec.name
