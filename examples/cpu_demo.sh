@@ -46,7 +46,8 @@ echo "  verl's own log: $work/run.log (tail -f it to watch everything)"
 # A vLLM run that fails its weight sync hangs instead of failing: it gets a hard limit.
 if ! "$python" -m verl_cpu_harness --workdir "$work" --driver "${DRIVER:-v1}" --algo "${ALGO:-grpo}" \
   --rollout "$rollout" --python "$python" --steps "$steps" --timeout 1200 \
-  --launcher "$(dirname "$python")/opentelemetry-instrument" --progress; then
+  --launcher "$(dirname "$python")/opentelemetry-instrument" --progress \
+  -- actor_rollout_ref.actor.use_kl_loss=True; then  # GRPO's KL loss to the reference: a KL curve that moves
   echo "the run failed; the end of verl's log ($work/run.log):"
   tail -n 40 "$work/run.log"
   exit 1
