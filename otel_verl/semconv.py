@@ -87,6 +87,7 @@ REWARD_KEYS = {
     "critic/rewards/mean": "rewards",
 }
 THROUGHPUT_KEY = "perf/throughput"
+STEP_KEY = "training/global_step"  # verl's step number: carried by verl.training.step, not forwarded again
 TIMING_PREFIX = "timing_s/"  # verl's per-step stage seconds: feeds M_STAGE_DURATION (see stage_of)
 
 

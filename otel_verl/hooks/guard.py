@@ -41,7 +41,7 @@ from otel_verl.package import package_version
 from otel_verl.process.state import PROCESS
 
 _log = logging.getLogger("otel_verl")
-TRAINING_STEP_KEY = "training/global_step"  # both drivers log it with every training step's values
+TRAINING_STEP_KEY = semconv.STEP_KEY  # both drivers log it with every training step's values
 
 
 class GuardStop(Exception):

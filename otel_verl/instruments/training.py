@@ -58,7 +58,7 @@ class TrainingMetrics:
             if not math.isfinite(value):
                 self.nonfinite.add(1, {semconv.ATTR_METRIC_KEY: key})
                 continue
-            if forward_all:
+            if forward_all and key != semconv.STEP_KEY:  # verl.training.step carries it
                 self._gauge(key).set(value)
             if key in semconv.KL_KEYS:
                 self.kl.set(value, {semconv.ATTR_KL_SOURCE: semconv.KL_KEYS[key]})

@@ -200,3 +200,42 @@ def test_a_key_never_logged_is_said_not_drawn(v1_run, tmp_path):
     lines = _summary(v1_run)
     missing = next(line for line in lines if line.startswith("  not logged by this run: "))
     assert "actor/grad_norm" in missing and "actor/kl_loss" not in missing and "val-core" not in missing
+
+
+def test_the_stage_table_shows_seconds_not_span_ids(v1_run):
+    rep = build(v1_run)
+    page = render(rep)
+    table = page[page.index('<table id="stage-table"') :]
+    table = table[: table.index("</table>")]
+    sid = rep.steps[1].slowest.span_id
+    assert f'data-span-id="{sid}"' in table  # still there for the script's click-through
+    assert f">{sid}<" not in table and "<code>" not in table
+
+
+def test_the_time_the_spans_cover_is_explained(v1_run):
+    page = render(build(v1_run))
+    assert (
+        "<dt>time the spans cover</dt><dd>15.0 s, from the first span&#x27;s start to the last one&#x27;s end "
+        "(the run&#x27;s start-up before its first span, Ray and model loading, is not in it)</dd>"
+    ) in page
+    # one count of processes on the page as in summary: those that sent anything, then those with spans
+    assert "<dt>processes</dt><dd>3 sent telemetry, 3 of them spans: " in page
+
+
+def test_a_folder_above_the_telemetry_is_pointed_at_it(v1_run, capsys):
+    from otel_verl import cli
+
+    above = v1_run.parent  # .work/demo, whose telemetry is in ./telemetry
+    assert cli.main(["summary", str(above)]) == 1
+    err = capsys.readouterr().err
+    assert f"no telemetry files (traces-*.jsonl, metrics-*.jsonl) in {above}; {v1_run} under it has them" in err
+    assert err.count("\n") == 1
+
+
+def test_a_file_given_as_the_folder_is_said_plainly(v1_run, capsys):
+    from otel_verl import cli
+
+    one = next(v1_run.glob("traces-*.jsonl"))
+    assert cli.main(["summary", str(one)]) == 2
+    err = capsys.readouterr().err
+    assert f"{one} is not a folder: give the run's telemetry folder (the one OTEL_VERL_FILE_DIR named)" in err
