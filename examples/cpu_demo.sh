@@ -22,9 +22,11 @@ work=.work/demo
 steps=${STEPS:-3}
 phase() { printf '\n== %s\n' "$*"; }
 
-phase "1/4 setting up .venv (the first time a few minutes, mostly torch)"
-# the demo writes files: no live-stack backends needed; the vLLM venv only for --rollout vllm
-SETUP_BACKENDS=0 SETUP_VLLM_CPU=$([ "$rollout" = vllm ] && echo wait || echo 0) bash scripts/setup.sh
+phase "1/4 setting up .venv (the first time 3 to 12 minutes and about 6 GB, mostly torch)"
+# the demo writes files: no live-stack backends and no test-only tools needed; the vLLM venv only
+# for --rollout vllm
+SETUP_BACKENDS=0 SETUP_TEST_TOOLS=0 SETUP_VLLM_CPU=$([ "$rollout" = vllm ] && echo wait || echo 0) \
+  bash scripts/setup.sh
 python=$PWD/.venv/bin/python
 if [ "$rollout" = vllm ]; then
   # verl's vLLM rollout runs in a venv of its own (vLLM's CPU build, torch 2.11: scripts/vllm_cpu.sh)
