@@ -124,8 +124,12 @@ def _stall(rep: Report) -> list[str]:
     step = first.get(semconv.ATTR_STEP, rep.stall_reports[0].step if rep.stall_reports else None)
     seconds = as_number(first.get(semconv.ATTR_STALL_SECONDS))
     waited = "?" if seconds is None else f"{seconds:.0f}"
-    out = ["", f"STALLED at step {step}: no training step finished for {waited} s; where each of"]
-    out[-1] += f" {len(rep.stall_reports)} processes was (each thread's innermost frame outside the standard library):"
+    out = ["", f"STALLED at step {step}: no training step finished for {waited} s; "]
+    if not rep.stall_reports:
+        out[-1] += "no process's stacks are in these files (the verl.stall.stacks log records)"
+        return out
+    out[-1] += f"where each of {len(rep.stall_reports)} processes was (each thread's innermost frame outside the"
+    out[-1] += " standard library):"
     for report in rep.stall_reports:
         out.append(f"  {report.process}:")
         out += [f"    {line}" for line in report.where()]
