@@ -585,6 +585,8 @@ def _curve_key(k: int, lines: list[tuple[str, dict[int, float]]]) -> str:
     style = line_style(k, len(lines))
     same = next((other for other, values in lines[:k] if values == data), None)
     note = f' <small class="same">(same values as {esc(same)})</small>' if same else ""
+    if not note and data and all(v == 0 for v in data.values()):
+        note = ' <small class="flat">(0 at every step)</small>'  # a flat line that is the value, not a gap
     key = swatch(style.color, dashed=bool(style.dash))
     return f'<span class="key" data-label="{esc(label)}">{key}{esc(label)}{note}</span>'
 

@@ -239,3 +239,11 @@ def test_a_file_given_as_the_folder_is_said_plainly(v1_run, capsys):
     assert cli.main(["summary", str(one)]) == 2
     err = capsys.readouterr().err
     assert f"{one} is not a folder: give the run's telemetry folder (the one OTEL_VERL_FILE_DIR named)" in err
+
+
+def test_a_key_logged_as_zero_at_every_step_says_so(tmp_path):
+    for step in (1, 2):
+        kl = gauge(semconv.M_KL, 0.0, **{semconv.ATTR_KL_SOURCE: "ppo_kl"})
+        write_metrics(tmp_path, "taskrunner", 1, step, [gauge(semconv.M_TRAINING_STEP, step), kl])
+    page = render(build(tmp_path))
+    assert '<span class="key" data-label="actor/ppo_kl">' in page and "(0 at every step)" in page
