@@ -48,9 +48,8 @@ def write_report(
     path = Path(out) if out is not None else folder / "report.html"
     if path.is_dir():
         raise CommandError(f"-o {path} is a folder; give the HTML file's name", USAGE)
-    if not path.parent.is_dir():  # a typo in -o must not create folders
-        why = "does not exist" if not path.parent.exists() else "is not a folder"
-        raise CommandError(f"-o {path}: the folder {path.parent} {why} (the report creates no folder)", USAGE)
+    if not path.parent.exists():  # a typo in -o must not create folders
+        raise CommandError(f"-o {path}: the folder {path.parent} does not exist (the report creates no folder)", USAGE)
     inputs = [p for sig in ("traces", "metrics", "logs") for p in signal_files(folder, sig)]
     # the names the inputs are listed under, and the files they lead to
     taken = {p.parent.resolve() / p.name for p in inputs} | {p.resolve() for p in inputs}
