@@ -22,9 +22,11 @@ work=.work/demo
 steps=${STEPS:-3}
 phase() { printf '\n== %s\n' "$*"; }
 
-phase "1/4 setting up .venv (the first time a few minutes, mostly torch)"
-# the demo writes files: no live-stack backends needed; the vLLM venv only for --rollout vllm
-SETUP_BACKENDS=0 SETUP_VLLM_CPU=$([ "$rollout" = vllm ] && echo wait || echo 0) bash scripts/setup.sh
+phase "1/4 setting up .venv (the first time 3 to 12 minutes and about 6 GB, mostly torch)"
+# the demo writes files: no live-stack backends and no test-only tools needed; the vLLM venv only
+# for --rollout vllm
+SETUP_BACKENDS=0 SETUP_TEST_TOOLS=0 SETUP_VLLM_CPU=$([ "$rollout" = vllm ] && echo wait || echo 0) \
+  bash scripts/setup.sh
 python=$PWD/.venv/bin/python
 if [ "$rollout" = vllm ]; then
   # verl's vLLM rollout runs in a venv of its own (vLLM's CPU build, torch 2.11: scripts/vllm_cpu.sh)
@@ -46,7 +48,8 @@ echo "  verl's own log: $work/run.log (tail -f it to watch everything)"
 # A vLLM run that fails its weight sync hangs instead of failing: it gets a hard limit.
 if ! "$python" -m verl_cpu_harness --workdir "$work" --driver "${DRIVER:-v1}" --algo "${ALGO:-grpo}" \
   --rollout "$rollout" --python "$python" --steps "$steps" --timeout 1200 \
-  --launcher "$(dirname "$python")/opentelemetry-instrument" --progress; then
+  --launcher "$(dirname "$python")/opentelemetry-instrument" --progress \
+  -- actor_rollout_ref.actor.use_kl_loss=True; then  # GRPO's KL loss to the reference: a KL curve that moves
   echo "the run failed; the end of verl's log ($work/run.log):"
   tail -n 40 "$work/run.log"
   exit 1

@@ -111,7 +111,10 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="split stored lines above this size into several requests (default 20 MiB, the Collector's default limit)",
     )
-    sub.add_parser("doctor", help="check what the instrumentation would do in this environment", epilog=EPILOG)
+    p_doctor = sub.add_parser(
+        "doctor", help="check what the instrumentation would do in this environment (problems first)", epilog=EPILOG
+    )
+    p_doctor.add_argument("--verbose", "-v", action="store_true", help="also list every check that passed, and notes")
     p_stack = sub.add_parser(
         "stack",
         help="run Collector, Prometheus, Alertmanager, Jaeger and VictoriaLogs locally, without Docker",
@@ -234,7 +237,7 @@ def _run(ns: argparse.Namespace) -> int:
         )
     from otel_verl.live.doctor import doctor
 
-    return doctor()
+    return doctor(verbose=ns.verbose)
 
 
 def main(argv: list[str] | None = None) -> int:

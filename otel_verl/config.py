@@ -45,6 +45,8 @@ RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 OTLP_HEADERS_FILE = "OTEL_VERL_OTLP_HEADERS_FILE"
+GUARD_EXIT_CODE = "OTEL_VERL_GUARD_EXIT_CODE"
+GUARD_MARKER = "OTEL_VERL_GUARD_MARKER"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 SPOOL = "OTEL_VERL_SPOOL"
 SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
@@ -55,6 +57,8 @@ GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
 ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
+GUARD_MARKER_NAME = "otel-verl-guard-stop.json"  # in trainer.default_local_dir, next to verl's checkpoints
+GUARD_EXIT_CODE_MAX = 125  # above: the shell's "not executable", "not found" and 128 + signal
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
 DEFAULT_SPOOL_SUBDIR = "spool"  # OTEL_VERL_SPOOL_DIR unset: <OTEL_VERL_FILE_DIR>/spool
 SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB of spooled batches per process
@@ -215,6 +219,8 @@ class Settings:
     samples_max_chars: int
     guard_action: str
     guard_rules: str | None
+    guard_exit_code: int  # 0: a guard stop ends the job with rc 0, as a finished run
+    guard_marker: str | None  # None: GUARD_MARKER_NAME in the run's checkpoint folder
     stall_after_s: float | None  # None: auto; 0: off
     spool: bool
     spool_dir: str | None  # None: <file_dir>/spool (``spool_root``)
@@ -509,6 +515,27 @@ VARIABLES: tuple[Variable, ...] = (
         "built-in rules.",
         GROUP_GUARD,
         "built-in",
+    ),
+    Variable(
+        GUARD_EXIT_CODE,
+        "guard_exit_code",
+        0,
+        partial(env_int, minimum=0, maximum=GUARD_EXIT_CODE_MAX),
+        f"Exit status (0 to {GUARD_EXIT_CODE_MAX}) of the job's launcher after a guard `stop`, so that a "
+        "scheduler (Slurm, a KubeRay job) can tell it from a finished run; `0`: rc 0, as a finished run "
+        "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
+        GROUP_GUARD,
+    ),
+    Variable(
+        GUARD_MARKER,
+        "guard_marker",
+        None,
+        env_str,
+        "File the guard writes (JSON, atomically) when it stops training: the step, the rules that fired and the "
+        "exit code, for a scheduler or a wrapper script to read "
+        "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
+        GROUP_GUARD,
+        f"`<trainer.default_local_dir>/{GUARD_MARKER_NAME}`",
     ),
     Variable(
         STALL_AFTER,

@@ -87,6 +87,7 @@ REWARD_KEYS = {
     "critic/rewards/mean": "rewards",
 }
 THROUGHPUT_KEY = "perf/throughput"
+STEP_KEY = "training/global_step"  # verl's step number: carried by verl.training.step, not forwarded again
 TIMING_PREFIX = "timing_s/"  # verl's per-step stage seconds: feeds M_STAGE_DURATION (see stage_of)
 
 
@@ -259,6 +260,7 @@ SPAN_GEN = SPAN_STAGE_PREFIX + "gen"  # the stage span v1 trajectory spans link 
 # ---------------------------------------------------------------- guard (rules over verl's per-step values)
 M_STEP_TIME = "verl.step.time"  # seconds of a step by verl.time.category (hooks/accounting.py)
 M_TRAINER_IDLE_RATIO = "verl.trainer.idle_ratio"  # waiting / step time of the trainer
+M_TRAINER_POLL_LAG = "verl.trainer.poll_lag"  # s the v1 trainer waited after its rollouts were done
 ATTR_TIME_CATEGORY = "verl.time.category"
 ATTR_TIME_PREFIX = "verl.time."  # + category: on the verl.step span
 SPAN_REPLICAS_PREFIX = "verl.replicas."  # + sleep, abort, update_weights, ... (hooks/replicas.py)
@@ -268,6 +270,8 @@ ATTR_WAIT_FOR = "verl.wait.for"  # what is waited for: rollouts, ...
 ATTR_WAIT_SOURCE = "verl.wait.source"  # the verl call that waits: replay_buffer.sample, ...
 ATTR_WAIT_PARTITION = "verl.wait.partition"  # v1 replay buffer partition: train / val
 WAIT_AGENT_LOOP_WORKERS = "agent_loop_workers"  # verl.wait.for: the workers to start the dispatched batch
+ATTR_WAIT_POLL_LAG = "verl.wait.poll_lag"  # s of the wait after its rollouts were all done (hooks/poll_lag.py)
+ATTR_WAIT_POLL_INTERVAL = "verl.wait.poll_interval"  # s between the replay buffer's polls of TransferQueue
 M_POOL_TIME = "verl.pool.time"  # seconds of a step per pool role and state (hooks/accounting.py)
 M_ROLLOUT_IDLE_RATIO = "verl.rollout.idle_ratio"  # the rollout role's idle / step time
 ATTR_POOL_ROLE = "verl.pool.role"  # actor | rollout | ref | critic | reward

@@ -113,7 +113,8 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(
         s.ATTR_TIME_CATEGORY,
         "string",
-        "Where step time went: " + "`rollout`, `waiting`, `training`, "
+        "Where step time went: " + "`rollout`, `waiting` (rollouts still being generated), `poll_lag` (v1: "
+        "waiting after the rollouts were all done, until the replay buffer polled again), `training`, "
         "`weight_sync`, `checkpoint`, `validation`, `driver`, `other`.",
     ),
     AttributeDoc(
@@ -131,6 +132,12 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     ),
     AttributeDoc(s.ATTR_WAIT_SOURCE, "string", "The verl call that waits (`replay_buffer.sample`)."),
     AttributeDoc(s.ATTR_WAIT_PARTITION, "string", "v1 replay-buffer partition (`train`, `val`)."),
+    AttributeDoc(s.ATTR_WAIT_POLL_INTERVAL, "double", "Seconds between the v1 replay buffer's polls of TransferQueue."),
+    AttributeDoc(
+        s.ATTR_WAIT_POLL_LAG,
+        "double",
+        "Seconds of the wait after the rollouts it waited for were all done (the replay buffer's next poll).",
+    ),
     AttributeDoc(s.ATTR_REPLICAS_COUNT, "int", "Rollout replicas the call drives."),
     # ------------------------------------------------------------ metrics' attributes
     AttributeDoc(s.ATTR_KL_SOURCE, "string", ", ".join(f"`{v}`" for v in s.KL_KEYS.values()) + " (verl's key)."),
@@ -312,7 +319,14 @@ SPANS: tuple[SpanDoc, ...] = (
         "internal",
         TASKRUNNER,
         "the stage it waits in",
-        (s.ATTR_WAIT_FOR, s.ATTR_WAIT_SOURCE, s.ATTR_WAIT_PARTITION, s.ATTR_STEP),
+        (
+            s.ATTR_WAIT_FOR,
+            s.ATTR_WAIT_SOURCE,
+            s.ATTR_WAIT_PARTITION,
+            s.ATTR_STEP,
+            s.ATTR_WAIT_POLL_INTERVAL,
+            s.ATTR_WAIT_POLL_LAG,
+        ),
         "The trainer waiting for rollouts (v1's `gen` polls TransferQueue until enough rollouts finished).",
     ),
     SpanDoc(

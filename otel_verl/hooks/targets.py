@@ -15,6 +15,7 @@ ENGINE_WORKERS = "verl.workers.engine_workers"  # ActorRolloutRefWorker, Trainin
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"  # AgentLoopManager / AgentLoopWorker (v0)
 REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"  # ReplayBuffer.sample: v1 waits for finished rollouts
 AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"  # AgentLoopManagerTQ (v1)
+TRANSFER_QUEUE = "transfer_queue"  # async_kv_put / kv_list: when v1's rollouts were done (hooks/poll_lag.py)
 REWARD_LOOP = "verl.experimental.reward_loop.reward_loop"  # RewardLoopWorker.compute_score (reward workers)
 TOOL_AGENT_LOOP = "verl.experimental.agent_loop.tool_agent_loop"  # ToolAgentLoop._call_tool
 LLM_SERVER = "verl.workers.rollout.llm_server"  # LLMServerClient: every engine call

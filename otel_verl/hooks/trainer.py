@@ -5,7 +5,8 @@
 * ``init`` (v1) / ``init_workers`` (v0): a ``verl.init`` span for the run's start-up
   (worker groups, models, rollout servers), carrying the run's config as one attribute
   ``verl.config`` (``otel_verl.run_config``: JSON, secrets redacted, at most 32 KiB);
-* ``_validate`` outside a timed stage (``val_before_train``): a ``verl.validation`` span;
+* ``_validate`` outside a timed stage (``val_before_train``): a ``verl.validation`` span, and the
+  stall clock told that a validation runs (``otel_verl.stall.watchdog``);
 * ``fit``: flushes spans and metrics when training ends, normally or with an error (e.g. a
   worker actor died: ``tests/e2e/faults/test_worker_death.py``), bounded by
   ``OTEL_VERL_SHUTDOWN_TIMEOUT``, so the last step and the failed call reach the backend before
@@ -28,7 +29,7 @@ from otel_verl.hooks.spans import SpanState, call_traced, close_span, open_span
 from otel_verl.process import worker_metrics
 from otel_verl.process.state import PROCESS
 from otel_verl.run_config import config_json
-from otel_verl.stall.watchdog import STEP_CLOCK, WATCHDOG
+from otel_verl.stall.watchdog import STEP_CLOCK, VALIDATION, WATCHDOG
 
 V0 = targets.TRAINER_V0
 V1 = targets.TRAINER_V1
@@ -125,12 +126,22 @@ def _init_workers_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     return _root_span_call(semconv.SPAN_INIT, wrapped, instance, args, kwargs, extra)
 
 
+@safe("stall clock: validation")
+def _validation_clock(started: bool) -> None:
+    # a validation outside the loop's ``testing`` stage has the stall clock's validation norm too
+    (STEP_CLOCK.stage_started if started else STEP_CLOCK.stage_ended)(VALIDATION)
+
+
 def _validate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     if trace.get_current_span().get_span_context().is_valid:
         return wrapped(*args, **kwargs)  # inside the ``testing`` stage span already
     initial = not getattr(instance, "global_steps", 0)
     extra = {semconv.ATTR_VALIDATION_INITIAL: initial}
-    return _root_span_call(semconv.SPAN_VALIDATION, wrapped, instance, args, kwargs, extra)
+    _validation_clock(True)
+    try:
+        return _root_span_call(semconv.SPAN_VALIDATION, wrapped, instance, args, kwargs, extra)
+    finally:
+        _validation_clock(False)
 
 
 @safe("flush at end of fit")

@@ -4,7 +4,10 @@
   stage): verl polls TransferQueue every ``poll_interval`` (2 s) until enough rollouts have
   finished. Without this span most of a v1 ``verl.gen`` has no child in any process
   (``verl.wait.for`` = ``rollouts``, ``verl.wait.source`` = ``replay_buffer.sample``,
-  ``verl.wait.partition`` = ``train``/``val``).
+  ``verl.wait.partition`` = ``train``/``val``). Of that wait, the seconds after the rollouts it
+  returns were all done are its poll lag (``poll_lag``): ``verl.wait.poll_lag`` on the span, with
+  the replay buffer's ``verl.wait.poll_interval``, and the step's ``poll_lag`` time category
+  (``accounting``).
 
 A wait span is a child of the current stage span; it is made only in the process running the
 trainer (``PROCESS.trainer``), and verl's result or exception passes through unchanged.
@@ -16,7 +19,7 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import accounting, targets
+from otel_verl.hooks import accounting, poll_lag, targets
 from otel_verl.hooks.accounting import ACCOUNT
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import SpanState, call_traced, close_span, open_span
@@ -27,34 +30,47 @@ SOURCE_REPLAY_BUFFER = "replay_buffer.sample"
 
 
 @safe("replay buffer wait span start")
-def _sample_start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState, float, bool] | None:
+def _sample_start(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState, float, bool] | None:
     if PROCESS.trainer is None:
         return None
     attrs: dict[str, Any] = {
         semconv.ATTR_WAIT_FOR: WAIT_ROLLOUTS,
         semconv.ATTR_WAIT_SOURCE: SOURCE_REPLAY_BUFFER,
     }
+    interval = getattr(instance, "poll_interval", None)  # a public attribute of verl's replay buffer
+    if isinstance(interval, int | float) and not isinstance(interval, bool):
+        attrs[semconv.ATTR_WAIT_POLL_INTERVAL] = float(interval)
     partition = kwargs.get("partition_id", args[1] if len(args) > 1 else None)
     if isinstance(partition, str):
         attrs[semconv.ATTR_WAIT_PARTITION] = partition
     step = kwargs.get("global_steps", args[0] if args else None)
     if isinstance(step, int):
         attrs[semconv.ATTR_STEP] = step
-    return open_span(semconv.SPAN_WAIT, attributes=attrs), accounting.clock(), ACCOUNT.wait_started()
+    state = open_span(semconv.SPAN_WAIT, attributes=attrs), accounting.clock(), ACCOUNT.wait_started()
+    poll_lag.begin()
+    return state
 
 
 @safe("replay buffer wait span end")
 def _sample_end(state: tuple[SpanState, float, bool], result: Any, error: BaseException | None) -> None:
     opened, start, outermost = state
+    seconds = accounting.clock() - start
+    lag = poll_lag.end(result) if error is None else None
+    if lag is not None:
+        lag = min(lag, seconds)  # two hosts' clocks: never more than the wait itself
+        opened[0].set_attribute(semconv.ATTR_WAIT_POLL_LAG, round(lag, 6))
     close_span(opened, error=error)
-    ACCOUNT.wait_ended(accounting.clock() - start, outermost)  # the step's "waiting" (hooks/accounting.py)
+    ACCOUNT.wait_ended(seconds, outermost, lag)  # the step's waiting and poll lag (hooks/accounting.py)
 
 
 def sample_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return call_traced(_sample_start(args, kwargs), _sample_end, wrapped, *args, **kwargs)
+    return call_traced(_sample_start(instance, args, kwargs), _sample_end, wrapped, *args, **kwargs)
 
 
 HOOKS = [
     Hook(targets.REPLAY_BUFFER, "ReplayBuffer.sample", sample_wrapper),
     Hook(targets.REPLAY_BUFFER, "ReplayBufferAsync.sample", sample_wrapper, optional=True),
+    # both ends of the poll lag (transferqueue is installed with the v1 driver)
+    Hook(targets.TRANSFER_QUEUE, "async_kv_put", poll_lag.stamp_wrapper, optional=True),
+    Hook(targets.TRANSFER_QUEUE, "kv_list", poll_lag.observe_wrapper, optional=True),
 ]

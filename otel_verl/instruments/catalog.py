@@ -162,7 +162,21 @@ TRAINER_IDLE_RATIO = InstrumentSpec(
     GAUGE,
     "1",
     "Share of the last step the trainer waited for rollouts",
-    source="`waiting` / step time: the share of the last step the trainer waited for rollouts (v1's replay buffer).",
+    source=(
+        "(`waiting` + `poll_lag`) / step time: the share of the last step the trainer waited for rollouts "
+        "(v1's replay buffer)."
+    ),
+)
+TRAINER_POLL_LAG = InstrumentSpec(
+    semconv.M_TRAINER_POLL_LAG,
+    GAUGE,
+    "s",
+    "Seconds of the last step the trainer waited after its rollouts were done (v1 replay buffer poll)",
+    source=(
+        "v1: seconds of the last step the trainer kept waiting after the rollouts it trains on were all done, "
+        "until the replay buffer polled TransferQueue again (every 2 s: `otel_verl/hooks/poll_lag.py`; "
+        "[Where the time goes](time.md))."
+    ),
 )
 POOL_TIME = InstrumentSpec(
     semconv.M_POOL_TIME,
@@ -436,6 +450,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     TRAINING_STALLED,
     STEP_TIME,
     TRAINER_IDLE_RATIO,
+    TRAINER_POLL_LAG,
     POOL_TIME,
     ROLLOUT_IDLE_RATIO,
     TRAJECTORY_DURATION,

@@ -38,6 +38,7 @@ class TrainingMetrics:
         self.stalled = catalog.create(meter, catalog.TRAINING_STALLED)
         self.step_time = catalog.create(meter, catalog.STEP_TIME)
         self.idle_ratio = catalog.create(meter, catalog.TRAINER_IDLE_RATIO)
+        self.poll_lag = catalog.create(meter, catalog.TRAINER_POLL_LAG)
         self.pool_time = catalog.create(meter, catalog.POOL_TIME)
         self.rollout_idle_ratio = catalog.create(meter, catalog.ROLLOUT_IDLE_RATIO)
 
@@ -57,7 +58,7 @@ class TrainingMetrics:
             if not math.isfinite(value):
                 self.nonfinite.add(1, {semconv.ATTR_METRIC_KEY: key})
                 continue
-            if forward_all:
+            if forward_all and key != semconv.STEP_KEY:  # verl.training.step carries it
                 self._gauge(key).set(value)
             if key in semconv.KL_KEYS:
                 self.kl.set(value, {semconv.ATTR_KL_SOURCE: semconv.KL_KEYS[key]})
@@ -80,8 +81,10 @@ class TrainingMetrics:
         idle_ratio: float | None = None,
         pools: Mapping[tuple[str, str], float] | None = None,
         rollout_idle_ratio: float | None = None,
+        poll_lag: float | None = None,
     ) -> None:
-        """The end of a step; ``seconds`` / ``idle_ratio`` / ``pools``: where its time went (``hooks.accounting``)."""
+        """The end of a step; ``seconds`` / ``idle_ratio`` / ``pools`` / ``poll_lag``: where its time
+        went (``hooks.accounting``)."""
         for category, value in (seconds or {}).items():
             self.step_time.set(value, {semconv.ATTR_TIME_CATEGORY: category})
         if idle_ratio is not None:
@@ -90,6 +93,8 @@ class TrainingMetrics:
             self.pool_time.set(value, {semconv.ATTR_POOL_ROLE: role, semconv.ATTR_POOL_STATE: state})
         if rollout_idle_ratio is not None:
             self.rollout_idle_ratio.set(rollout_idle_ratio)
+        if poll_lag is not None:
+            self.poll_lag.set(poll_lag)
         if global_step is not None:
             self.step.set(global_step)
         self.steps.add(1)

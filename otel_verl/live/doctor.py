@@ -1,6 +1,7 @@
 """``otel-verl doctor``: what the instrumentation would do in this environment.
 
-Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a note):
+Checks, each one line (``ok``, ``!!`` for a problem, ``--`` for a note); the problems are printed
+first, and by default only they and a count of the rest (``--verbose``: every line):
 
 * verl installed and inside the supported range (``otel_verl.package._instruments``);
 * the entry points ``opentelemetry_instrumentor: verl`` and ``verl.plugins: otel_verl``;
@@ -16,7 +17,9 @@ Checks, each printed as one line (``ok``, ``!!`` for a problem, ``--`` for a not
 * the exporters of each signal from ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` /
   ``OTEL_LOGS_EXPORTER``, each resolved to its entry point, and for OTLP the signal's protocol and
   endpoint (``otel_verl.commands.endpoints``): a malformed one is a problem, a URL is probed with
-  a TCP connect (1 s timeout, once per URL) and judged for each signal that uses it; for
+  a TCP connect (1 s timeout, once per URL) and judged for each signal that uses it (only for a
+  signal that is asked for over OTLP: its exporter variable set, or an endpoint; OTLP as the
+  distro's mere default with no endpoint set is a note when nothing answers); for
   ``otlp_json_file`` the folder, checked writable; for ``prometheus`` the ports
   (``OTEL_EXPORTER_PROMETHEUS_PORT``: a whole number from 1 to 65535);
 * what ``opentelemetry-instrument`` sets up in each kind of process: the distro and configurator
@@ -58,22 +61,61 @@ CONNECT_TIMEOUT_S = 1.0
 _SIGNALS = {"traces": "OTEL_TRACES_EXPORTER", "metrics": "OTEL_METRICS_EXPORTER", "logs": "OTEL_LOGS_EXPORTER"}
 
 
+OK, BAD, NOTE = "ok", "!!", "--"
+
+
 @dataclass
 class Checks:
-    """The lines doctor prints, and the problems among them (any problem: exit code 1)."""
+    """The lines doctor prints, by section, and the problems among them (any problem: exit code 1).
+
+    Nothing is printed while the checks run: ``report`` prints the problems first, and the other
+    lines only when asked (``--verbose``); the same line twice (a hook that two targets share) once.
+    """
 
     out: TextIO
     problems: list[str] = field(default_factory=list)
+    lines: list[tuple[str, str, str]] = field(default_factory=list)  # (section, mark, text)
+    section: str = ""
+
+    def _add(self, mark: str, msg: str) -> None:
+        line = (self.section, mark, msg)
+        if line not in self.lines:
+            self.lines.append(line)
 
     def ok(self, msg: str) -> None:
-        print(f"  ok  {msg}", file=self.out)
+        self._add(OK, msg)
 
     def bad(self, msg: str) -> None:
         self.problems.append(msg)
-        print(f"  !!  {msg}", file=self.out)
+        self._add(BAD, msg)
 
     def note(self, msg: str) -> None:
-        print(f"  --  {msg}", file=self.out)
+        self._add(NOTE, msg)
+
+    def heading(self, text: str) -> None:
+        """A line of its own in the section (printed with ``--verbose``)."""
+        self._add("", text)
+
+    def report(self, verbose: bool) -> None:
+        """Problems first; then, with ``verbose``, every line by section; else how many were left out."""
+        bad = [text for _, mark, text in self.lines if mark == BAD]
+        if bad:
+            print("problems:", file=self.out)
+            for text in bad:
+                print(f"  !!  {text}", file=self.out)
+        if verbose:
+            current = None
+            for sec, mark, text in self.lines:
+                if mark == BAD:
+                    continue  # printed first
+                if sec != current:
+                    print(f"{sec}:", file=self.out)
+                    current = sec
+                print(f"  {mark}  {text}" if mark else text, file=self.out)
+            return
+        oks = sum(1 for _, mark, _ in self.lines if mark == OK)
+        notes = sum(1 for _, mark, _ in self.lines if mark == NOTE)
+        print(f"{oks} checks ok, {notes} notes (otel-verl doctor --verbose lists them)", file=self.out)
 
 
 def _version(dist: str) -> str | None:
@@ -215,7 +257,7 @@ def check_exporters(r: Checks) -> None:
                 _check_writable(r, folder)
                 continue
             if lookup in ("otlp_proto_grpc", "otlp_proto_http"):
-                _check_endpoint(r, signal, lookup, protocol, probed)
+                _check_endpoint(r, signal, lookup, protocol, probed, asked=_otlp_asked(signal, raw))
                 continue
             if name == "prometheus":
                 _check_prometheus(r, signal)
@@ -223,8 +265,23 @@ def check_exporters(r: Checks) -> None:
             r.ok(f"{signal}: exporter {name}")
 
 
-def _check_endpoint(r: Checks, signal: str, exporter: str, protocol: str, probed: dict[str, tuple[bool, str]]) -> None:
-    """Judge ``signal``'s own endpoint: protocol and URL well-formed, and the URL reachable."""
+def _otlp_asked(signal: str, raw: str | None) -> bool:
+    """Whether this environment asks for ``signal`` over OTLP: its exporter variable names an OTLP
+    exporter, or an OTLP endpoint is set for it. Otherwise OTLP is only the distro's default, and
+    an endpoint nobody configured is not judged (a run that writes files needs no Collector)."""
+    if raw is not None:
+        return True
+    return any(
+        (os.environ.get(v) or "").strip()
+        for v in ("OTEL_EXPORTER_OTLP_ENDPOINT", f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
+    )
+
+
+def _check_endpoint(
+    r: Checks, signal: str, exporter: str, protocol: str, probed: dict[str, tuple[bool, str]], asked: bool = True
+) -> None:
+    """Judge ``signal``'s own endpoint: protocol and URL well-formed, and the URL reachable; when
+    OTLP is not ``asked`` for, an endpoint that does not answer is a note, not a problem."""
     wrong = endpoints.protocol_problem(signal)
     endpoint = endpoints.resolve(signal, protocol=protocol)
     wrong = wrong or endpoint.problem(protocol)
@@ -239,6 +296,12 @@ def _check_endpoint(r: Checks, signal: str, exporter: str, protocol: str, probed
     how = " (probed above)" if again else ""
     if reachable:
         r.ok(f"{signal}: {exporter} -> {endpoints.shown(url)} (reachable: TCP connect to {where}){how}")
+    elif not asked:
+        r.note(
+            f"{signal}: {exporter} (the default: {_SIGNALS[signal]} and the OTLP endpoint are unset) -> "
+            f"{endpoints.shown(url)} not reachable: {where}{how}; not judged: set the endpoint to export there, "
+            f"or {_SIGNALS[signal]}=otlp_json_file to write files"
+        )
     else:
         r.bad(f"{signal}: {exporter} -> {endpoints.shown(url)} NOT reachable: {where}{how}")
 
@@ -351,37 +414,39 @@ def check_hooks(r: Checks, hooks: Sequence[Hook] | None = None) -> None:
             r.bad(f"hook {where}: {why} in verl {version}; that telemetry would be disabled")
     messages = list(dict.fromkeys(f"{w.category.__name__}: {str(w.message).strip()}" for w in caught))
     if messages:
-        print(f"warnings while importing verl's modules ({len(messages)}; not otel-verl problems):", file=r.out)
+        r.heading(f"warnings while importing verl's modules ({len(messages)}; not otel-verl problems):")
     for message in messages:
         r.note(message)
 
 
-def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None) -> int:
-    """Run every check, printing one line each; 0 when no problem was found, else a ``CommandError``."""
+def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None, verbose: bool = False) -> int:
+    """Run every check; print the problems first and, with ``verbose``, every check's line; 0 when
+    no problem was found, else a ``CommandError``."""
     from otel_verl.version import __version__
 
     out = sys.stdout if out is None else out
     r = Checks(out)
     print(f"otel-verl {__version__} doctor (python {sys.version.split()[0]}, {sys.executable})", file=out)
-    print("package:", file=out)
+    r.section = "package"
     verl_ok = check_verl(r)
     check_entry_points(r)
     check_switches(r)
-    print("settings:", file=out)
+    r.section = "settings"
     s = check_settings(r)
     check_extras(r, s)
     check_guard_rules(r, s)
-    print("exporters:", file=out)
+    r.section = "exporters"
     check_exporters(r)
-    print("opentelemetry-instrument:", file=out)
+    r.section = "opentelemetry-instrument"
     check_opentelemetry_setup(r, s)
-    print("hooks:", file=out)
+    r.section = "hooks"
     if verl_ok:
         check_hooks(r, hooks)
     else:
         r.note("skipped: verl is not installed")
+    r.report(verbose)
     if r.problems:
-        more = f" (and {len(r.problems) - 1} more: the !! lines above)" if len(r.problems) > 1 else ""
+        more = f" (and {len(r.problems) - 1} more: the problems above)" if len(r.problems) > 1 else ""
         raise CommandError(f"{len(r.problems)} problem(s) found: {r.problems[0]}{more}")
     print("no problems found.", file=out)
     return 0

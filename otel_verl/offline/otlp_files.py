@@ -16,6 +16,7 @@ it was opened. Nothing here writes to the folder.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import re
@@ -242,7 +243,9 @@ def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
     if not folder.exists():
         raise CommandError(f"{folder} does not exist", USAGE)
     if not folder.is_dir():
-        raise CommandError(f"{folder} is not a folder (give the folder OTEL_VERL_FILE_DIR named)", USAGE)
+        raise CommandError(
+            f"{folder} is not a folder: give the run's telemetry folder (the one OTEL_VERL_FILE_DIR named)", USAGE
+        )
     try:
         with os.scandir(folder):
             pass
@@ -250,8 +253,30 @@ def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
         raise CommandError(f"cannot read {folder}: {exc.strerror or exc}") from None
     if not any(signal_files(folder, sig) for sig in signals):
         names = ", ".join(f"{sig}-*.jsonl" for sig in signals)
-        raise CommandError(f"no telemetry files ({names}) in {folder}", PROBLEM)
+        below = _telemetry_below(folder, signals)
+        hint = f"; {below} under it has them: pass that folder" if below is not None else ""
+        raise CommandError(f"no telemetry files ({names}) in {folder}{hint}", PROBLEM)
     return folder
+
+
+MAX_SUBFOLDERS = 64  # looked into for a telemetry folder, when the one given has no files
+
+
+def _telemetry_below(folder: Path, signals: tuple[str, ...]) -> Path | None:
+    """A folder right under ``folder`` that holds telemetry files (``telemetry/`` first, as the
+    CPU demo writes it; then the others by name, at most ``MAX_SUBFOLDERS``); None when none does."""
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in itertools.islice(entries, MAX_SUBFOLDERS) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return None
+    for name in sorted(names, key=lambda n: (n != "telemetry", n)):
+        try:
+            if any(signal_files(folder / name, sig) for sig in signals):
+                return folder / name
+        except OSError:
+            continue
+    return None
 
 
 # What a run folder's entry is when it is not a regular file (st_mode tests, in the order tried).

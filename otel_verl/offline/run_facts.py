@@ -488,3 +488,56 @@ def engine_split(trajectory: SpanRecord | None, spans: Iterable[SpanRecord]) -> 
 
 
 _ENGINE_PARTS = (semconv.GEN_AI_LATENCY_TIME_IN_QUEUE, semconv.GEN_AI_LATENCY_PREFILL, semconv.GEN_AI_LATENCY_DECODE)
+
+
+# ---------------------------------------------------------------- the time categories in words
+# verl.time.<category> (hooks/accounting.py) as both tools name them for a reader.
+CATEGORY_WORDS = {
+    "rollout": "generating rollouts",
+    "waiting": "waiting for rollouts still being generated",
+    "poll_lag": "waiting after the rollouts were done (the replay buffer's poll)",
+    "training": "training (log-probs, values, updates on the workers)",
+    "weight_sync": "syncing weights to the rollout replicas",
+    "checkpoint": "saving checkpoints",
+    "validation": "validating",
+    "driver": "the trainer's own work (advantages, batching, logging)",
+    "other": "outside any stage verl times",
+}
+
+
+def category_words(category: str) -> str:
+    """A time category in plain words (an unknown one as it is)."""
+    return CATEGORY_WORDS.get(category, category)
+
+
+@dataclass(frozen=True)
+class PollLag:
+    """v1: when a step's rollouts were all done and how long the trainer waited after that (its
+    ``verl.wait`` spans' ``verl.wait.poll_lag``)."""
+
+    done_s: float  # seconds after the step's start when the last rollout it trains on was done
+    lag_s: float  # seconds the trainer kept waiting after that
+    interval_s: float | None  # the replay buffer's poll interval
+
+    def line(self) -> str:
+        """How both tools say it."""
+        every = f" (it polls every {self.interval_s:g} s)" if self.interval_s else ""
+        return (
+            f"rollouts done at {self.done_s:.2f} s; the trainer waited {self.lag_s:.2f} s more: "
+            f"the replay buffer's poll interval{every}"
+        )
+
+
+def poll_lag(step: SpanRecord, trace: Iterable[SpanRecord]) -> PollLag | None:
+    """The step's poll lag from its ``verl.wait`` spans (the last wait with a lag); None without one."""
+    waits = [
+        s
+        for s in trace
+        if s.name == semconv.SPAN_WAIT and as_number(s.attributes.get(semconv.ATTR_WAIT_POLL_LAG)) is not None
+    ]
+    if not waits:
+        return None
+    wait = max(waits, key=lambda s: s.end_ns)
+    lag = max(0.0, min(as_number(wait.attributes[semconv.ATTR_WAIT_POLL_LAG]) or 0.0, wait.seconds))
+    done = (wait.end_ns - step.start_ns) / 1e9 - lag
+    return PollLag(max(0.0, done), lag, as_number(wait.attributes.get(semconv.ATTR_WAIT_POLL_INTERVAL)))

@@ -20,8 +20,8 @@ from otel_verl import semconv
 from otel_verl.commands.errors import CommandError, say, warn
 from otel_verl.commands.text import printable
 from otel_verl.offline.otlp_files import SpanRecord, run_folder
-from otel_verl.offline.report.model import Report, StepRow, build
-from otel_verl.offline.run_facts import as_number
+from otel_verl.offline.report.model import VALIDATION_KEYS, Report, StepRow, build
+from otel_verl.offline.run_facts import as_number, category_words
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
 MISSING = "-"
@@ -47,41 +47,74 @@ def summary(
 
 
 def lines(rep: Report) -> list[str]:
-    """The summary's lines."""
-    out = [_headline(rep)]
+    """The summary's lines: the run's health first, the telemetry's own cost last."""
+    out = [_headline(rep), *_health(rep)]
     out += [f"  note: {n}" for n in rep.notes if not (rep.skipped and n == rep.skipped.describe())]
     if rep.steps:
         out += ["", "time per stage, seconds (verl's timing_s/<stage>, from the verl.<stage> spans):"]
         stages = [("total", {r.step: r.span.seconds for r in rep.steps})]
         stages += [(st, {r.step: r.stages[st] for r in rep.steps if st in r.stages}) for st in rep.stage_order]
         stages.append(("other (outside any stage)", {r.step: r.other for r in rep.steps}))
-        stages.append(("explained by a child span", {r.step: r.attributed for r in rep.steps}))
+        stages.append((COVERED, {r.step: r.attributed for r in rep.steps}))
         out += _table([r.step for r in rep.steps], stages, "{:.2f}")
-        out.append("  " + _attribution(rep.steps))
-        cost = rep.overhead_line()
-        if cost:
-            out.append("  " + cost)
-    series = [(label, values) for _, _, curve in rep.curves for label, values in curve]
+        out += ["  " + line for line in _where_the_time_went(rep.steps)]
+    all_series = [(label, values) for _, _, curve in rep.curves for label, values in curve]
+    series = [(label, values) for label, values in all_series if values]
     if series:
         steps = sorted({s for _, values in series for s in values})
         out += ["", "metrics at each training step (the value verl logged, as exported at the end of the step):"]
         out += _table(steps, series, "{:.4g}")
+        missing = [label for label, values in all_series if not values and label != VALIDATION_KEYS]
+        if missing:
+            out.append(f"  not logged by this run: {', '.join(missing)}")
     out += _slowest(rep)
     out += _stall(rep)
     out += _telemetry(rep)
+    cost = rep.overhead_line()
+    if cost:
+        out += ["", cost]
     return out
 
 
-def _attribution(steps: Sequence[StepRow]) -> str:
-    """One line: the share of step time a child span explains (run_facts.attributed_seconds)."""
+COVERED = "with a worker call, rollout or wait under it"
+MARKS = {"ok": "[ok]   ", "warn": "[check]", "info": "[info] "}
+
+
+def _health(rep: Report) -> list[str]:
+    """The health box: one line per finding, with the report section that has the details."""
+    h = rep.health
+    if h is None:
+        return []
+    verdict = "nothing to check" if h.healthy else "something to check"
+    out = [f"health: {verdict}"]
+    for f in h.findings:
+        where = f" (report: #{f.anchor})" if f.anchor else ""
+        out.append(f"  {MARKS.get(f.level, f.level)} {f.topic}: {f.text}{where}")
+    return out
+
+
+def _where_the_time_went(steps: Sequence[StepRow]) -> list[str]:
+    """Where the time went, in words: the share with work under it, the slowest step's categories,
+    and the v1 poll lag of each step."""
     total = sum(r.span.seconds for r in steps)
-    explained = sum(r.attributed for r in steps)
-    share = explained / total if total > 0 else 0.0
-    return (
-        f"where the time went: {share:.0%} of step time is explained by a child span of its stage "
-        f"(worker calls, rollouts, verl.wait); the residual {total - explained:.2f} s is driver work "
-        "inside stages and between them"
-    )
+    covered = sum(r.attributed for r in steps)
+    share = covered / total if total > 0 else 0.0
+    out = [
+        f"where the time went: {share:.0%} of step time has a worker call, rollout or wait under its stage; "
+        f"the other {total - covered:.2f} s is the trainer's own work, inside stages and between them"
+    ]
+    timed = [r for r in steps if r.time_by]
+    if timed:
+        slow = max(timed, key=lambda r: (r.span.seconds, r.step))
+        parts = sorted(slow.time_by.items(), key=lambda kv: -kv[1])
+        words = ", ".join(
+            f"{category_words(c)} {v:.2f} s ({100 * v / slow.span.seconds:.0f}%)"
+            for c, v in parts
+            if v > 0 and slow.span.seconds > 0
+        )
+        out.append(f"slowest step {slow.step} ({slow.span.seconds:.2f} s): {words}")
+    out += [f"step {r.step}: {r.poll_lag.line()}" for r in steps if r.poll_lag is not None]
+    return out
 
 
 def _stall(rep: Report) -> list[str]:
@@ -92,8 +125,12 @@ def _stall(rep: Report) -> list[str]:
     step = first.get(semconv.ATTR_STEP, rep.stall_reports[0].step if rep.stall_reports else None)
     seconds = as_number(first.get(semconv.ATTR_STALL_SECONDS))
     waited = "?" if seconds is None else f"{seconds:.0f}"
-    out = ["", f"STALLED at step {step}: no training step finished for {waited} s; where each of"]
-    out[-1] += f" {len(rep.stall_reports)} processes was (each thread's innermost frame outside the standard library):"
+    out = ["", f"STALLED at step {step}: no training step finished for {waited} s; "]
+    if not rep.stall_reports:
+        out[-1] += "no process's stacks are in these files (the verl.stall.stacks log records)"
+        return out
+    out[-1] += f"where each of {len(rep.stall_reports)} processes was (each thread's innermost frame outside the"
+    out[-1] += " standard library):"
     for report in rep.stall_reports:
         out.append(f"  {report.process}:")
         out += [f"    {line}" for line in report.where()]
@@ -202,8 +239,16 @@ def _engine(rep: Report) -> list[str]:
     return out + [f"    step {r.step}: {r.engine.line()}" for r in rows if r.engine is not None]
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 'es' if noun.endswith('s') else 's'}"
+
+
 def _telemetry(rep: Report) -> list[str]:
-    out = ["", f"telemetry: {rep.spans} spans, {rep.points} metric points, from {len(rep.processes)} processes:"]
+    out = [
+        "",
+        f"telemetry: {rep.spans} spans and {rep.points} metric points from {_count(rep.senders, 'process')}; "
+        f"{_count(len(rep.processes), 'process')} sent spans:",
+    ]
     outage = rep.spool_line()
     if outage:
         out.append(f"  {outage}")

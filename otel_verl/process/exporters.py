@@ -3,7 +3,8 @@
 ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` / ``OTEL_LOGS_EXPORTER`` (default ``otlp``, as
 with ``opentelemetry-distro``; ``otlp`` becomes gRPC or HTTP by ``OTEL_EXPORTER_OTLP_PROTOCOL``),
 looked up through the SDK's exporter entry points. ``otlp_json_file`` writes one JSON-lines file
-per signal and process into ``OTEL_VERL_FILE_DIR``. ``prometheus`` is a pull reader on
+per signal and process into ``OTEL_VERL_FILE_DIR``, created at its first line (``LazyFile``: a
+process that exports no spans leaves no empty traces file). ``prometheus`` is a pull reader on
 ``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` (default ``127.0.0.1:9464``, loopback only) whose series
 carry the run's resource attributes as labels; each process of a host takes the next free port
 (at most ``PROMETHEUS_PORTS``), so scrape that range. A port setting that is not a whole number
@@ -18,8 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
@@ -79,10 +81,37 @@ def file_path(signal: str, identity: Identity) -> str:
     return os.path.join(folder, f"{signal}-{identity.label}-{os.getpid()}.jsonl")
 
 
+class LazyFile:
+    """The stream of a JSON-lines file exporter: the file is opened (to append) at the first write.
+
+    The exporter writes whole lines and flushes after each export, so nothing waits in here; it
+    does not close a stream it was given, so the file closes with the process."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._file is not None and self._file.closed
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._file is None:
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for later lines
+            return self._file.write(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+
 def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
     """The exporter ``name`` of ``signal``; an OTLP one behind the on-disk spool (``spool_export``)."""
     if name == JSON_FILE_EXPORTER:
-        return cls(path=file_path(signal, identity))  # writes every batch: nothing to spool
+        return cls(stream=LazyFile(file_path(signal, identity)))  # writes every batch: nothing to spool
     headers = otlp_headers.headers_for(signal) if otlp_headers.applies(cls) else None
     # OTEL_VERL_OTLP_HEADERS_FILE (None: not set)
     return spool_export.wrap(cls() if headers is None else cls(headers=headers), signal)

@@ -1,9 +1,11 @@
-"""The stall board: one small JSON document per run in Ray's GCS key-value store.
+"""The stall board: one small JSON document per run and topic in Ray's GCS key-value store.
 
 The TaskRunner writes it, every verl process of the job reads it (on any host of the cluster:
-the GCS is the one place they all reach). Ray's key-value API is private
-(``ray.experimental.internal_kv``, looked up through ``otel_verl.private_api``); when it is missing,
-the stall doctor says so once, with Ray's version, and stays off.
+the GCS is the one place they all reach). Topics: ``stall`` (the stall doctor's decision) and
+``guard`` (a guard stop, which the launcher reads for its exit code: ``hooks.guard_exit``). Ray's
+key-value API is private (``ray.experimental.internal_kv``, looked up through
+``otel_verl.private_api``); when it is missing, the stall doctor says so once, with Ray's version,
+and stays off.
 """
 
 from __future__ import annotations
@@ -31,23 +33,27 @@ def _kv() -> tuple[Any, Any] | None:
     return (put, get) if initialized() else None
 
 
-def _key(run_id: str) -> bytes:
-    return f"stall:{run_id}".encode()
+STALL = "stall"
+GUARD = "guard"
 
 
-def publish(run_id: str, state: dict[str, Any]) -> bool:
+def _key(run_id: str, topic: str = STALL) -> bytes:
+    return f"{topic}:{run_id}".encode()
+
+
+def publish(run_id: str, state: dict[str, Any], topic: str = STALL) -> bool:
     kv = _kv()
     if kv is None:
         return False
-    kv[0](_key(run_id), json.dumps(state).encode(), overwrite=True, namespace=NAMESPACE)
+    kv[0](_key(run_id, topic), json.dumps(state).encode(), overwrite=True, namespace=NAMESPACE)
     return True
 
 
-def read(run_id: str) -> dict[str, Any] | None:
+def read(run_id: str, topic: str = STALL) -> dict[str, Any] | None:
     kv = _kv()
     if kv is None:
         return None
-    raw = kv[1](_key(run_id), namespace=NAMESPACE)
+    raw = kv[1](_key(run_id, topic), namespace=NAMESPACE)
     if not raw:
         return None
     try:

@@ -6,6 +6,13 @@ last 20 steps, at least ``FLOOR_S``), it records ``verl.training.stalled`` = 1, 
 ``verl.training.stalled`` log record and a console line, and publishes the stall on the board, so
 that every process reports its stacks; it publishes again every ``OTEL_VERL_STALL_AFTER`` while the
 stall lasts (a bounded rate), and says when a step completes again.
+
+Validation and checkpoint saves (``LONG_STAGES``: verl's ``testing`` and ``save_checkpoint``
+stages, and the validation before training) may take far longer than a training step, so the
+clock knows the stage in progress: such a stage counts as progress for as long as that stage
+usually takes (the median of its own last 20 runs; the first time, the stall limit itself), and
+only its time beyond that counts towards the limit. A slow validation is no stall; a validation
+that hangs is one, once it has run its usual time plus the limit.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ from otel_verl.stall import board
 
 FLOOR_S = 600.0  # auto: never sooner than 10 minutes (first steps compile, load, warm up)
 AUTO_FACTOR = 10.0
+VALIDATION = "testing"  # verl's timer name of a validation inside the loop; the first one reuses it
+CHECKPOINT = "save_checkpoint"
+LONG_STAGES = frozenset({VALIDATION, CHECKPOINT})
+STAGE_WORDS = {VALIDATION: "validation", CHECKPOINT: "checkpoint save"}
 
 
 class StepClock:
@@ -37,6 +48,9 @@ class StepClock:
         self.started: float | None = None
         self.last_end: float | None = None  # monotonic; the fit's start before the first step
         self.durations: deque[float] = deque(maxlen=20)
+        self.stage: tuple[str, float] | None = None  # the long stage in progress and its start
+        self.excluded = 0.0  # seconds since last_end of long stages that ran no longer than usual
+        self.stage_durations: dict[str, deque[float]] = {}
 
     def fit_started(self) -> None:
         with self.lock:
@@ -48,12 +62,51 @@ class StepClock:
             if self.last_end is None:
                 self.last_end = self.started
 
-    def step_ended(self) -> None:
+    def step_ended(self, now: float | None = None) -> None:
         with self.lock:
-            now = time.monotonic()
+            now = time.monotonic() if now is None else now
             if self.started is not None:
                 self.durations.append(now - self.started)
             self.last_end, self.started = now, None
+            self.excluded = 0.0
+
+    def usual(self, stage: str, limit: float) -> float:
+        """How long ``stage`` may run and still count as progress: the median of its last runs,
+        or ``limit`` before its first run ended (call with the lock held)."""
+        runs = self.stage_durations.get(stage)
+        return statistics.median(runs) if runs else limit
+
+    def stage_started(self, stage: str, now: float | None = None) -> None:
+        """A validation or checkpoint save starts (``LONG_STAGES``; other stages are not told)."""
+        with self.lock:
+            if self.stage is None:
+                self.stage = (stage, time.monotonic() if now is None else now)
+
+    def stage_ended(self, stage: str, now: float | None = None) -> None:
+        limit = limit_s()
+        with self.lock:
+            if self.stage is None or self.stage[0] != stage:
+                return
+            ran = (time.monotonic() if now is None else now) - self.stage[1]
+            if limit is not None:
+                self.excluded += min(ran, self.usual(stage, limit))
+            self.stage_durations.setdefault(stage, deque(maxlen=20)).append(ran)
+            self.stage = None
+
+    def without_progress(self, now: float, limit: float) -> tuple[float, float, tuple[str, float, float] | None]:
+        """(seconds since the last step ended, of them the seconds that count towards ``limit``,
+        and the long stage in progress as (stage, seconds it has run, its usual seconds) or None)."""
+        with self.lock:
+            assert self.last_end is not None
+            since = now - self.last_end
+            counted = since - self.excluded
+            stage = None
+            if self.stage is not None:
+                name, start = self.stage
+                ran, usual = max(0.0, now - start), self.usual(name, limit)
+                counted -= min(ran, usual)
+                stage = (name, ran, usual)
+            return since, max(0.0, counted), stage
 
 
 STEP_CLOCK = StepClock()
@@ -113,11 +166,11 @@ class Watchdog:
         if limit is None or last_end is None:
             return None
         now = time.monotonic() if now is None else now
-        since = now - last_end
+        since, counted, stage = STEP_CLOCK.without_progress(now, limit)
         if self.stalled_since is not None and last_end > self.ended_at_stall:  # type: ignore[operator]
             self._resumed(step, now - self.stalled_since)
             return "resumed"
-        if since <= limit:
+        if counted <= limit:
             return None
         current = step if in_progress or step is None else step + 1
         if self.stalled_since is None:
@@ -125,7 +178,7 @@ class Watchdog:
             self.seq = 1
             self.stalled_since, self.ended_at_stall = now, last_end
             self._publish(current, context, since, limit, now)
-            self._stalled(current, since, limit)
+            self._stalled(current, since, limit, stage)
             return "stalled"
         if now - self.published_at >= limit:
             self.seq += 1
@@ -154,13 +207,20 @@ class Watchdog:
         PROCESS.instruments.training.stalled.set(1 if event == semconv.EVENT_TRAINING_STALLED else 0)
         PROCESS.telemetry.export_soon()  # no step boundary comes to export it
 
-    def _stalled(self, step: int | None, since: float, limit: float) -> None:
+    def _stalled(
+        self, step: int | None, since: float, limit: float, stage: tuple[str, float, float] | None = None
+    ) -> None:
         attrs: dict[str, Any] = {semconv.ATTR_STALL_EPISODE: self.episode, semconv.ATTR_STALL_SECONDS: since}
         if step is not None:
             attrs[semconv.ATTR_STEP] = step
+        where = ""
+        if stage is not None:
+            name, ran, usual = stage
+            attrs[semconv.ATTR_STAGE] = name
+            where = f" in its {STAGE_WORDS.get(name, name)}, running for {ran:.0f} s (usually {usual:.0f} s)"
         text = (
             f"otel-verl: no training step has finished for {since:.0f} s (limit {limit:.0f} s, step {step} in "
-            "progress): every verl process reports its threads' stacks (log records verl.stall.stacks)"
+            f"progress){where}: every verl process reports its threads' stacks (log records verl.stall.stacks)"
         )
         self._emit(semconv.EVENT_TRAINING_STALLED, text, SeverityNumber.WARN, attrs)
 

@@ -1,9 +1,10 @@
 """The guard on the real CPU trainer: a reward function that turns NaN from step 2
 (``VERL_CPU_HARNESS_NAN_REWARD_AFTER``: 8 trajectories per step, so reward call 9 on is NaN).
 
-* ``stop`` (both drivers): training ends after step 2 with rc 0, a checkpoint of step 2 through
-  verl's own path, the guard's span, log record and counter exported; resuming with
-  ``trainer.resume_mode=auto`` continues at step 3.
+* ``stop`` (both drivers): training ends after step 2 with rc 0 (v1: with
+  ``OTEL_VERL_GUARD_EXIT_CODE=3``, rc 3), a checkpoint of step 2 through verl's own path, the stop
+  marker next to it, the guard's span, log record and counter exported; resuming with
+  ``trainer.resume_mode=auto`` continues at step 3 (and removes the marker).
 * ``observe`` (v1): training goes on to the last step, each rule fires once per episode, and a
   user rules file (a KL rule with a tiny threshold, as for a drifting run) fires too.
 """
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.e2e
 
 NAN_AFTER = "8"  # train_batch_size 4 x rollout.n 2 = 8 reward calls per step; no validation before
 STEPS = 4
+EXIT_CODE = {"v0": 0, "v1": 3}  # v0: the default (rc 0, as a finished run); v1: one asked for
 
 
 def _guard_run(run_instrumented, workdir, driver, action, *, extra=(), env=None, steps=STEPS):
@@ -48,13 +50,15 @@ def _records(run) -> list[dict]:
 def stopped(request, tmp_path_factory, run_verl_instrumented):
     workdir = tmp_path_factory.mktemp(f"guard-stop-{request.param}")
     env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": NAN_AFTER}
+    if EXIT_CODE[request.param]:
+        env["OTEL_VERL_GUARD_EXIT_CODE"] = str(EXIT_CODE[request.param])
     run = _guard_run(run_verl_instrumented, workdir, request.param, "stop", env=env)
     return workdir, request.param, run, run_verl_instrumented
 
 
-def test_stop_ends_after_the_bad_step_with_rc_0_and_a_checkpoint(stopped):
+def test_stop_ends_after_the_bad_step_with_its_exit_code_and_a_checkpoint(stopped):
     workdir, driver, run, _ = stopped
-    assert run.returncode == 0, run.output[-3000:]
+    assert run.returncode == EXIT_CODE[driver], run.output[-3000:]
     assert sorted(run.console) == [1, 2], sorted(run.console)  # verl logged NaN at step 2, then stopped
     assert run.console[2]["actor/pg_loss"] != run.console[2]["actor/pg_loss"]  # NaN, as verl logged it
     assert "otel-verl guard: rule nonfinite at step 2: actor/pg_loss=nan is not finite; action: stop" in run.output
@@ -62,6 +66,11 @@ def test_stop_ends_after_the_bad_step_with_rc_0_and_a_checkpoint(stopped):
     ckpt = workdir / "checkpoints"
     assert (ckpt / "global_step_2" / "actor").is_dir()
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    marker = json.loads((ckpt / "otel-verl-guard-stop.json").read_text())  # for a scheduler to read
+    assert marker["step"] == 2 and "nonfinite" in marker["rules"] and marker["exit_code"] == EXIT_CODE[driver]
+    assert marker["checkpoint"] == str(ckpt / "global_step_2")
+    if EXIT_CODE[driver]:
+        assert f"exiting with {EXIT_CODE[driver]} (OTEL_VERL_GUARD_EXIT_CODE)" in run.output
 
 
 def test_stop_exports_the_span_event_log_record_and_counter(stopped):
@@ -87,6 +96,7 @@ def test_resume_from_the_guards_checkpoint_starts_at_step_3(stopped):
     assert "global_step_2" in resumed.output  # verl's own "resuming from" line
     assert sorted(resumed.console) == [3, 4], sorted(resumed.console)
     assert not [s for s in resumed.spans if s.name == semconv.SPAN_GUARD]  # healthy again
+    assert not (workdir / "checkpoints" / "otel-verl-guard-stop.json").exists()  # the earlier stop's marker
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ def test_doctor_runs_from_the_fresh_venv(installed):
     venv, _, _ = installed
     where = _run([venv / "bin" / "python", "-c", "import otel_verl; print(otel_verl.__file__)"], cwd=venv)
     assert where.stdout.strip().startswith(str(venv))  # the installed copy, not this clone
-    doctor = _run([venv / "bin" / "otel-verl", "doctor"], cwd=venv)
+    doctor = _run([venv / "bin" / "otel-verl", "doctor", "--verbose"], cwd=venv)
     out = doctor.stdout
     assert doctor.returncode == 1, out + doctor.stderr
     specifier = _instruments[0].removeprefix("verl").strip().replace(" ", "")

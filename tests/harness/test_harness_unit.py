@@ -161,6 +161,31 @@ def test_slow_and_fail_switches_pick_every_nth_sampled_request(monkeypatch):
     assert slept == [2, 4]  # the 6th sampled request failed before it could be slow
 
 
+def test_validation_faults_act_on_greedy_requests_only(monkeypatch):
+    """The stall tests' switches: validation requests (greedy, temperature 0) are slowed, and
+    those after the n-th hang; training requests (sampled) are left alone."""
+    import threading
+    from types import SimpleNamespace
+
+    from verl_cpu_harness import hfcpu
+
+    hung: list[int] = []
+    slept: list[tuple[float, bool]] = []
+    lock = threading.Lock()
+    monkeypatch.setattr(hfcpu, "_validation_calls", [0])
+    monkeypatch.setattr(hfcpu, "_stuck_in_validation", lambda: hung.append(hfcpu._validation_calls[0]))
+    monkeypatch.setattr(hfcpu, "time", SimpleNamespace(sleep=lambda s: slept.append((s, lock.locked()))))
+    monkeypatch.setenv(hfcpu.SLOW_VALIDATION, "1.5")
+    monkeypatch.setenv(hfcpu.HANG_VALIDATION_AFTER, "2")
+    for _ in range(3):
+        hfcpu._validation_faults({"temperature": 1.0}, lock)
+    assert slept == [] and hfcpu._validation_calls == [0]
+    for _ in range(3):
+        hfcpu._validation_faults({"temperature": 0}, lock)
+    assert slept == [(1.5, True)] * 3  # each one slowed, holding the server's lock
+    assert hung == [3]
+
+
 # ---------------------------------------------------------------- the vLLM mode (vllm_cpu shims)
 def test_vllm_args_and_its_model(tmp_path):
     from verl_cpu_harness.assets import make_assets

@@ -104,6 +104,7 @@ INVALID = {
     config.STALL_AFTER: ("soon", "stall_after_s", None, "'auto'"),
     config.SPOOL: ("disk", "spool", True, "True"),
     config.SPOOL_MAX_MB: ("lots", "spool_max_mb", 512.0, "512.0"),
+    config.GUARD_EXIT_CODE: ("130", "guard_exit_code", 0, "0"),  # 128 + signal: not a code of ours
 }
 # Free-form values: any string is valid, so there is no invalid value; empty means the default.
 FREE_FORM = {
@@ -114,6 +115,7 @@ FREE_FORM = {
     config.GUARD_RULES: ("guard_rules", None),  # a path; an unusable file is judged when it is read
     config.SPOOL_DIR: ("spool_dir", None),  # a path; an unusable folder turns the spool off when it is used
     config.OTLP_HEADERS_FILE: ("otlp_headers_file", None),  # a path, likewise (process/otlp_headers.py)
+    config.GUARD_MARKER: ("guard_marker", None),  # a path; one that cannot be written is said when it is
 }
 
 
@@ -199,6 +201,7 @@ RANGES = {
     config.SAMPLES_PER_STEP: (1, 10_000),
     config.SAMPLES_MAX_CHARS: (1, 1_000_000),
     config.SPOOL_MAX_MB: config.SPOOL_MAX_MB_RANGE,
+    config.GUARD_EXIT_CODE: (0, config.GUARD_EXIT_CODE_MAX),
 }
 HOSTILE = [
     "²",  # str.isdigit() says yes, int() says no

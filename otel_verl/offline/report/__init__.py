@@ -48,6 +48,8 @@ def write_report(
     path = Path(out) if out is not None else folder / "report.html"
     if path.is_dir():
         raise CommandError(f"-o {path} is a folder; give the HTML file's name", USAGE)
+    if not path.parent.exists():  # a typo in -o must not create folders
+        raise CommandError(f"-o {path}: the folder {path.parent} does not exist (the report creates no folder)", USAGE)
     inputs = [p for sig in ("traces", "metrics", "logs") for p in signal_files(folder, sig)]
     # the names the inputs are listed under, and the files they lead to
     taken = {p.parent.resolve() / p.name for p in inputs} | {p.resolve() for p in inputs}
@@ -59,7 +61,6 @@ def write_report(
         raise CommandError(f"the telemetry files in {folder} hold no spans and no metric points{why}")
     page = render(rep).encode("utf-8")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_file(path, page)
     except OSError as exc:  # e.g. a read-only run folder: pass -o
         why = exc.strerror or exc

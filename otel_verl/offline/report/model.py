@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_verl import semconv
+from otel_verl.offline.health import Finding, Health, health
 from otel_verl.offline.otlp_files import (
     LogEntry,
     MetricPoint,
@@ -28,15 +29,18 @@ from otel_verl.offline.run_facts import (
     INSTANCE,
     EngineSplit,
     Overhead,
+    PollLag,
     SpoolFacts,
     StallReport,
     attr_key,
     attributed_seconds,
+    category_words,
     children_of,
     engine_split,
     is_trajectory,
     is_validation,
     overhead,
+    poll_lag,
     slowest_rule,
     slowest_trajectory,
     spool_facts,
@@ -90,6 +94,7 @@ class StepRow:
     all_trajectories: int | None = None
     tree: list[SpanRecord] = field(default_factory=list)  # the spans of the slowest trajectory's kept tree
     engine: EngineSplit | None = None  # the slowest trajectory's time in the engine (run_facts.engine_split)
+    poll_lag: PollLag | None = None  # v1: the wait after its rollouts were done (run_facts.poll_lag)
 
     @property
     def slowest_category(self) -> str | None:
@@ -149,6 +154,8 @@ class Report:
     stalled: list[LogEntry] = field(default_factory=list)  # verl.training.stalled records (run_facts)
     stall_reports: list[StallReport] = field(default_factory=list)  # each process's latest stacks
     overhead: Overhead | None = None  # otel-verl's own CPU per step (run_facts.overhead)
+    health: Health | None = None  # the health box (offline.health), first in both tools
+    senders: int = 0  # processes that sent spans or metric points
     spool: SpoolFacts | None = None  # export outages and losses (run_facts.spool_facts)
 
     def spool_line(self) -> str | None:
@@ -166,7 +173,9 @@ class Report:
         line += f", {min(o.per_step.values()):.4f} to {max(o.per_step.values()):.4f})"
         if step_s > 0:
             line += f", {100 * cost / step_s:.2f}% of the mean step time {step_s:.2f} s"
-        line += f", from the {o.processes} processes reporting {semconv.M_OVERHEAD_CPU_TIME}"
+        line += (
+            f", from the {o.processes} of the run's {self.senders} processes that report {semconv.M_OVERHEAD_CPU_TIME}"
+        )
         if o.cpu_share is not None:
             line += f" ({100 * o.cpu_share:.1f}% of their CPU in the steps)"
         spent = sum(o.components.values())
@@ -291,7 +300,8 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     skipped = Skipped()
     spans = read_spans(folder, skipped)
     points = read_metric_points(folder, skipped)
-    stalled, reports = stall_reports(read_log_records(folder, skipped))  # the stall doctor's, if any
+    records = read_log_records(folder, skipped)
+    stalled, reports = stall_reports(records)  # the stall doctor's, if any
     notes: list[str] = []
     if skipped:
         notes.append(skipped.describe())
@@ -304,6 +314,17 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     timelines = _timelines(steps, members_of, notes, include_validation)
     trajectory_spans = [s for s in spans if is_trajectory(s)]
     series = step_gauges(points)
+    slowest = slowest_trajectory(trajectory_spans, include_validation)
+    checks = health(
+        spans,
+        records,
+        points,
+        series,
+        stalled,
+        len(reports),
+        step_spans[0].start_ns if step_spans else None,
+        _slowest_findings(steps, slowest, include_validation),
+    )
     if not spans:
         notes.append("no spans (traces-*.jsonl missing or empty): no stage breakdown, timeline or trajectory spans")
     elif not steps:
@@ -316,10 +337,11 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         spans=len(spans),
         points=len(points),
         skipped=skipped,
-        slowest=slowest_trajectory(trajectory_spans, include_validation),
+        slowest=slowest,
         slowest_rule=slowest_rule(include_validation),
         meta=_meta(spans, points, step_spans),
         processes=_processes(spans),
+        senders=_senders(spans, points),
         steps=steps,
         stage_order=stage_order,
         timelines=timelines,
@@ -327,7 +349,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         trajectory_seconds=[s.seconds for s in trajectory_spans if not is_validation(s)],
         validation_trajectories=sum(1 for s in trajectory_spans if is_validation(s)),
         trajectory_metric=trajectory_histogram(points),
-        curves=_curves(series),
+        curves=_curves(series, checks.validation),
         gauges={
             series_label(name, dict(attrs)): dict(sorted(values.items()))
             for (name, attrs), values in sorted(series.items())
@@ -337,6 +359,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         stall_reports=reports,
         overhead=overhead(points, [(r.step, r.span.start_ns, r.span.end_ns) for r in steps]),
         spool=spool_facts(points),
+        health=checks,
     )
 
 
@@ -417,9 +440,41 @@ def _steps(
                 tail.trajectories if tail is not None else None,
                 tree_below(slowest, children) if slowest is not None else [],
                 engine_split(slowest, members),
+                poll_lag(st, by_trace[st.trace_id]),
             )
         )
     return steps, stage_order, members_of
+
+
+def _slowest_findings(steps: list[StepRow], slowest: SpanRecord | None, include_validation: bool) -> list[Finding]:
+    """The health box's slowest step (where its time went, in words) and slowest trajectory."""
+    out: list[Finding] = []
+    if steps:
+        slow = max(steps, key=lambda r: (r.span.seconds, r.step))
+        text = f"step {slow.step}, {slow.span.seconds:.2f} s"
+        if slow.time_by and slow.span.seconds > 0:
+            top = sorted(slow.time_by.items(), key=lambda kv: -kv[1])[:2]
+            text += ": " + ", ".join(f"{category_words(c)} {100 * v / slow.span.seconds:.0f}%" for c, v in top if v > 0)
+        if slow.poll_lag is not None:
+            text += f"; {slow.poll_lag.line()}"
+        out.append(Finding("slowest step", "info", text, "time-went" if slow.time_by else "stages"))
+    else:
+        out.append(Finding("slowest step", "info", "no training steps", ""))
+    if slowest is None:
+        out.append(Finding("slowest trajectory", "info", "no trajectory spans", ""))
+    else:
+        a = slowest.attributes
+        bits = [f"{slowest.seconds:.2f} s"]
+        if semconv.ATTR_ROLLOUT_SAMPLE_INDEX in a:
+            bits.append(f"sample {a[semconv.ATTR_ROLLOUT_SAMPLE_INDEX]}")
+        if semconv.ATTR_ROLLOUT_SUBMIT_STEP in a:
+            bits.append(f"step {a[semconv.ATTR_ROLLOUT_SUBMIT_STEP]}")
+        row = next((r for r in steps if r.slowest is not None and r.slowest.span_id == slowest.span_id), None)
+        if row is not None and row.tail_ratio is not None:
+            bits.append(f"{row.tail_ratio:.1f}x its step's median")
+        rule = "" if not include_validation else " (validation ones included)"
+        out.append(Finding("slowest trajectory", "info", ", ".join(bits) + rule, "rollout"))
+    return out
 
 
 def time_categories(step_span: SpanRecord) -> dict[str, float]:
@@ -468,19 +523,28 @@ def _timelines(
     return {n: _timeline(by_step[n], members_of[n], include_validation) for n in chosen}
 
 
+VALIDATION_CHART = "Validation score"
+VALIDATION_KEYS = "val-core/<data source>/<score>/mean@<n>"  # verl's keys, when a run logged none
+MAX_VALIDATION_LINES = 5
+
+
 def _curves(
-    series: dict[tuple[str, tuple], dict[int, float]],
+    series: dict[tuple[str, tuple], dict[int, float]], validation: dict[str, dict[int, float]] | None = None
 ) -> list[tuple[str, str, list[tuple[str, dict[int, float]]]]]:
-    """The ``CURVES`` charts that have data, each line's values in step order."""
+    """The ``CURVES`` charts, each line's values in step order, and the validation score (verl's
+    ``val-core/...`` keys, step 0: before training). A key the run never logged is a line with no
+    values: the page says "not logged by this run" instead of drawing it."""
     curves: list[tuple[str, str, list[tuple[str, dict[int, float]]]]] = []
     for title, unit, wanted in CURVES:
         lines = []
         for name, attr, label in wanted:
             values = series.get((name, ((attr[0], attr[1]),) if attr else ()))
-            if values:
-                lines.append((label, dict(sorted(values.items()))))
-        if lines:
-            curves.append((title, unit, lines))
+            lines.append((label, dict(sorted(values.items())) if values else {}))
+        curves.append((title, unit, lines))
+    if validation:
+        curves.insert(1, (VALIDATION_CHART, "", list(validation.items())[:MAX_VALIDATION_LINES]))
+    else:
+        curves.insert(1, (VALIDATION_CHART, "", [(VALIDATION_KEYS, {})]))
     return curves
 
 
@@ -505,14 +569,32 @@ def _meta(spans: list[SpanRecord], points: list[MetricPoint], step_spans: list[S
     if spans:
         start = min(s.start_ns for s in spans)
         end = max(s.end_ns for s in spans)
-        meta["spans cover"] = f"{(end - start) / 1e9:.1f} s"
+        meta[SPANS_COVER] = (
+            f"{(end - start) / 1e9:.1f} s, from the first span's start to the last one's end (the run's "
+            "start-up before its first span, Ray and model loading, is not in it)"
+        )
     return meta
+
+
+SPANS_COVER = "time the spans cover"
+
+
+def process_name(resource: dict[str, Any]) -> str:
+    """ "taskrunner pid 870", "worker rank 1 pid 901": how both tools name a process."""
+    rank = resource.get(semconv.RES_RANK)
+    return (
+        f"{resource.get(semconv.RES_ROLE)}{'' if rank is None else f' rank {rank}'} pid {resource.get('process.pid')}"
+    )
 
 
 def _processes(spans: list[SpanRecord]) -> list[tuple[str, int]]:
     """("taskrunner pid 870", spans) per process that sent spans, sorted."""
     procs: dict[str, int] = defaultdict(int)
-    for r in [s.resource for s in spans]:
-        rank = r.get(semconv.RES_RANK)
-        procs[f"{r.get(semconv.RES_ROLE)}{'' if rank is None else f' rank {rank}'} pid {r.get('process.pid')}"] += 1
+    for s in spans:
+        procs[process_name(s.resource)] += 1
     return sorted(procs.items())
+
+
+def _senders(spans: list[SpanRecord], points: list[MetricPoint]) -> int:
+    """Processes that sent spans or metric points."""
+    return len({process_name(s.resource) for s in spans} | {process_name(p.resource) for p in points})

@@ -31,6 +31,7 @@ from otel_verl.offline.report.charts import (
 )
 from otel_verl.offline.report.markup import csp_meta, esc, script_json
 from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label
+from otel_verl.offline.run_facts import category_words
 from otel_verl.version import __version__
 
 FOLD_ROWS = 50  # longer tables start folded
@@ -55,19 +56,24 @@ def render(report: Report) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         csp_meta(script, style),
         f"<title>{esc(title)}</title><style>{style}</style></head><body>",
-        f'<h1>{esc(title)}</h1><dl class="meta">{_meta(report)}</dl>',
+        f"<h1>{esc(title)}</h1>",
+        _health_section(report),
+        f'<dl class="meta">{_meta(report)}</dl>',
         f'<ul class="notes">{notes}</ul>' if notes else "",
-        '<nav><a href="#stages">Stages</a>'
+        '<nav><a href="#health">Health</a><a href="#stages">Stages</a>'
         + ('<a href="#time-went">Where the time went</a>' if any(r.time_by for r in report.steps) else "")
         + '<a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
-        '<a href="#curves">Training curves</a><a href="#explore">Any metric</a></nav>',
+        '<a href="#curves">Training curves</a><a href="#guard">Guard and alerts</a>'
+        '<a href="#explore">Any metric</a></nav>',
         _stages_section(report, colors),
         _time_section(report),
         _timelines_section(report, colors),
         _stall_section(report),
         _rollout_section(report),
         _curves_section(report),
+        _guard_section(report),
         *_explore_section(report),
+        _overhead(report),
         f"<script>{script}</script>",
         f"<footer><small>otel-verl {__version__} report</small></footer></body></html>",
     ]
@@ -82,8 +88,96 @@ def _meta(report: Report) -> str:
         f"{len(report.steps)} steps</dd>"
     )
     if report.processes:
-        meta += "<dt>processes</dt><dd>" + "; ".join(f"{esc(p)}: {n} spans" for p, n in report.processes) + "</dd>"
+        meta += (
+            f"<dt>processes</dt><dd>{report.senders} sent telemetry, {len(report.processes)} of them spans: "
+            + "; ".join(f"{esc(p)}: {n} spans" for p, n in report.processes)
+            + "</dd>"
+        )
     return meta
+
+
+HEALTH_MARK = {"ok": "ok", "warn": "check", "info": "info"}
+
+
+def _health_section(report: Report) -> str:
+    """The health box: one line per finding (``offline.health``), each linking to its section."""
+    h = report.health
+    if h is None:
+        return ""
+    present = {"guard", "stall", "time-went", "stages", "rollout", "curves"} & _sections(report)
+    items = "".join(
+        f'<li class="finding {esc(f.level)}" data-topic="{esc(f.topic)}"><span class="mark">'
+        f"{HEALTH_MARK.get(f.level, f.level)}</span> <b>{esc(f.topic)}</b>: {esc(f.text)}"
+        + (f' <a href="#{esc(f.anchor)}">details</a>' if f.anchor in present else "")
+        + "</li>"
+        for f in h.findings
+    )
+    verdict = "nothing to check" if h.healthy else "something to check (marked)"
+    return (
+        f'<section id="health" class="{"healthy" if h.healthy else "unhealthy"}"><h2>Run health: {verdict}</h2>'
+        f"<ul>{items}</ul></section>"
+    )
+
+
+def _sections(report: Report) -> set[str]:
+    """The ids of the sections this page has."""
+    out = {"stages", "timeline", "rollout", "curves", "guard", "explore"}
+    if any(r.time_by for r in report.steps):
+        out.add("time-went")
+    if report.stall_reports or report.stalled:
+        out.add("stall")
+    return out
+
+
+def _guard_section(report: Report) -> str:
+    """The guard's firings, the non-finite values verl logged, and the alerts the run's values
+    would have fired (``offline.health``)."""
+    h = report.health
+    if h is None:
+        return ""
+    if h.firings:
+        rows = "".join(
+            f"<tr><td>{esc(f.step)}</td><td>{esc(f.rule)}</td><td>{esc(f.key)}</td>"
+            f"<td>{esc('' if f.value is None else number(f.value))}</td><td>{esc(f.action)}</td></tr>"
+            for f in h.firings
+        )
+        guard = (
+            '<table id="guard-table"><thead><tr><th>step</th><th>rule</th><th>key</th><th>value</th>'
+            f"<th>action</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    else:
+        guard = '<p id="guard-none">No guard rule fired (<code>verl.guard.triggered</code>).</p>'
+    if h.nonfinite:
+        rows = "".join(
+            f"<tr><td>{esc(key)}</td><td>{sum(steps.values())}</td>"
+            f"<td>{esc(', '.join(str(s) for s in sorted(x for x in steps if x is not None)))}</td></tr>"
+            for key, steps in sorted(h.nonfinite.items())
+        )
+        bad = (
+            '<table id="nonfinite-table"><thead><tr><th>key</th><th>NaN/inf values</th><th>steps</th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>"
+        )
+    else:
+        bad = "<p>Every value verl logged was finite.</p>"
+    if h.alerts:
+        items = "".join(
+            f'<li data-alert="{esc(a.alert)}"><b>{esc(a.alert)}</b>'
+            + (f" (guard rule {esc(a.rule)})" if a.rule else "")
+            + f": {esc(a.text)}</li>"
+            for a in h.alerts
+        )
+        alerts = f'<ul id="alert-hits">{items}</ul>'
+    else:
+        alerts = '<p id="alert-hits">None would have fired.</p>'
+    return (
+        '<section id="guard"><h2>Guard and alerts</h2><h3>Guard rules that fired</h3>'
+        + guard
+        + "<h3>Non-finite values verl logged</h3>"
+        + bad
+        + "<h3>What the ops kit's alert rules would have fired on</h3><p><small>The guard's built-in rules "
+        "(the alerts' thresholds, counted in steps instead of minutes) over this run's values, and the stall "
+        "alert.</small></p>" + alerts + "</section>"
+    )
 
 
 def _stages_section(report: Report, colors: dict[str, str]) -> str:
@@ -96,7 +190,6 @@ def _stages_section(report: Report, colors: dict[str, str]) -> str:
             stacked_svg(report, colors),
             _folded(_stage_table(report), len(report.steps), "stage seconds per step"),
             _engine_split(report),
-            _overhead(report),
             _spool(report),
         ]
     else:
@@ -124,7 +217,7 @@ def _time_section(report: Report) -> str:
         pct = 100 * v / r.span.seconds if r.span.seconds > 0 else 0.0
         return f'<td data-category="{esc(c)}" data-seconds="{v!r}">{v:.3f} <small>{pct:.0f}%</small></td>'
 
-    head = "".join(f'<th data-category="{esc(c)}">{esc(c)}</th>' for c in order)
+    head = "".join(f'<th data-category="{esc(c)}" title="{esc(c)}">{esc(category_words(c))}</th>' for c in order)
     body = "".join(
         f'<tr data-step="{esc(r.step)}"{SLOWEST_CLASS if r is slow else ""}><th>{esc(r.step)}</th>'
         f'<td data-seconds="{r.span.seconds!r}">{r.span.seconds:.3f}</td>'
@@ -134,24 +227,44 @@ def _time_section(report: Report) -> str:
     )
     table = (
         f'<table id="time-table" class="num"><thead><tr><th>step</th><th>step span, s</th>{head}'
-        f"<th>explained by a child span</th></tr></thead><tbody>{body}</tbody></table>"
+        f"<th>{COVERED}</th></tr></thead><tbody>{body}</tbody></table>"
     )
     parts = sorted(slow.time_by.items(), key=lambda kv: -kv[1])
     words = ", ".join(
-        f"{esc(c)} {v:.2f} s ({100 * v / slow.span.seconds:.0f}%)" for c, v in parts if v > 0 and slow.span.seconds > 0
+        f"{esc(category_words(c))} {v:.2f} s ({100 * v / slow.span.seconds:.0f}%)"
+        for c, v in parts
+        if v > 0 and slow.span.seconds > 0
+    )
+    lag = f' <span class="poll-lag">{esc(slow.poll_lag.line())}.</span>' if slow.poll_lag else ""
+    lags = [r for r in report.steps if r.poll_lag is not None]
+    lag_list = (
+        '<details id="poll-lag"><summary>v1 poll lag per step</summary><ul>'
+        + "".join(
+            f'<li data-step="{esc(r.step)}">step {esc(r.step)}: {esc(r.poll_lag.line())}</li>'
+            for r in lags
+            if r.poll_lag
+        )
+        + "</ul></details>"
+        if lags
+        else ""
     )
     pools = _pools_of(rows, slow)
     return (
         '<section id="time-went"><h2>Where the time went</h2>'
-        "<p>Each step's seconds by what the trainer was doing (<code>verl.time.*</code> on the step span, "
-        "<code>verl.step.time</code> in Prometheus): the categories partition the step, waiting is "
-        "<code>verl.wait</code> (the replay buffer's poll, async rollouts); <i>explained</i> is the share "
-        "of the step that a child span of its stage covers (worker calls, rollouts, waits).</p>"
-        f'<p id="time-slowest"><b>Slowest step {esc(slow.step)} ({slow.span.seconds:.2f} s):</b> {words}.</p>'
+        "<p>Each step's seconds by what the trainer was doing; the columns add up to the step "
+        "(<code>verl.time.*</code> on the step span, <code>verl.step.time</code> in Prometheus). On the v1 "
+        "driver the trainer waits for rollouts in the replay buffer, which checks every 2 s whether enough "
+        "are done: the wait after they were all done is its own column. The last column is the share of "
+        "the step with a worker call, rollout or wait under its stage; the rest is the trainer's own work.</p>"
+        f'<p id="time-slowest"><b>Slowest step {esc(slow.step)} ({slow.span.seconds:.2f} s):</b> {words}.{lag}</p>'
+        + lag_list
         + _folded(table, len(rows), "seconds by category per step")
         + pools
         + "</section>"
     )
+
+
+COVERED = "with a worker call, rollout or wait under it"
 
 
 def _pools_of(rows: list[StepRow], slow: StepRow) -> str:
@@ -202,28 +315,13 @@ def _replica_text(r: StepRow) -> str:
 
 
 def _overhead(report: Report) -> str:
-    """Telemetry cost per step (``otel_verl.overhead.cpu_time`` of every process) next to the step time."""
+    """Telemetry cost per step (``otel_verl.overhead.cpu_time`` of every process), one plain line at the end."""
     line = report.overhead_line()
-    if line is None or report.overhead is None:
+    if line is None:
         return ""
-    o = report.overhead
-    rows = "".join(
-        f"<tr><td>{esc(r.step)}</td><td>{r.span.seconds:.3f}</td><td>{o.per_step[r.step]:.4f}</td>"
-        f"<td>{100 * o.per_step[r.step] / r.span.seconds:.2f}%</td>"
-        f"<td>{f'{o.process_cpu[r.step]:.3f}' if r.step in o.process_cpu else ''}</td></tr>"
-        for r in report.steps
-        if r.step in o.per_step and r.span.seconds > 0
-    )
-    table = (
-        '<table id="overhead-table" class="num"><thead><tr><th>step</th><th>step span, s</th>'
-        "<th>telemetry cost, CPU-s</th><th>of step time</th><th>CPU of those processes, s</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
-    )
     return (
-        f'<p id="overhead"><b>{esc(line)}</b>. <small>otel-verl\'s own threads (recorder, exporters, flushers, '
-        "stall doctor) by their thread CPU clocks, plus its hooks' work on verl's threads; not counted: "
-        "native gRPC threads, garbage collection, the SDK import at process start.</small></p>"
-        + _folded(table, len(report.steps), "telemetry cost per step")
+        f"<p id=\"overhead\"><small>{esc(line)} (otel-verl's own threads and its hooks' work on verl's threads, "
+        "by their CPU clocks; not counted: native gRPC threads, garbage collection, the SDK import).</small></p>"
     )
 
 
@@ -315,7 +413,7 @@ def _stage_table(report: Report) -> str:
         )
         slow = (
             f'<td class="slowest-cell" data-span-id="{esc(r.slowest.span_id)}" data-seconds="{r.slowest.seconds!r}">'
-            f"{r.slowest.seconds:.3f} <code>{esc(r.slowest.span_id)}</code></td>"
+            f"{r.slowest.seconds:.3f}</td>"
             if r.slowest
             else "<td></td>"
         )
@@ -385,16 +483,17 @@ def _quantile(values: list[float], q: float) -> float:
 
 def _stall_section(report: Report) -> str:
     """The stall doctor's stacks, one folded block per process (nothing when the run never stalled)."""
-    if not report.stall_reports:
+    if not report.stall_reports and not report.stalled:
         return ""
-    step = report.stall_reports[0].step
+    first = report.stalled[0].attributes.get(semconv.ATTR_STEP) if report.stalled else None
+    step = report.stall_reports[0].step if report.stall_reports else first
     blocks = "".join(
         f"<details><summary>{esc(r.process)}: {esc(r.where()[0] if r.where() else '')}</summary>"
         f"<pre class='stacks'>{esc(r.stacks, STACK_CHARS, newlines=True)}</pre></details>"
         for r in report.stall_reports
     )
     return (
-        f"<section id='stall'><h2>Stalled at step {esc(step)}</h2><p>No training step finished within "
+        f'<section id="stall"><h2>Stalled at step {esc(step)}</h2><p>No training step finished within '
         "OTEL_VERL_STALL_AFTER; every verl process reported where each of its threads was "
         f"(the latest report of each of {len(report.stall_reports)} processes):</p>{blocks}</section>"
     )
@@ -472,18 +571,24 @@ def _rollout_section(report: Report) -> str:
 
 def _curves_section(report: Report) -> str:
     out = ['<section id="curves"><h2>Training curves</h2>']
-    if not report.curves:
+    if not any(data for _, _, lines in report.curves for _, data in lines):
         out.append('<p class="empty">No per-step metric points (or no <code>verl.training.step</code> gauge).</p>')
         return "".join(out) + "</section>"
     out.append('<div class="grid">')
-    for title, unit, lines in report.curves:
+    for title, unit, all_lines in report.curves:
+        lines = [(label, data) for label, data in all_lines if data]
+        missing = [label for label, data in all_lines if not data]
+        absent = f'<p class="not-logged">{esc(", ".join(missing))}: not logged by this run</p>' if missing else ""
+        if not lines:
+            out.append(f'<div class="panel not-logged" data-title="{esc(title)}"><h3>{esc(title)}</h3>{absent}</div>')
+            continue
         keys = "".join(_curve_key(k, lines) for k in range(len(lines)))
         out.append(
             f'<div class="panel"><h3>{esc(title)}</h3><div class="legend">{keys}</div>'
-            f"{line_svg(title, unit, lines)}</div>"
+            f"{line_svg(title, unit, lines)}{absent}</div>"
         )
     out.append("</div>")
-    columns = [(label, data) for _, _, lines in report.curves for label, data in lines]
+    columns = [(label, data) for _, _, lines in report.curves for label, data in lines if data]
     steps = sorted({s for _, d in columns for s in d})
     head = "".join(f'<th data-key="{esc(label)}">{esc(label)}</th>' for label, _ in columns)
     table = [f'<table id="curve-table" class="num"><thead><tr><th>step</th>{head}</tr></thead><tbody>']
@@ -505,6 +610,8 @@ def _curve_key(k: int, lines: list[tuple[str, dict[int, float]]]) -> str:
     style = line_style(k, len(lines))
     same = next((other for other, values in lines[:k] if values == data), None)
     note = f' <small class="same">(same values as {esc(same)})</small>' if same else ""
+    if not note and data and all(v == 0 for v in data.values()):
+        note = ' <small class="flat">(0 at every step)</small>'  # a flat line that is the value, not a gap
     key = swatch(style.color, dashed=bool(style.dash))
     return f'<span class="key" data-label="{esc(label)}">{key}{esc(label)}{note}</span>'
 

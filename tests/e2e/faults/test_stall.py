@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import time
 
 import pytest
@@ -137,3 +138,59 @@ def test_the_taskrunner_said_the_run_stalled(hung):
     assert res[semconv.RES_ROLE] == "taskrunner" and int(_attrs(rec)[semconv.ATTR_STEP]) == 2
     stalled = [p for p in hung.points if p.name == semconv.M_TRAINING_STALLED]
     assert stalled and stalled[-1].value == 1
+
+
+# ---------------------------------------------------------------- a slow validation, then a hung one
+# Every validation takes 16 x SLOW_VALIDATION_S longer than usual (24 s: longer than the limit),
+# the validation before training and step 1's are slow but finish; step 2's hangs
+# (VERL_CPU_HARNESS_HANG_VALIDATION_AFTER: two validations of 16 prompts each).
+VALIDATION_STALL_AFTER = 20
+SLOW_VALIDATION_S = 1.5
+VAL_PROMPTS = 16  # the harness's validation set, one greedy response each
+
+
+@pytest.fixture(scope="module")
+def hung_in_validation(tmp_path_factory, run_verl_instrumented):
+    workdir = tmp_path_factory.mktemp("stall-validation")
+    env = {
+        "VERL_CPU_HARNESS_SLOW_VALIDATION": str(SLOW_VALIDATION_S),
+        "VERL_CPU_HARNESS_HANG_VALIDATION_AFTER": str(2 * VAL_PROMPTS),
+        "OTEL_VERL_STALL_AFTER": str(VALIDATION_STALL_AFTER),
+    }
+    run = run_verl_instrumented(
+        workdir,
+        "v0",
+        "grpo",
+        steps=2,
+        test_freq=1,
+        env=env,
+        timeout_s=KILL_AFTER_S + 60,
+        kill_when=_AllReported(workdir / "telemetry"),
+    )
+    print(f"stall-validation: killed after {run.wall_s:.0f} s")
+    return run
+
+
+def test_slow_validations_are_no_stall_and_a_hung_one_is(hung_in_validation):
+    run = hung_in_validation
+    assert run.returncode == 124, run.output[-3000:]  # hung in step 2's validation, killed by the test
+    assert sorted(run.console) == [0, 1]  # the validation before training and step 1 were logged
+    # both finished validations took longer than the stall limit: the old rule called each a stall
+    (initial,) = [s for s in run.spans if s.name == semconv.SPAN_VALIDATION]
+    (testing,) = [s for s in run.spans if s.name == "verl.testing"]
+    assert min(initial.seconds, testing.seconds) > VALIDATION_STALL_AFTER, (initial.seconds, testing.seconds)
+    stalled = [r for _, r in _records(run) if r.get("eventName") == semconv.EVENT_TRAINING_STALLED]
+    assert len(stalled) == 1, [_attrs(r) for r in stalled]  # only the hang
+    attrs = _attrs(stalled[0])
+    assert int(attrs[semconv.ATTR_STEP]) == 2 and attrs[semconv.ATTR_STAGE] == "testing"
+    # reported once the hung validation had run its usual time plus the limit, not before
+    usual = statistics.median([initial.seconds, testing.seconds])
+    assert float(attrs[semconv.ATTR_STALL_SECONDS]) > VALIDATION_STALL_AFTER + usual - 5
+    assert f"(limit {VALIDATION_STALL_AFTER} s, step 2 in progress) in its validation" in run.output
+    servers = [
+        r
+        for _, r in _records(run)
+        if r.get("eventName") == semconv.EVENT_STALL_STACKS
+        and _attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) == "HFCPUServer"
+    ]
+    assert servers and all("_stuck_in_validation" in r["body"]["stringValue"] for r in servers)

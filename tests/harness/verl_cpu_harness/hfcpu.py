@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import os
 import threading
+import time
 from typing import Any
 
 import ray
@@ -87,6 +88,41 @@ async def _maybe_slow_or_fail(params: dict[str, Any]) -> None:
         await asyncio.sleep(slow[1])  # outside the model lock: the other requests go on
 
 
+# Validation faults for the stall tests (opt-in). A validation request is a greedy one: verl's
+# val_kwargs decode at temperature 0, training samples at the rollout temperature (1.0 here).
+# VERL_CPU_HARNESS_SLOW_VALIDATION=<s>: each validation request takes s seconds longer (slept
+# while holding the server's lock, so a validation of 16 prompts takes 16 s longer per second);
+# VERL_CPU_HARNESS_HANG_VALIDATION_AFTER=<n>: validation requests after the n-th block forever in
+# _stuck_in_validation.
+SLOW_VALIDATION = "VERL_CPU_HARNESS_SLOW_VALIDATION"
+HANG_VALIDATION_AFTER = "VERL_CPU_HARNESS_HANG_VALIDATION_AFTER"
+_validation_calls = [0]
+
+
+def _stuck_in_validation() -> None:
+    threading.Event().wait()
+
+
+def _is_validation(params: dict[str, Any]) -> bool:
+    return float(params.get("temperature", 1.0) or 0.0) == 0.0
+
+
+def _validation_faults(params: dict[str, Any], lock: threading.Lock) -> None:
+    if not _is_validation(params):
+        return
+    _validation_calls[0] += 1
+    hang = os.environ.get(HANG_VALIDATION_AFTER, "")
+    if hang.isdigit() and _validation_calls[0] > int(hang):
+        _stuck_in_validation()
+    try:
+        slow = float(os.environ.get(SLOW_VALIDATION, "") or 0.0)
+    except ValueError:
+        slow = 0.0
+    if slow > 0:
+        with lock:
+            time.sleep(slow)
+
+
 class HFCPUServer:
     def __init__(self, config, model_config, replica_rank: int) -> None:
         from transformers import AutoModelForCausalLM
@@ -127,6 +163,7 @@ class HFCPUServer:
 
     def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
         _maybe_hang()
+        _validation_faults(params, self._lock)
         cfg = self.config
         max_tokens = params.pop("max_tokens", None) or params.pop("max_new_tokens", None)
         if max_tokens is None:  # as vLLMHttpServer: capped by response_length and the total budget

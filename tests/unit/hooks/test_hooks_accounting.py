@@ -67,6 +67,7 @@ def test_categories_add_up_to_the_step_and_the_wait_is_waiting(captured, v0_trai
     assert seconds == {
         accounting.ROLLOUT: 1.0,  # gen less the wait inside it
         accounting.WAITING: 5.0,
+        accounting.POLL_LAG: 0.0,  # no rollout told when it was done
         accounting.TRAINING: 2.0,
         accounting.WEIGHT_SYNC: 0.5,
         accounting.CHECKPOINT: 0.0,

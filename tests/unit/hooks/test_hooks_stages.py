@@ -130,3 +130,29 @@ def test_profiler_stages_keep_their_spans_when_the_config_is_unknown(captured, v
     with marked_timer("stop_profile", {}):  # no ``config`` on this trainer
         pass
     assert [s.name for s in captured.finished()] == ["verl.stop_profile"]
+
+
+def test_validation_and_checkpoint_stages_tell_the_stall_clock(captured, v0_trainer, monkeypatch):
+    """verl's ``testing`` and ``save_checkpoint`` timers, and a validation outside any stage,
+    are the long stages the stall clock measures against their own norm (``stall.watchdog``)."""
+    from verl.utils.profiler import marked_timer
+
+    from otel_verl.hooks import trainer as trainer_hooks
+    from otel_verl.stall import watchdog
+
+    clock = watchdog.StepClock()
+    monkeypatch.setattr(watchdog, "STEP_CLOCK", clock)
+    monkeypatch.setattr("otel_verl.hooks.stages.STEP_CLOCK", clock)
+    monkeypatch.setattr(trainer_hooks, "STEP_CLOCK", clock)
+    seen = []
+    trainer_hooks._validate_wrapper(lambda: seen.append(clock.stage[0]), v0_trainer, (), {})
+    timing: dict[str, float] = {}
+    with marked_timer("step", timing):
+        with marked_timer("gen", timing):
+            seen.append(clock.stage)
+        for name in ("save_checkpoint", "testing"):
+            with marked_timer(name, timing):
+                seen.append(clock.stage[0])
+    assert seen == ["testing", None, "save_checkpoint", "testing"]
+    assert clock.stage is None
+    assert {k: len(v) for k, v in clock.stage_durations.items()} == {"testing": 2, "save_checkpoint": 1}

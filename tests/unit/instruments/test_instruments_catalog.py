@@ -59,3 +59,15 @@ def test_observable_and_sync_kinds_are_not_mixed_up():
     with pytest.raises(ValueError):
         catalog.create_observable(meter, catalog.KL, [])
     assert re.fullmatch(r"verl\.<key>", catalog.LOGGED_VALUE.name)
+
+
+def test_verls_step_key_is_the_step_gauge_not_a_second_one():
+    """verl logs ``training/global_step`` with every step: ``verl.training.step`` carries it, so no
+    ``verl.training.global_step`` beside it."""
+    reader = InMemoryMetricReader()
+    inst = Instruments(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    inst.training.record_log({"training/global_step": 3, "actor/pg_loss": 0.5})
+    inst.training.record_step_end(3)
+    names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert "verl.training.global_step" not in names
+    assert {"verl.training.step", "verl.actor.pg_loss"} <= names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import socket
 import sys
 
@@ -41,11 +42,12 @@ def env(monkeypatch):
     return monkeypatch
 
 
-def _run(hooks=GOOD_HOOKS) -> tuple[int, str]:
-    """doctor's exit code (as the CLI returns it) and output; a problem's one line is added last."""
+def _run(hooks=GOOD_HOOKS, verbose=True) -> tuple[int, str]:
+    """doctor's exit code (as the CLI returns it) and output (every line: ``--verbose``, unless
+    ``verbose=False``); a problem's one line is added last."""
     out = io.StringIO()
     try:
-        rc = doctor.doctor(out=out, hooks=hooks)
+        rc = doctor.doctor(out=out, hooks=hooks, verbose=verbose)
     except CommandError as exc:
         return exc.code, out.getvalue() + f"ERROR {exc}\n"
     return rc, out.getvalue()
@@ -93,7 +95,7 @@ def test_unreachable_endpoint_is_a_problem(env):
     assert f"!!  metrics: otlp_proto_http -> http://127.0.0.1:{port}/v1/metrics NOT reachable" in text
     assert text.endswith(
         f"ERROR 2 problem(s) found: traces: otlp_proto_http -> http://127.0.0.1:{port}/v1/traces NOT "
-        "reachable: " + text.split("NOT reachable: ", 1)[1].split("\n", 1)[0] + " (and 1 more: the !! lines above)\n"
+        "reachable: " + text.split("NOT reachable: ", 1)[1].split("\n", 1)[0] + " (and 1 more: the problems above)\n"
     )
 
 
@@ -223,7 +225,7 @@ def test_warnings_from_verl_imports_come_after_the_hook_list(env, tmp_path, monk
     assert rc == 0, text
     lines = text.splitlines()
     hook_lines = [i for i, line in enumerate(lines) if line.startswith("  ok  hook ")]
-    assert hook_lines == list(range(hook_lines[0], hook_lines[0] + 3))  # nothing between them
+    assert hook_lines == list(range(hook_lines[0], hook_lines[0] + 2))  # nothing between them; the repeated one once
     i = lines.index("warnings while importing verl's modules (1; not otel-verl problems):")
     assert i > hook_lines[-1] and lines[i + 1] == "  --  UserWarning: engine X is not available"
     assert capsys.readouterr().err == ""
@@ -362,3 +364,55 @@ def test_the_opentelemetry_setup_per_process_kind(env, listener):
     rc, text = _run()
     assert "named by OTEL_PYTHON_CONFIGURATOR, runs there too" in text
     assert "system_metrics (disabled)" in text
+
+
+def test_by_default_only_the_problems_and_first(env, listener, tmp_path):
+    """Quiet when all is well: no ``ok`` line, one count; a problem comes first, before any other line."""
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{listener}")
+    rc, text = _run(verbose=False)
+    assert rc == 0, text
+    lines = text.splitlines()
+    assert lines[0].startswith("otel-verl ") and " doctor (python " in lines[0]
+    assert re.fullmatch(r"\d+ checks ok, \d+ notes \(otel-verl doctor --verbose lists them\)", lines[1])
+    assert lines[2:] == ["no problems found."]
+    env.setenv("OTEL_VERL_STALL_AFTER", "soon")  # a bad setting: a problem of the settings section
+    rc, text = _run(verbose=False)
+    assert rc == 1
+    lines = text.splitlines()
+    assert lines[1] == "problems:" and lines[2].startswith("  !!  ignoring OTEL_VERL_STALL_AFTER='soon'")
+    assert not any(line.startswith("  ok  ") for line in lines)
+    # --verbose: the problems still first, then every line by section
+    rc, text = _run(verbose=True)
+    lines = text.splitlines()
+    assert lines[1] == "problems:" and "  ok  entry point verl.plugins: otel_verl = otel_verl._verl_plugin" in lines
+    assert lines.index("problems:") < lines.index("package:")
+
+
+def test_a_hook_shared_by_two_targets_is_listed_once(env, listener):
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{listener}")
+    rc, text = _run(hooks=GOOD_HOOKS * 2)
+    assert rc == 0 and text.count("ok  hook verl.utils.tracking.Tracking.log") == 1, text
+
+
+def test_the_default_endpoint_nobody_asked_for_is_not_judged(env, tmp_path):
+    """After a run that wrote files: no exporter variable, no endpoint; localhost:4317 does not
+    answer. That is a note (what a job here would do), not a problem."""
+    env.delenv("OTEL_LOGS_EXPORTER", raising=False)
+    env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env.setattr(doctor.endpoints, "DEFAULT_GRPC", f"http://127.0.0.1:{port}", raising=False)
+    env.setattr(doctor, "_reachable", lambda url: (False, "127.0.0.1:4317 (ConnectionRefusedError)"))
+    rc, text = _run()
+    assert rc == 0, text
+    assert "!!" not in text
+    assert "--  traces: otlp_proto_grpc (the default: OTEL_TRACES_EXPORTER and the OTLP endpoint are unset)" in text
+    # asked for: the exporter named, or an endpoint set: judged
+    env.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    rc, text = _run()
+    assert rc == 1 and "!!  traces: otlp_proto_grpc -> " in text and "!!  metrics" not in text
+    env.delenv("OTEL_TRACES_EXPORTER")
+    env.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9")
+    rc, text = _run()
+    assert rc == 1 and "!!  metrics: otlp_proto_grpc -> " in text and "!!  traces" not in text

@@ -108,20 +108,25 @@ def test_delta_points_are_added_up_inside_the_step():
     assert o.startup == pytest.approx(0.01)
 
 
-def test_summary_and_report_show_the_cost_next_to_the_step_time(run, tmp_path):
+def test_summary_and_report_show_the_cost_at_the_end_in_one_plain_line(run, tmp_path):
+    """The telemetry's own cost matters to otel-verl, not to a user's first look: the last line of
+    ``summary``, and one small plain line at the end of the page (after every section)."""
     out = io.StringIO()
     assert summary(run, out=out, err=io.StringIO()) == 0
-    line = next(x for x in out.getvalue().splitlines() if "telemetry cost per step" in x)
-    assert line.startswith("  telemetry cost per step: 0.0300 CPU-s (mean of 3 steps; median 0.0300, 0.0200 to 0.0400)")
+    lines = out.getvalue().splitlines()
+    line = lines[-1]
+    assert line.startswith("telemetry cost per step: 0.0300 CPU-s (mean of 3 steps; median 0.0300, 0.0200 to 0.0400)")
+    assert sum("telemetry cost per step" in x for x in lines) == 1
     assert "3.00% of the mean step time 1.00 s" in line
     # the TaskRunner alone exports process.cpu.time: 0.06 of its 3.0 CPU-s in the steps
-    assert "from the 2 processes reporting otel_verl.overhead.cpu_time (2.0% of their CPU in the steps)" in line
+    assert "from the 2 of the run's 2 processes that report otel_verl.overhead.cpu_time (2.0% of their CPU" in line
     assert line.endswith(
         "; exporter 33%, hooks 33%, recorder 33%; plus 0.130 CPU-s once, until each process's first export"
     )
     page = render(build(run))
-    assert 'id="overhead-table"' in page and "telemetry cost per step: 0.0300 CPU-s" in page
-    assert "<td>2</td><td>1.000</td><td>0.0300</td><td>3.00%</td><td>1.000</td>" in page
+    cost = page.index('<p id="overhead"><small>telemetry cost per step: 0.0300 CPU-s')
+    assert 'id="overhead-table"' not in page and "<b>telemetry cost" not in page
+    assert cost > max(page.index(f'<section id="{s}"') for s in ("stages", "timeline", "curves", "guard", "explore"))
 
 
 def test_no_metric_no_line(tmp_path):

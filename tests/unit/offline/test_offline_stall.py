@@ -72,10 +72,10 @@ def test_summary_and_report_show_the_stall(v1_run):
     assert "HFCPUServer (ray_actor) pid 20 on node1:" in text and "in _stuck_in_generate" in text
     assert "OtelBatchLogRecordProcessor" not in text  # telemetry's own threads are not the story
     html = render(build(v1_run))
-    assert "<section id='stall'><h2>Stalled at step 2</h2>" in html
+    assert '<section id="stall"><h2>Stalled at step 2</h2>' in html
     assert "_stuck_in_generate" in html and "verl/utils/ray_utils.py" in html
 
 
 def test_a_healthy_run_has_no_stall_section(v1_run):
     assert "STALLED" not in "\n".join(lines(build(v1_run)))
-    assert "id='stall'" not in render(build(v1_run))
+    assert 'id="stall"' not in render(build(v1_run))

@@ -102,3 +102,27 @@ def test_the_port_range_ends_at_65535():
 
     assert exporters.prometheus_port({"OTEL_EXPORTER_PROMETHEUS_PORT": "65530"}) == (65530, None)
     assert list(exporters.prometheus_ports(65530)) == [65530, 65531, 65532, 65533, 65534, 65535]
+
+
+def test_a_json_file_exists_only_once_the_process_exported_something(monkeypatch, tmp_path):
+    """A rollout server that never makes a span leaves no empty traces file: each file is created
+    at its first line (``exporters.LazyFile``), and later lines are appended."""
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-lazy")
+    monkeypatch.setenv("OTEL_VERL_FILE_DIR", str(tmp_path))
+    for signal in ("TRACES", "METRICS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "otlp_json_file")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")  # a logging handler would outlive the test
+    config.settings.cache_clear()
+    try:
+        telemetry = build_own(Identity(role=semconv.ROLE_ROLLOUT_SERVER))
+        telemetry.tracer_provider.force_flush()
+        assert list(tmp_path.iterdir()) == []  # nothing exported yet: no file
+        for _ in range(2):
+            with telemetry.tracer.start_as_current_span("one"):
+                pass
+            telemetry.tracer_provider.force_flush()
+        telemetry.shutdown()
+    finally:
+        config.settings.cache_clear()
+    (traces,) = tmp_path.glob("traces-*.jsonl")
+    assert len(traces.read_text().splitlines()) == 2  # appended to the one file

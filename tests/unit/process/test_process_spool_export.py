@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -148,6 +149,10 @@ def _receiver(protocol: str, port: int) -> GrpcReceiver | HttpReceiver:
 @pytest.fixture
 def otlp_env(monkeypatch: pytest.MonkeyPatch) -> Callable[..., int]:
     """Point every signal at 127.0.0.1:<port> with ``protocol``; short SDK retries; the port."""
+
+    # only this test's spoolers decide when the process's spool is handed back (a pipeline another
+    # test left running would keep it open)
+    monkeypatch.setattr(spool_export, "_spoolers", weakref.WeakSet())
 
     def setup(protocol: str, port: int | None = None, **extra: str) -> int:
         port = port or _free_port()

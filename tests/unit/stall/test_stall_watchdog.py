@@ -102,3 +102,44 @@ def test_a_restart_never_leaves_two_watchdogs_running(monkeypatch):
     wd.stop()
     second.join(30)
     assert not second.is_alive()
+
+
+def test_a_long_validation_is_no_stall_but_one_that_hangs_is(logged, monkeypatch, published, capsys):
+    """Validation runs inside a step and may take far longer than a training step: it counts as
+    progress for as long as a validation usually takes (the first one: the limit itself), and only
+    its time beyond that counts towards the limit."""
+    _limit(monkeypatch, "10")
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-v")
+    config.settings.cache_clear()
+    clock, wd = watchdog.STEP_CLOCK, watchdog.Watchdog()
+    t0 = 1000.0
+    clock.last_end = t0  # fit started
+    clock.stage_started(watchdog.VALIDATION, now=t0)  # the validation before training: 15 s
+    assert wd.check(now=t0 + 15) is None  # 15 s > the limit, but 10 of them are a validation's due
+    clock.stage_ended(watchdog.VALIDATION, now=t0 + 15)
+    assert wd.check(now=t0 + 19) is None  # 9 s counted
+    clock.step_started(1, None)
+    clock.step_ended(now=t0 + 20)
+    clock.stage_started(watchdog.VALIDATION, now=t0 + 20)  # the next one: usually 15 s now
+    assert wd.check(now=t0 + 44) is None  # 24 s running, 9 of them counted
+    assert wd.check(now=t0 + 46) == "stalled"  # 26 s: 11 s beyond its usual 15
+    out = capsys.readouterr().out
+    assert "(limit 10 s, step 2 in progress) in its validation, running for 26 s (usually 15 s)" in out
+    (record,) = logged.records()
+    assert record.attributes[semconv.ATTR_STAGE] == watchdog.VALIDATION
+
+
+def test_a_checkpoint_save_has_a_norm_of_its_own(monkeypatch, published):
+    _limit(monkeypatch, "10")
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-c")
+    config.settings.cache_clear()
+    clock, wd = watchdog.STEP_CLOCK, watchdog.Watchdog()
+    clock.step_started(1, None)
+    t0 = clock.started
+    clock.stage_started(watchdog.VALIDATION, now=t0)
+    clock.stage_ended(watchdog.VALIDATION, now=t0 + 100)  # validations take 100 s here
+    clock.step_ended(now=t0 + 101)
+    clock.step_started(2, None)
+    clock.stage_started(watchdog.CHECKPOINT, now=t0 + 101)  # never saved before: its due is the limit
+    assert wd.check(now=t0 + 111) is None
+    assert wd.check(now=t0 + 122) == "stalled"  # validation's 100 s are not a checkpoint's norm

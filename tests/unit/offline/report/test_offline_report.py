@@ -29,6 +29,7 @@ def test_empty_partial_and_broken_folders(tmp_path):
     write_metrics(tmp_path, "taskrunner", 1, 1, [gauge(semconv.M_TRAINING_STEP, 1), reward])
     with open(tmp_path / "metrics-taskrunner-1.jsonl", "a") as f:
         f.write('{"resourceMetrics": [{"reso')
+    (tmp_path / "out").mkdir()
     path, rep = write_report(tmp_path, tmp_path / "out" / "r.html")
     assert path.exists() and rep.steps == [] and len(read_metric_points(tmp_path)) == 2
     assert any("no spans" in n for n in rep.notes)
@@ -45,7 +46,13 @@ def test_cli_report(v1_run, tmp_path, capsys):
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert cli.main(["report", str(v1_run)]) == 0 and (v1_run / "report.html").exists()  # default place
     buf = io.StringIO()
-    assert report(v1_run, v1_run / "missing-dir-file" / "x.html", out=buf) == 0  # parents are made
+    # a typo in -o creates no folder: it fails, clearly, as a usage error
+    with pytest.raises(CommandError, match=r"-o .*missing-dir/x.html: the folder .*missing-dir does not exist") as e:
+        report(v1_run, tmp_path / "missing-dir" / "x.html", out=buf)
+    assert e.value.code == 2 and not (tmp_path / "missing-dir").exists()
+    assert cli.main(["report", str(v1_run), "-o", str(tmp_path / "nonexistent-dir" / "r.html")]) == 2
+    assert "the report creates no folder" in capsys.readouterr().err
+    assert not (tmp_path / "nonexistent-dir").exists()
     (tmp_path / "blocker").write_text("")
     with pytest.raises(CommandError, match="cannot write the report to .*blocker/x.html"):
         report(v1_run, tmp_path / "blocker" / "x.html", out=buf)

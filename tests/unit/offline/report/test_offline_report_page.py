@@ -131,7 +131,15 @@ def test_where_the_time_went_per_step_and_the_slowest_step_in_words(tmp_path):
     section = section[: section.index("</section>")]
     assert '<tr data-step="1" class="slowest">' in section and '<tr data-step="2">' in section
     assert 'data-category="waiting" data-seconds="0.25">0.250 <small>13%</small>' in section
-    assert "Slowest step 1 (1.95 s):</b> rollout 1.50 s (77%), waiting 0.25 s (13%), training 0.20 s (10%)." in section
+    assert (
+        "Slowest step 1 (1.95 s):</b> generating rollouts 1.50 s (77%), waiting for rollouts still being generated "
+        "0.25 s (13%), training (log-probs, values, updates on the workers) 0.20 s (10%)." in section
+    )
+    # the categories are named in words a reader understands without a glossary; no jargon
+    assert '<th data-category="waiting" title="waiting">waiting for rollouts still being generated</th>' in section
+    assert (
+        "explained by a child span" not in page and "<th>with a worker call, rollout or wait under it</th>" in section
+    )
 
 
 def test_no_time_section_for_runs_without_accounting(v1_run):
