@@ -162,7 +162,8 @@ class Watchdog:
         limit = limit_s()
         with STEP_CLOCK.lock:
             last_end, step, context = STEP_CLOCK.last_end, STEP_CLOCK.step, STEP_CLOCK.context
-            in_progress = STEP_CLOCK.started is not None
+            # verl validates after its step span ended and before it logs the step: still that step
+            in_progress = STEP_CLOCK.started is not None or STEP_CLOCK.stage is not None
         if limit is None or last_end is None:
             return None
         now = time.monotonic() if now is None else now

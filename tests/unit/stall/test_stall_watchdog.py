@@ -120,11 +120,12 @@ def test_a_long_validation_is_no_stall_but_one_that_hangs_is(logged, monkeypatch
     assert wd.check(now=t0 + 19) is None  # 9 s counted
     clock.step_started(1, None)
     clock.step_ended(now=t0 + 20)
+    # step 1's validation: verl runs it after the step's span ended, before it logs step 1
     clock.stage_started(watchdog.VALIDATION, now=t0 + 20)  # the next one: usually 15 s now
     assert wd.check(now=t0 + 44) is None  # 24 s running, 9 of them counted
     assert wd.check(now=t0 + 46) == "stalled"  # 26 s: 11 s beyond its usual 15
     out = capsys.readouterr().out
-    assert "(limit 10 s, step 2 in progress) in its validation, running for 26 s (usually 15 s)" in out
+    assert "(limit 10 s, step 1 in progress) in its validation, running for 26 s (usually 15 s)" in out
     (record,) = logged.records()
     assert record.attributes[semconv.ATTR_STAGE] == watchdog.VALIDATION
 
