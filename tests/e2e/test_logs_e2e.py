@@ -57,7 +57,9 @@ def test_samples_off_by_default_export_no_prompt_text(verl_runs, driver):
     run = verl_runs.get(driver, "grpo", steps=2)
     assert run.returncode == 0, run.output[-4000:]
     files = sorted(run.telemetry_dir.glob("*.jsonl"))
-    assert any(f.name.startswith("logs-taskrunner-") for f in files), "logs are exported in these runs"
+    # logs are on in these runs (OTEL_LOGS_EXPORTER), but a signal's file exists only once it has a
+    # line: a clean v0 run may log no record at all
+    assert any(f.name.startswith("traces-taskrunner-") for f in files)
     assert not [r for r in _log_records(run.telemetry_dir) if r["event_name"] == semconv.EVENT_ROLLOUT_SAMPLE]
     for f in files:
         assert not PROMPT_TEXT.search(f.read_text()), f"prompt text in {f.name}"

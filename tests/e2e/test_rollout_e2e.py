@@ -80,7 +80,9 @@ def _check_rollout(run, n_gpus):
             assert t.links == []
             batch = by_id[t.parent_id]
             assert batch.name == semconv.SPAN_ROLLOUT_BATCH
-            assert by_id[batch.parent_id].name == "verl.gen"
+            dispatch = by_id[batch.parent_id]  # the TaskRunner's side of the call to the workers
+            assert dispatch.name == semconv.SPAN_ROLLOUT_DISPATCH
+            assert by_id[dispatch.parent_id].name == "verl.gen"
             # single-turn agent: one LLM call whose output tokens are the response
             (call,) = llm_calls[t.span_id]
             assert (
