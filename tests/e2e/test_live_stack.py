@@ -214,7 +214,11 @@ def _read_at_steps(run: LiveRun) -> dict[int, set[tuple[str, tuple]]]:
     }
     out = {
         n: named
-        | {(prometheus_name(catalog.logged_value(k)), ()) for k, v in run.console[n].items() if math.isfinite(v)}
+        | {
+            (prometheus_name(catalog.logged_value(k)), ())
+            for k, v in run.console[n].items()
+            if math.isfinite(v) and k != semconv.STEP_KEY
+        }
         for n in range(1, STEPS + 1)
     }
     hist = prometheus_name(catalog.STAGE_DURATION)  # its sums are read at the last step
@@ -242,7 +246,9 @@ def test_every_logged_value_is_in_prometheus_at_its_step(run: LiveRun) -> None:
         for key, value in run.console[n].items():
             if not math.isfinite(value):
                 continue  # a NaN is counted (verl_training_nonfinite_total), not stored as a value
-            name = prometheus_name(catalog.logged_value(key))
+            # verl's step number is carried by verl.training.step, not forwarded a second time
+            spec = catalog.TRAINING_STEP if key == semconv.STEP_KEY else catalog.logged_value(key)
+            name = prometheus_name(spec)
             assert names.setdefault(name, key) == key, f"{key} and {names[name]} share the name {name}"
             series = samples.get((name, ()))
             assert series is not None, f"step {n}: {key} not in Prometheus as {name}"

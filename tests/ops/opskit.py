@@ -506,10 +506,14 @@ def catalog_prometheus_names() -> set[str]:
 
 def logged_prometheus_names(console: dict[int, dict[str, float]]) -> set[str]:
     """The Prometheus 3 names of the values verl logged in a run (its console: step -> key -> value)."""
+    from otel_verl import semconv
     from otel_verl.instruments import catalog
     from otel_verl.instruments.prometheus import prometheus_name
 
-    return {prometheus_name(catalog.logged_value(k)) for values in console.values() for k in values}
+    # verl's step number is carried by verl.training.step, not forwarded a second time
+    return {
+        prometheus_name(catalog.logged_value(k)) for values in console.values() for k in values if k != semconv.STEP_KEY
+    }
 
 
 def why_absent(name: str, logged: set[str]) -> str | None:
