@@ -141,11 +141,13 @@ def test_the_taskrunner_said_the_run_stalled(hung):
 
 
 # ---------------------------------------------------------------- a slow validation, then a hung one
-# Every validation takes 16 x SLOW_VALIDATION_S longer than usual (24 s: longer than the limit),
+# Every validation takes 16 x SLOW_VALIDATION_S longer than usual (32 s: longer than the limit),
 # the validation before training and step 1's are slow but finish; step 2's hangs
-# (VERL_CPU_HARNESS_HANG_VALIDATION_AFTER: two validations of 16 prompts each).
-VALIDATION_STALL_AFTER = 20
-SLOW_VALIDATION_S = 1.5
+# (VERL_CPU_HARNESS_HANG_VALIDATION_AFTER: two validations of 16 prompts each). The first
+# validation may count up to the limit as its due, so a loaded machine has 2 x 30 - 32 s of room
+# for start-up and the validation's own work before the old rule's false stall would show.
+VALIDATION_STALL_AFTER = 30
+SLOW_VALIDATION_S = 2.0
 VAL_PROMPTS = 16  # the harness's validation set, one greedy response each
 
 
@@ -164,7 +166,7 @@ def hung_in_validation(tmp_path_factory, run_verl_instrumented):
         steps=2,
         test_freq=1,
         env=env,
-        timeout_s=KILL_AFTER_S + 60,
+        timeout_s=KILL_AFTER_S + 180,  # three 32 s validations and the hung one's 30 s beyond its usual
         kill_when=_AllReported(workdir / "telemetry"),
     )
     print(f"stall-validation: killed after {run.wall_s:.0f} s")
