@@ -317,6 +317,14 @@ def _send(
     return False
 
 
+def print_errors(errors: list[str], out: TextIO, shown: int = 5) -> None:
+    """The first ``shown`` errors of a signal, indented under its line, and how many more there were."""
+    for error in errors[:shown]:
+        print(f"         {error}", file=out)
+    if len(errors) > shown:
+        print(f"         ... {len(errors) - shown} more errors", file=out)
+
+
 def _print_result(r: SignalResult, mib: str, out: TextIO) -> None:
     sig = r.signal
     line = (
@@ -332,10 +340,7 @@ def _print_result(r: SignalResult, mib: str, out: TextIO) -> None:
     if r.unread:
         line += f"; {r.unread} answers unreadable (rejections unknown)"
     print(line, file=out)
-    for error in r.errors[:5]:
-        print(f"         {error}", file=out)
-    if len(r.errors) > 5:
-        print(f"         ... {len(r.errors) - 5} more errors", file=out)
+    print_errors(r.errors, out)
     if r.failed and urllib.parse.urlsplit(r.url).port == endpoints.GRPC_PORT:
         print("         (4317 is the OTLP/gRPC port; replay speaks OTLP/HTTP, usually on 4318)", file=out)
 

@@ -38,6 +38,7 @@ from otel_verl.offline.replay import (
     RETRIES,
     RETRY_STATUS,
     partial_success,
+    print_errors,
     signal_headers,
     signal_url,
 )
@@ -255,10 +256,7 @@ def _print(r: SpoolResult, out: TextIO) -> None:
     if r.busy:
         line += f"; {len(r.busy)} folders in use by a running process (left alone)"
     print(line, file=out)
-    for error in r.errors[:5]:
-        print(f"         {error}", file=out)
-    if len(r.errors) > 5:
-        print(f"         ... {len(r.errors) - 5} more errors", file=out)
+    print_errors(r.errors, out)
 
 
 def spool_size(n: int) -> str:
