@@ -288,8 +288,8 @@ _SPECIAL = (
 )
 
 
-def _open_regular(path: Path) -> tuple[Any, int]:
-    """``path`` open for reading, and its size then; OSError (``strerror`` says why) when it cannot
+def _open_regular(path: Path) -> tuple[Any, os.stat_result]:
+    """``path`` open for reading, and its status then; OSError (``strerror`` says why) when it cannot
     be opened or is not a regular file. A FIFO opens without waiting for a writer (O_NONBLOCK)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -299,7 +299,7 @@ def _open_regular(path: Path) -> tuple[Any, int]:
         if not stat.S_ISREG(st.st_mode):
             what = next((name for test, name in _SPECIAL if test(st.st_mode)), "of another kind")
             raise OSError(errno.EINVAL, f"not a regular file ({what})")
-        return os.fdopen(fd, "rb"), st.st_size
+        return os.fdopen(fd, "rb"), st
     except BaseException:
         os.close(fd)
         raise
@@ -325,19 +325,28 @@ def _lines(f: Any, size: int) -> Iterator[bytes | None]:
         yield raw
 
 
-def iter_lines(path: Path, skipped: Skipped | None = None) -> Iterator[tuple[int, str, dict[str, Any]]]:
+def iter_lines(
+    path: Path,
+    skipped: Skipped | None = None,
+    upto: int | None = None,
+    on_open: Callable[[os.stat_result], bool] | None = None,
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, raw line, decoded JSON object) for each usable non-empty line of one file.
 
-    Only a regular file is read, and only as far as it was long when opened: a file another job
-    keeps writing, a FIFO or a link to ``/dev/zero`` cannot make a reader run forever.
+    Only a regular file is read, and only as far as it was long when opened (or ``upto`` bytes, if
+    fewer): a file another job keeps writing, a FIFO or a link to ``/dev/zero`` cannot make a reader
+    run forever. ``on_open`` sees the opened file's status first; False: read nothing.
     """
     skipped = Skipped() if skipped is None else skipped
     try:
-        f, length = _open_regular(path)
+        f, st = _open_regular(path)
     except OSError as exc:
         skipped.file(path, f"cannot read: {exc.strerror or exc}")
         return
+    length = st.st_size if upto is None else min(st.st_size, upto)
     with f:
+        if on_open is not None and not on_open(st):
+            return
         number = 0
         lines = _lines(f, length)
         while True:
@@ -523,6 +532,56 @@ def _read(folder: str | Path, signal: str, skipped: Skipped | None) -> list[Any]
         except BadRequest as exc:
             skipped.line(path, number, str(exc))
     return out
+
+
+@dataclass
+class Reading:
+    """What the first reading of a folder saw, so that a second one reads exactly the same: each
+    file's identity and length when first opened, and the lines it skipped (named once, by the first).
+    A file whose identity changed in between (replaced) is read again with every check."""
+
+    files: dict[Path, tuple[int, int, int]] = field(default_factory=dict)  # file -> (device, inode, size)
+    bad: set[tuple[Path, int]] = field(default_factory=set)  # (file, line number) the first reading skipped
+
+
+def file_records(
+    path: Path, signal: str, skipped: Skipped, reading: Reading, again: bool = False
+) -> Iterator[tuple[int, list[Any]]]:
+    """(line number, records) for each usable stored request of one ``signal`` file.
+
+    First reading (``again`` False): every line checked by ``decode``; the file's identity and the
+    lines skipped go into ``reading``. Second one: the same bytes, the same lines, and the checks
+    the first already made are not made twice (the records are built as before).
+    """
+    key = REQUEST_KEYS[signal][0]
+    mark = reading.files.get(path)
+    if again and mark is None:
+        return
+    trusted = [False]
+
+    def opened(st: os.stat_result) -> bool:
+        if not again:
+            reading.files[path] = (st.st_dev, st.st_ino, st.st_size)
+        else:
+            trusted[0] = (st.st_dev, st.st_ino) == mark[:2]  # type: ignore[index]
+        return True
+
+    quiet = Skipped()  # a second reading's problems were the first's to name
+    for number, _, batch in iter_lines(path, quiet if again else skipped, mark[2] if again else None, opened):  # type: ignore[index]
+        if again and (path, number) in reading.bad:
+            continue
+        try:
+            if not isinstance(batch.get(key), list):
+                raise BadRequest(f"not an OTLP {signal} request")
+            records = _DECODERS[signal](batch) if trusted[0] else decode(signal, batch)
+        except BadRequest as exc:
+            if not again:
+                skipped.line(path, number, str(exc))
+                reading.bad.add((path, number))
+            continue
+        except _MALFORMED:
+            continue  # trusted, yet changed in place: left out
+        yield number, records
 
 
 def read_log_records(folder: str | Path, skipped: Skipped | None = None) -> list[LogEntry]:

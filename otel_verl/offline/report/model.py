@@ -14,16 +14,7 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl.offline.health import Finding, Health, health
-from otel_verl.offline.otlp_files import (
-    LogEntry,
-    MetricPoint,
-    Skipped,
-    SpanRecord,
-    read_log_records,
-    read_metric_points,
-    read_spans,
-    signal_files,
-)
+from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
 from otel_verl.offline.pools import replica_idle_ratio
 from otel_verl.offline.run_facts import (
     INSTANCE,
@@ -32,24 +23,32 @@ from otel_verl.offline.run_facts import (
     PollLag,
     SpoolFacts,
     StallReport,
+    StepTail,
     attr_key,
     attributed_seconds,
     category_words,
     children_of,
     engine_split,
     is_trajectory,
-    is_validation,
     overhead,
     poll_lag,
     slowest_rule,
     slowest_trajectory,
     spool_facts,
     stall_reports,
-    step_gauges,
     step_tails,
     tail_ratio,
     trajectory_pool,
     tree_below,
+)
+from otel_verl.offline.run_reader import (
+    Held,
+    MetricFold,
+    SpanIndex,
+    fold_metrics,
+    index_spans,
+    log_records,
+    step_spans,
 )
 
 MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (the slowest and the last ones beyond)
@@ -157,6 +156,7 @@ class Report:
     health: Health | None = None  # the health box (offline.health), first in both tools
     senders: int = 0  # processes that sent spans or metric points
     spool: SpoolFacts | None = None  # export outages and losses (run_facts.spool_facts)
+    held: Held = field(default_factory=Held)  # the most spans and points held at once while reading
 
     def spool_line(self) -> str | None:
         """Whether the run had an export outage, and whether anything was lost (``SpoolFacts.line``)."""
@@ -292,62 +292,77 @@ def _timeline(step: StepRow, members: list[SpanRecord], include_validation: bool
 
 
 def build(folder: str | Path, include_validation: bool = False) -> Report:
-    """Read ``folder``'s traces and metrics and work out everything the page shows.
+    """Read ``folder``'s traces and metrics and work out everything the page shows, holding at
+    most about a step's spans at a time (``offline.run_reader``).
 
     ``include_validation``: validation trajectories may be "the slowest" (``run_facts.trajectory_pool``).
     """
     folder = Path(folder)
     skipped = Skipped()
-    spans = read_spans(folder, skipped)
-    points = read_metric_points(folder, skipped)
-    records = read_log_records(folder, skipped)
+    index = index_spans(folder, skipped, include_validation)
+    fold, series = fold_metrics(folder, skipped)
+    points = fold.kept
+    records = log_records(folder, skipped)
     stalled, reports = stall_reports(records)  # the stall doctor's, if any
     notes: list[str] = []
     if skipped:
         notes.append(skipped.describe())
-    step_spans = sorted(
-        (s for s in spans if s.name == semconv.SPAN_STEP and isinstance(s.attributes.get(semconv.ATTR_STEP), int)),
-        key=lambda s: (s.attributes[semconv.ATTR_STEP], s.start_ns),
-    )
-    steps, stage_order, members_of = _steps(spans, step_spans, notes, include_validation)
+    notes += [f"step {n} has more than one verl.step span; the first is shown" for n in index.duplicate_steps]
+    first: dict[int, SpanRecord] = {}
+    for st in index.step_spans:
+        first.setdefault(st.attributes[semconv.ATTR_STEP], st)
+    chosen = _timeline_steps(list(first.values()), notes)
+    tails = step_tails(index.run_wide, include_validation)  # the workers' figures over every trajectory
+    rows: dict[int, StepRow] = {}
+    timelines: dict[int, Timeline] = {}
+    held = fold.held
+    for n, members in step_spans(folder, index, held):
+        if n not in first:
+            continue
+        rows[n] = _step_row(first[n], members, tails, include_validation)
+        if n in chosen:
+            timelines[n] = _timeline(rows[n], members, include_validation)
+    for n, st in first.items():  # a step whose spans the second reading did not find again
+        if n not in rows:
+            rows[n] = _step_row(st, [st], tails, include_validation)
+            if n in chosen:
+                timelines[n] = _timeline(rows[n], [st], include_validation)
+    steps = [rows[n] for n in sorted(rows)]
+    stage_order = list(dict.fromkeys(stage for r in steps for stage in r.stages))
     default_step = max(steps, key=lambda r: (r.span.seconds, r.step)).step if steps else None
-    timelines = _timelines(steps, members_of, notes, include_validation)
-    trajectory_spans = [s for s in spans if is_trajectory(s)]
-    series = step_gauges(points)
-    slowest = slowest_trajectory(trajectory_spans, include_validation)
     checks = health(
-        spans,
+        index.run_wide,
         records,
         points,
         series,
         stalled,
         len(reports),
-        step_spans[0].start_ns if step_spans else None,
-        _slowest_findings(steps, slowest, include_validation),
+        index.step_spans[0].start_ns if index.step_spans else None,
+        _slowest_findings(steps, index.slowest, include_validation),
     )
-    if not spans:
+    if not index.spans:
         notes.append("no spans (traces-*.jsonl missing or empty): no stage breakdown, timeline or trajectory spans")
     elif not steps:
         notes.append("no verl.step spans: the run ended before its first step, or spans of the TaskRunner are missing")
-    if not points:
+    if not fold.points:
         notes.append("no metric points (metrics-*.jsonl missing or empty): no curves")
     return Report(
         folder=folder,
         files={sig: len(signal_files(folder, sig)) for sig in ("traces", "metrics", "logs")},
-        spans=len(spans),
-        points=len(points),
+        spans=index.spans,
+        points=fold.points,
         skipped=skipped,
-        slowest=slowest,
+        slowest=index.slowest,
         slowest_rule=slowest_rule(include_validation),
-        meta=_meta(spans, points, step_spans),
-        processes=_processes(spans),
-        senders=_senders(spans, points),
+        meta=_meta(index, fold),
+        processes=sorted(index.senders.counts.items()),
+        senders=len(set(index.senders.counts) | set(fold.senders.counts)),
         steps=steps,
         stage_order=stage_order,
-        timelines=timelines,
+        timelines={n: timelines[n] for n in sorted(timelines)},
         default_step=default_step,
-        trajectory_seconds=[s.seconds for s in trajectory_spans if not is_validation(s)],
-        validation_trajectories=sum(1 for s in trajectory_spans if is_validation(s)),
+        trajectory_seconds=index.trajectory_seconds,
+        validation_trajectories=index.validation_trajectories,
         trajectory_metric=trajectory_histogram(points),
         curves=_curves(series, checks.validation),
         gauges={
@@ -360,90 +375,50 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         overhead=overhead(points, [(r.step, r.span.start_ns, r.span.end_ns) for r in steps]),
         spool=spool_facts(points),
         health=checks,
+        held=held,
     )
 
 
-def _linked_traces(by_trace: dict[str, list[SpanRecord]], step_traces: set[str]) -> dict[int, list[str]]:
-    """v1: the rollout traces of their own, by the step their root's ``verl.rollout.submit_step`` names."""
-    ids = {s.span_id for members in by_trace.values() for s in members}
-    linked: dict[int, list[str]] = defaultdict(list)
-    for trace_id, members in by_trace.items():
-        if trace_id in step_traces:
-            continue
-        roots = [s for s in members if s.parent_id not in ids]
-        submit = next(
-            (
-                r.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
-                for r in roots
-                if semconv.ATTR_ROLLOUT_SUBMIT_STEP in r.attributes
-            ),
-            None,
-        )
-        if isinstance(submit, int):
-            linked[submit].append(trace_id)
-    return linked
-
-
-def _steps(
-    spans: list[SpanRecord], step_spans: list[SpanRecord], notes: list[str], include_validation: bool
-) -> tuple[list[StepRow], list[str], dict[int, list[SpanRecord]]]:
-    """One row per step (its top-level stages), the stages in first-seen order, each step's spans."""
-    by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
-    for s in spans:
-        by_trace[s.trace_id].append(s)
-    linked_traces = _linked_traces(by_trace, {s.trace_id for s in step_spans})
-    steps: list[StepRow] = []
-    stage_order: list[str] = []
-    members_of: dict[int, list[SpanRecord]] = {}
-    tails = step_tails(spans, include_validation)  # the workers' figures over every trajectory
-    children = children_of(spans)
-    for st in step_spans:
-        n = st.attributes[semconv.ATTR_STEP]
-        if n in members_of:
-            notes.append(f"step {n} has more than one verl.step span; the first is shown")
-            continue
-        members = list(by_trace[st.trace_id])
-        for trace_id in linked_traces.get(n, []):
-            members.extend(by_trace[trace_id])
-        members_of[n] = members
-        stages: dict[str, float] = {}
-        covered = 0.0
-        for s in sorted(by_trace[st.trace_id], key=lambda s: s.start_ns):
-            stage = s.attributes.get(semconv.ATTR_STAGE)
-            if s.parent_id == st.span_id and isinstance(stage, str):
-                stages[stage] = stages.get(stage, 0.0) + s.seconds
-                covered += s.seconds
-                if stage not in stage_order:
-                    stage_order.append(stage)
-        trajectories = [s for s in members if is_trajectory(s)]
-        pool = trajectory_pool(trajectories, include_validation)
-        workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
-        slowest = slowest_trajectory(pool, include_validation)
-        tail = tails.get(n)
-        steps.append(
-            StepRow(
-                n,
-                st,
-                stages,
-                max(0.0, st.seconds - covered),
-                slowest,
-                len(trajectories),
-                any(s.status == "STATUS_CODE_ERROR" for s in by_trace[st.trace_id]),
-                # a sample of trees says little about the median: the workers' own figure when there is one
-                tail.ratio if tail is not None and tail.ratio is not None else tail_ratio(pool),
-                len(members),
-                sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
-                attributed_seconds(st, by_trace[st.trace_id]),
-                time_categories(st),
-                pool_states(st),
-                replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
-                tail.trajectories if tail is not None else None,
-                tree_below(slowest, children) if slowest is not None else [],
-                engine_split(slowest, members),
-                poll_lag(st, by_trace[st.trace_id]),
-            )
-        )
-    return steps, stage_order, members_of
+def _step_row(
+    st: SpanRecord, members: list[SpanRecord], tails: dict[int, StepTail], include_validation: bool
+) -> StepRow:
+    """One step's row: its top-level stages, its trajectories and their tail, where its time went.
+    ``members``: the step's trace and the rollout traces joined to it."""
+    n = st.attributes[semconv.ATTR_STEP]
+    trace = [s for s in members if s.trace_id == st.trace_id]
+    stages: dict[str, float] = {}
+    covered = 0.0
+    for s in sorted(trace, key=lambda s: s.start_ns):
+        stage = s.attributes.get(semconv.ATTR_STAGE)
+        if s.parent_id == st.span_id and isinstance(stage, str):
+            stages[stage] = stages.get(stage, 0.0) + s.seconds
+            covered += s.seconds
+    trajectories = [s for s in members if is_trajectory(s)]
+    pool = trajectory_pool(trajectories, include_validation)
+    workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
+    slowest = slowest_trajectory(pool, include_validation)
+    tail = tails.get(n)
+    return StepRow(
+        n,
+        st,
+        stages,
+        max(0.0, st.seconds - covered),
+        slowest,
+        len(trajectories),
+        any(s.status == "STATUS_CODE_ERROR" for s in trace),
+        # a sample of trees says little about the median: the workers' own figure when there is one
+        tail.ratio if tail is not None and tail.ratio is not None else tail_ratio(pool),
+        len(members),
+        sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
+        attributed_seconds(st, trace),
+        time_categories(st),
+        pool_states(st),
+        replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
+        tail.trajectories if tail is not None else None,
+        tree_below(slowest, children_of(members)) if slowest is not None else [],
+        engine_split(slowest, members),
+        poll_lag(st, trace),
+    )
 
 
 def _slowest_findings(steps: list[StepRow], slowest: SpanRecord | None, include_validation: bool) -> list[Finding]:
@@ -507,20 +482,18 @@ def _replicas(members: list[SpanRecord]) -> list[str]:
     return sorted(r for r in found if isinstance(r, str))
 
 
-def _timelines(
-    steps: list[StepRow], members_of: dict[int, list[SpanRecord]], notes: list[str], include_validation: bool
-) -> dict[int, Timeline]:
-    """The timelines in the page: every step's, or for a long run the slowest and the last ones."""
-    chosen = [r.step for r in steps]
+def _timeline_steps(step_spans: list[SpanRecord], notes: list[str]) -> set[int]:
+    """The steps whose timeline is in the page: every one, or for a long run the slowest and the last ones."""
+    chosen = [st.attributes[semconv.ATTR_STEP] for st in step_spans]
     if len(chosen) > MAX_TIMELINE_STEPS:
         half = MAX_TIMELINE_STEPS // 2
-        slow = sorted(steps, key=lambda r: -r.span.seconds)[:half]
-        chosen = sorted({r.step for r in slow} | set(chosen[-half:]))
+        slow = sorted(step_spans, key=lambda s: -s.seconds)[:half]
+        picked = {s.attributes[semconv.ATTR_STEP] for s in slow} | set(chosen[-half:])
         notes.append(
-            f"timelines are included for {len(chosen)} of {len(steps)} steps (the {half} slowest and the last {half})"
+            f"timelines are included for {len(picked)} of {len(chosen)} steps (the {half} slowest and the last {half})"
         )
-    by_step = {r.step: r for r in steps}
-    return {n: _timeline(by_step[n], members_of[n], include_validation) for n in chosen}
+        return picked
+    return set(chosen)
 
 
 VALIDATION_CHART = "Validation score"
@@ -548,53 +521,29 @@ def _curves(
     return curves
 
 
-def _meta(spans: list[SpanRecord], points: list[MetricPoint], step_spans: list[SpanRecord]) -> dict[str, str]:
+def _meta(index: SpanIndex, fold: MetricFold) -> dict[str, str]:
     """The run's identity from the resources (run id, service, ...), its driver and how long the spans cover."""
     meta: dict[str, str] = {}
-    resources = [s.resource for s in spans] + [p.resource for p in points]
     for key, label in (
         (semconv.RES_RUN_ID, "run id"),
         (semconv.RES_SERVICE_NAME, "service"),
         (semconv.RES_PROJECT, "project"),
         (semconv.RES_EXPERIMENT, "experiment"),
     ):
-        values = sorted({str(r[key]) for r in resources if r.get(key) is not None})
+        values = sorted(index.senders.meta.get(key, set()) | fold.senders.meta.get(key, set()))
         if values:
             meta[label] = ", ".join(values)
     drivers = sorted(
-        {str(s.attributes[semconv.ATTR_DRIVER]) for s in step_spans if semconv.ATTR_DRIVER in s.attributes}
+        {str(s.attributes[semconv.ATTR_DRIVER]) for s in index.step_spans if semconv.ATTR_DRIVER in s.attributes}
     )
     if drivers:
         meta["driver"] = ", ".join(drivers)
-    if spans:
-        start = min(s.start_ns for s in spans)
-        end = max(s.end_ns for s in spans)
+    if index.start_ns is not None and index.end_ns is not None:
         meta[SPANS_COVER] = (
-            f"{(end - start) / 1e9:.1f} s, from the first span's start to the last one's end (the run's "
-            "start-up before its first span, Ray and model loading, is not in it)"
+            f"{(index.end_ns - index.start_ns) / 1e9:.1f} s, from the first span's start to the last one's end "
+            "(the run's start-up before its first span, Ray and model loading, is not in it)"
         )
     return meta
 
 
 SPANS_COVER = "time the spans cover"
-
-
-def process_name(resource: dict[str, Any]) -> str:
-    """ "taskrunner pid 870", "worker rank 1 pid 901": how both tools name a process."""
-    rank = resource.get(semconv.RES_RANK)
-    return (
-        f"{resource.get(semconv.RES_ROLE)}{'' if rank is None else f' rank {rank}'} pid {resource.get('process.pid')}"
-    )
-
-
-def _processes(spans: list[SpanRecord]) -> list[tuple[str, int]]:
-    """("taskrunner pid 870", spans) per process that sent spans, sorted."""
-    procs: dict[str, int] = defaultdict(int)
-    for s in spans:
-        procs[process_name(s.resource)] += 1
-    return sorted(procs.items())
-
-
-def _senders(spans: list[SpanRecord], points: list[MetricPoint]) -> int:
-    """Processes that sent spans or metric points."""
-    return len({process_name(s.resource) for s in spans} | {process_name(p.resource) for p in points})

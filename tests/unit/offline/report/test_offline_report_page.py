@@ -14,7 +14,8 @@ from offline_otlp_json import gauge, log_record, span, write_logs, write_metrics
 
 from otel_verl import semconv
 from otel_verl.commands.text import MAX_CHARS
-from otel_verl.offline.report import build, model, render
+from otel_verl.offline import otlp_files
+from otel_verl.offline.report import build, render
 from otel_verl.offline.report.markup import esc
 from otel_verl.offline.report.page import asset
 
@@ -220,16 +221,16 @@ def test_no_markup_from_a_file_reaches_the_page(tmp_path, monkeypatch):
     """Every value from the files is escaped, ids included: the ids here are given past the
     reader (which refuses them) to show that the page escapes them too."""
     _hostile_run(tmp_path, XSS)
-    real = model.read_spans
+    real = otlp_files._DECODERS["traces"]
 
-    def ids_past_the_reader(folder, skipped=None):
-        spans = real(folder, skipped)
+    def ids_past_the_reader(batch):
+        spans = real(batch)
         for s in spans:
             s.trace_id, s.span_id = XSS + s.trace_id, XSS + s.span_id
             s.parent_id = XSS + s.parent_id if s.parent_id else ""
         return spans
 
-    monkeypatch.setattr(model, "read_spans", ids_past_the_reader)
+    monkeypatch.setitem(otlp_files._DECODERS, "traces", ids_past_the_reader)
     rep = build(tmp_path)
     assert rep.steps and rep.stall_reports and rep.slowest is not None and XSS in rep.slowest.span_id
     page = render(rep)

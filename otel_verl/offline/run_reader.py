@@ -1,0 +1,279 @@
+"""A run folder read at any size, for ``summary`` and ``report``: what they hold stays bounded by
+a step's telemetry, not the run's.
+
+A multi-day run stores hundreds of thousands of spans and millions of metric points; holding them
+all as records takes gigabytes. So:
+
+- **spans are read twice.** The first reading (``index_spans``) keeps only what the whole run
+  needs: the step spans, the spans the health box and the long tail read (guard, rollout batch and
+  tail), each trajectory's seconds, the slowest trajectory, the processes and resources, and per
+  trace its span count and the step it belongs to (its own ``verl.step``, or for v1's rollout
+  traces of their own the ``verl.rollout.submit_step`` of their root). The second reading
+  (``step_spans``) reads the files side by side, each batch in the order of its spans' ends, and
+  hands over each step's spans (its trace and the rollout traces joined to it) as soon as the
+  count the first reading found is complete; the step's spans are let go after that. Whatever is
+  still open at the end (a file that changed in between) is handed over then.
+- **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
+  as its export completes (``run_facts.step_gauges``' rule: the export's ``verl.training.step``
+  names the step, the latest value for a step wins); only the few series the other facts read
+  (step, non-finite counts, validation scores, histograms of trajectories, otel-verl's own cost,
+  spools) are kept as points.
+- **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_verl import semconv
+from otel_verl.offline.health import VALIDATION_PREFIX
+from otel_verl.offline.otlp_files import (
+    LogEntry,
+    MetricPoint,
+    Reading,
+    Skipped,
+    SpanRecord,
+    file_records,
+    signal_files,
+)
+from otel_verl.offline.run_facts import INSTANCE, attr_key, is_trajectory, is_validation
+
+# Span names the whole run needs besides the step spans (health's guard firings, the long tail).
+RUN_WIDE_SPANS = frozenset({semconv.SPAN_GUARD, semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
+# Metric series kept as points: what run_facts' and health's other facts read.
+KEPT_METRICS = frozenset(
+    {
+        semconv.M_TRAINING_STEP,
+        semconv.M_NONFINITE,
+        semconv.M_ROLLOUT_TRAJECTORY_DURATION,
+        semconv.M_OVERHEAD_CPU_TIME,
+        "process.cpu.time",
+        semconv.M_SPOOL_BATCHES,
+        semconv.M_SPOOL_BYTES,
+        semconv.M_TELEMETRY_DROPPED,
+    }
+)
+KEPT_EVENTS = frozenset({semconv.EVENT_TRAINING_STALLED, semconv.EVENT_STALL_STACKS, semconv.EVENT_GUARD_TRIGGERED})
+META_KEYS = (semconv.RES_RUN_ID, semconv.RES_SERVICE_NAME, semconv.RES_PROJECT, semconv.RES_EXPERIMENT)
+
+
+def process_name(resource: dict[str, Any]) -> str:
+    """ "taskrunner pid 870", "worker rank 1 pid 901": how both tools name a process."""
+    rank = resource.get(semconv.RES_RANK)
+    return (
+        f"{resource.get(semconv.RES_ROLE)}{'' if rank is None else f' rank {rank}'} pid {resource.get('process.pid')}"
+    )
+
+
+@dataclass
+class Senders:
+    """The processes and resources seen, once per stored request (not per item)."""
+
+    counts: Counter[str] = field(default_factory=Counter)  # process name -> items
+    meta: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # resource key -> values
+    _last: tuple[int, str] = (0, "")  # the last resource seen and its name: consecutive items share one
+
+    def add(self, resource: dict[str, Any], items: int = 1) -> None:
+        if self._last[0] != id(resource):
+            self._last = (id(resource), process_name(resource))
+            for key in META_KEYS:
+                if resource.get(key) is not None:
+                    self.meta[key].add(str(resource[key]))
+        self.counts[self._last[1]] += items
+
+
+@dataclass
+class SpanIndex:
+    """What the first reading of the traces keeps (see the module's docstring)."""
+
+    reading: Reading
+    spans: int = 0
+    step_spans: list[SpanRecord] = field(default_factory=list)  # verl.step spans with a step number
+    run_wide: list[SpanRecord] = field(default_factory=list)  # RUN_WIDE_SPANS
+    trajectory_seconds: list[float] = field(default_factory=list)  # training trajectories
+    validation_trajectories: int = 0
+    slowest: SpanRecord | None = None  # run_facts.slowest_trajectory over every trajectory span
+    senders: Senders = field(default_factory=Senders)
+    start_ns: int | None = None
+    end_ns: int | None = None
+    trace_spans: Counter[str] = field(default_factory=Counter)  # trace id -> spans
+    # trace id -> (whether from a root, the submit step), for traces whose spans carry one
+    submits: dict[str, tuple[bool, int]] = field(default_factory=dict)
+    trace_step: dict[str, int] = field(default_factory=dict)  # trace id -> step (after ``resolve``)
+    expected: dict[int, int] = field(default_factory=dict)  # step -> spans (after ``resolve``)
+    duplicate_steps: list[int] = field(default_factory=list)  # steps with more than one verl.step span
+
+    def add(self, s: SpanRecord, include_validation: bool) -> None:
+        self.spans += 1
+        self.trace_spans[s.trace_id] += 1
+        self.senders.add(s.resource)
+        self.start_ns = s.start_ns if self.start_ns is None else min(self.start_ns, s.start_ns)
+        self.end_ns = s.end_ns if self.end_ns is None else max(self.end_ns, s.end_ns)
+        if s.name == semconv.SPAN_STEP and isinstance(s.attributes.get(semconv.ATTR_STEP), int):
+            self.step_spans.append(s)
+        elif s.name in RUN_WIDE_SPANS:
+            self.run_wide.append(s)
+        submit = s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
+        if isinstance(submit, int) and not isinstance(submit, bool):
+            # a root's submit step names the trace's step; another span's only when no root has one
+            root = not s.parent_id
+            old = self.submits.get(s.trace_id)
+            if old is None or (root and not old[0]):
+                self.submits[s.trace_id] = (root, submit)
+        if is_trajectory(s):
+            if is_validation(s):
+                self.validation_trajectories += 1
+            else:
+                self.trajectory_seconds.append(s.seconds)
+            if include_validation or not is_validation(s):
+                best = self.slowest
+                if best is None or (s.end_ns - s.start_ns, s.span_id) > (best.end_ns - best.start_ns, best.span_id):
+                    self.slowest = s
+
+    def resolve(self) -> None:
+        """Which step each trace belongs to, and how many spans each step has in all."""
+        self.step_spans.sort(key=lambda s: (s.attributes[semconv.ATTR_STEP], s.start_ns))
+        first: dict[int, SpanRecord] = {}
+        for st in self.step_spans:
+            n = st.attributes[semconv.ATTR_STEP]
+            if n in first:
+                self.duplicate_steps.append(n)
+                continue
+            first[n] = st
+            self.trace_step.setdefault(st.trace_id, n)
+        step_traces = {st.trace_id for st in self.step_spans}
+        for trace_id, (_, submit) in self.submits.items():
+            if trace_id not in step_traces and submit in first:
+                self.trace_step[trace_id] = submit
+        self.submits.clear()
+        for trace_id, n in self.trace_step.items():
+            self.expected[n] = self.expected.get(n, 0) + self.trace_spans[trace_id]
+        self.trace_spans.clear()
+
+
+def index_spans(folder: Path, skipped: Skipped, include_validation: bool = False) -> SpanIndex:
+    """The first reading of ``folder``'s traces."""
+    index = SpanIndex(Reading())
+    for path in signal_files(folder, "traces"):
+        for _, records in file_records(path, "traces", skipped, index.reading):
+            for s in records:
+                index.add(s, include_validation)
+    index.resolve()
+    return index
+
+
+@dataclass
+class Held:
+    """The most records held at once by the second reading and the metric fold (bounded by a step)."""
+
+    spans: int = 0
+    points: int = 0
+
+
+def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iterator[tuple[int, list[SpanRecord]]]:
+    """The second reading: (step, its spans) for each step, as soon as all of them were read."""
+    held = Held() if held is None else held
+    skipped = Skipped()
+    files = [p for p in signal_files(folder, "traces") if p in index.reading.files]
+
+    def batches(path: Path) -> Iterator[tuple[int, int, list[SpanRecord]]]:
+        last = 0
+        for number, records in file_records(path, "traces", skipped, index.reading, again=True):
+            last = min((s.end_ns for s in records), default=last)
+            yield last, number, records
+
+    open_steps: dict[int, list[SpanRecord]] = {}
+    holding = 0
+    for _, _, records in heapq.merge(*(batches(p) for p in files), key=lambda b: b[0]):
+        for s in records:
+            n = index.trace_step.get(s.trace_id)
+            if n is None:
+                continue
+            members = open_steps.setdefault(n, [])
+            members.append(s)
+            holding += 1
+            held.spans = max(held.spans, holding)
+            if len(members) >= index.expected.get(n, 0):
+                holding -= len(open_steps.pop(n))
+                yield n, members
+    for n in sorted(open_steps):
+        yield n, open_steps.pop(n)
+
+
+@dataclass
+class MetricFold:
+    """What the one reading of the metric points keeps (see the module's docstring)."""
+
+    points: int = 0
+    kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS and validation gauges
+    # (name, attributes) -> step -> (export time, value): the latest export of a step wins
+    series: dict[tuple[str, tuple], dict[int, tuple[int, float]]] = field(default_factory=lambda: defaultdict(dict))
+    senders: Senders = field(default_factory=Senders)
+    held: Held = field(default_factory=Held)
+    # (who, export time) -> the gauge points of that export not yet placed: (name, attributes, value)
+    _open: dict[tuple[str, int], list[tuple[str, tuple, float]]] = field(default_factory=dict)
+    _holding: int = 0
+
+    def add(self, p: MetricPoint) -> None:
+        self.points += 1
+        self.senders.add(p.resource)
+        if p.name in KEPT_METRICS or (p.kind == "gauge" and p.name.startswith(VALIDATION_PREFIX)):
+            self.kept.append(p)
+        if p.kind != "gauge" or p.value is None:
+            return
+        who = str(p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID))
+        group = self._open.get((who, p.time_ns))
+        if group is None:
+            # a process's exports come in time order: one of a later time closes its earlier ones
+            for key in [k for k in self._open if k[0] == who and k[1] < p.time_ns]:
+                self._close(key)
+            group = self._open[(who, p.time_ns)] = []
+        group.append((p.name, attr_key(p.attributes) if p.attributes else (), float(p.value)))
+        self._holding += 1
+        self.held.points = max(self.held.points, self._holding + len(self.kept))
+
+    def _close(self, key: tuple[str, int]) -> None:
+        group = self._open.pop(key)
+        self._holding -= len(group)
+        step = next((v for name, attrs, v in group if name == semconv.M_TRAINING_STEP and not attrs), None)
+        if step is None or not math.isfinite(step):
+            return
+        for name, attrs, value in group:
+            if name != semconv.M_TRAINING_STEP:
+                values = self.series[(name, attrs)]
+                old = values.get(int(step))
+                if old is None or key[1] >= old[0]:
+                    values[int(step)] = (key[1], value)
+
+    def close(self) -> dict[tuple[str, tuple], dict[int, float]]:
+        """Every export placed: the per-step series (``run_facts.step_gauges``' result)."""
+        for key in list(self._open):
+            self._close(key)
+        return {k: {n: v for n, (_, v) in values.items()} for k, values in self.series.items()}
+
+
+def fold_metrics(folder: Path, skipped: Skipped) -> tuple[MetricFold, dict[tuple[str, tuple], dict[int, float]]]:
+    """The one reading of ``folder``'s metric points: the fold and its per-step gauge series."""
+    fold = MetricFold()
+    reading = Reading()
+    for path in signal_files(folder, "metrics"):
+        for _, points in file_records(path, "metrics", skipped, reading):
+            for p in points:
+                fold.add(p)
+    return fold, fold.close()
+
+
+def log_records(folder: Path, skipped: Skipped) -> list[LogEntry]:
+    """The log records the tools show (``KEPT_EVENTS``)."""
+    reading = Reading()
+    out: list[LogEntry] = []
+    for path in signal_files(folder, "logs"):
+        for _, records in file_records(path, "logs", skipped, reading):
+            out.extend(r for r in records if r.event_name in KEPT_EVENTS)
+    return out

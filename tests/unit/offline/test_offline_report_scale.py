@@ -1,0 +1,80 @@
+"""``summary`` and ``report`` hold about a step's spans at a time, whatever the run's length
+(``offline.run_reader``): a run four times as long holds as many spans at once, and every step's
+figures are still those of all its spans (the v1 rollout traces joined to it included)."""
+
+from __future__ import annotations
+
+from offline_otlp_json import gauge, span, write_metrics, write_spans
+
+from otel_verl import semconv
+from otel_verl.offline.report.model import build
+from otel_verl.offline.summary import lines
+
+TRAJECTORIES = 6  # per step, each its own trace (v1), with two LLM calls
+
+
+def _run(folder, steps: int) -> None:
+    """A v1-shaped run: per step a step trace (step, gen and update stages, a wait) in the
+    TaskRunner's file and one trace per trajectory in the agent-loop worker's file, each step's spans
+    in their own batches, as the exporters write them; gauges at each step's end."""
+    for n in range(1, steps + 1):
+        t = 10.0 * n
+        trace = f"{n:016x}"
+        sid, step = span(semconv.SPAN_STEP, trace, t, t + 8, verl__step=n, verl__driver="v1")
+        _, gen = span("verl.gen", trace, t, t + 5, sid, verl__stage="gen")
+        _, upd = span("verl.update_actor", trace, t + 5, t + 8, sid, verl__stage="update_actor")
+        write_spans(folder, "taskrunner", 1, [gen, upd, step])
+        rollouts = []
+        for i in range(TRAJECTORIES):
+            seconds = 1.0 + i + (n % 3)  # the last trajectory is the slowest
+            tid, traj = span(
+                semconv.SPAN_ROLLOUT_TRAJECTORY,
+                f"{10_000 * n + i:016x}",
+                t,
+                t + seconds,
+                verl__rollout__submit_step=n,
+                verl__rollout__sample_index=i,
+            )
+            for c in range(2):
+                _, call = span(
+                    semconv.SPAN_ROLLOUT_LLM_CALL,
+                    f"{10_000 * n + i:016x}",
+                    t + c * seconds / 2,
+                    t + (c + 1) * seconds / 2,
+                    tid,
+                    verl__rollout__server__id="r0",
+                )
+                rollouts.append(call)
+            rollouts.append(traj)
+        write_spans(folder, "agent_loop", 2, rollouts)
+        write_metrics(
+            folder, "taskrunner", 1, t + 8.5, [gauge(semconv.M_TRAINING_STEP, n), gauge(semconv.M_REWARD, 0.1 * n)]
+        )
+
+
+def test_a_longer_run_holds_no_more_spans_at_once(tmp_path):
+    short, long = tmp_path / "short", tmp_path / "long"
+    short.mkdir(), long.mkdir()
+    _run(short, 10)
+    _run(long, 40)
+    per_step = 3 + TRAJECTORIES * 3
+    a, b = build(short), build(long)
+    assert (a.spans, b.spans) == (10 * per_step, 40 * per_step)
+    assert [r.step for r in b.steps] == list(range(1, 41))
+    # each step's figures are those of all of its spans: its trace and its rollout traces
+    assert {r.spans for r in b.steps} == {per_step}
+    assert {r.trajectories for r in b.steps} == {TRAJECTORIES}
+    for r in b.steps:
+        assert r.slowest is not None and r.slowest.attributes[semconv.ATTR_ROLLOUT_SAMPLE_INDEX] == TRAJECTORIES - 1
+        assert r.slowest.seconds == TRAJECTORIES + r.step % 3
+        assert [s.name for s in r.tree] == [semconv.SPAN_ROLLOUT_LLM_CALL] * 2
+        assert list(r.stages) == ["gen", "update_actor"]
+    assert b.slowest is not None and b.slowest.seconds == TRAJECTORIES + 2
+    assert len(b.trajectory_seconds) == 40 * TRAJECTORIES
+    assert b.gauges[semconv.M_REWARD] == {n: 0.1 * n for n in range(1, 41)}
+    # bounded: at most two steps' spans at once (a step's rollouts may end after the next one's
+    # step span), the same for 10 and for 40 steps
+    assert 0 < b.held.spans <= 2 * per_step
+    assert b.held.spans == a.held.spans
+    assert b.held.points <= a.held.points + 2 * 40  # the step gauges kept for the other facts
+    assert "40 training steps, 320.0 s in steps" in lines(b)[0]
