@@ -12,7 +12,8 @@ Each tool then runs in a fresh process per variant, side by side in one run: thi
 tar -x -C DIR``). Measured per process: CPU seconds (user + system, ``wait4``), wall seconds and the
 peak resident memory; a process whose memory passes ``--limit-mb`` is stopped and shown as such.
 
-``python bench/offline_scale.py --source DIR [--steps 1000] [--before-src DIR] [--limit-mb 3072]``
+``python bench/offline_scale.py --source DIR [--steps 1000] [--before-src DIR] [--limit-mb 3072]
+[--tools summary,report]``
 """
 
 from __future__ import annotations
@@ -154,7 +155,10 @@ def run_tool(tool: str, folder: Path, src: Path | None, limit_mb: int, out_dir: 
         ["-o", str(target)] if tool == "report" else []
     )
     start = time.monotonic()
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    # cwd: not a checkout, whose otel_verl would come before PYTHONPATH's for ``-m``
+    proc = subprocess.Popen(
+        args, env=env, cwd=out_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     stopped = threading.Event()
 
     def watch() -> None:
@@ -185,6 +189,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--before-src", type=Path, default=None)
     ap.add_argument("--limit-mb", type=int, default=3072, help="stop a tool whose memory passes this")
+    ap.add_argument("--tools", default=",".join(TOOLS), help="summary,report (default: both)")
     ap.add_argument("--keep", type=Path, default=None, help="make the run folder here and keep it")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="offline-scale-"))
@@ -197,7 +202,17 @@ def main() -> None:
         print(f"# offline_scale.py, {machine()}, load average {os.getloadavg()[0]:.1f}")
         variants = [("after (this tree)", None)] + ([("before", args.before_src)] if args.before_src else [])
         rows = []
-        for tool in TOOLS:
+        for name, src in variants:  # which otel_verl each variant runs
+            code = "import otel_verl, sys; print(otel_verl.__file__)"
+            where = subprocess.run(
+                [sys.executable, "-c", code],
+                env=dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in (src, ROOT) if p is not None)),
+                cwd=work,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            print(f"{name}: {where}")
+        for tool in args.tools.split(","):
             for name, src in variants:
                 r = run_tool(tool, folder, src, args.limit_mb, work)
                 peak = f"> {args.limit_mb} (stopped)" if r["stopped"] else f"{r['peak_mb']:.0f}"

@@ -170,7 +170,7 @@ def _status(status: Any) -> str:
     return _STATUS_NAMES.get(code, str(code)) if isinstance(code, int) else code
 
 
-@dataclass
+@dataclass(slots=True)
 class SpanLink:
     """A span link (OTLP ``links`` entry): the linked span's ids and the link's attributes."""
 
@@ -179,7 +179,7 @@ class SpanLink:
     attributes: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class SpanRecord:
     name: str
     trace_id: str
@@ -202,7 +202,7 @@ class SpanRecord:
         return [_attrs(e.get("attributes")) for e in self.events if e.get("name") == name]
 
 
-@dataclass
+@dataclass(slots=True)
 class MetricPoint:
     name: str
     kind: str  # gauge | sum | histogram
@@ -218,7 +218,7 @@ class MetricPoint:
     temporality: int = 0  # OTLP AggregationTemporality: 1 delta, 2 cumulative, 0 unspecified/gauge
 
 
-@dataclass
+@dataclass(slots=True)
 class LogEntry:
     """One stored log record (OTLP ``logRecords`` entry) with its resource."""
 

@@ -16,8 +16,9 @@ all as records takes gigabytes. So:
 - **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
   as its export completes (``run_facts.step_gauges``' rule: the export's ``verl.training.step``
   names the step, the latest value for a step wins); only the few series the other facts read
-  (step, non-finite counts, validation scores, histograms of trajectories, otel-verl's own cost,
-  spools) are kept as points.
+  (step, non-finite counts, validation scores, histograms of trajectories, otel-verl's own cost)
+  are kept as points, sharing one copy of each resource, and of the spools' and queues' counters
+  only the latest point.
 - **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
 """
 
@@ -59,6 +60,8 @@ KEPT_METRICS = frozenset(
         semconv.M_TELEMETRY_DROPPED,
     }
 )
+# Of these, only each series' latest point is read (the spools' and queues' final counts).
+LAST_ONLY = frozenset({semconv.M_SPOOL_BATCHES, semconv.M_SPOOL_BYTES, semconv.M_TELEMETRY_DROPPED})
 KEPT_EVENTS = frozenset({semconv.EVENT_TRAINING_STALLED, semconv.EVENT_STALL_STACKS, semconv.EVENT_GUARD_TRIGGERED})
 META_KEYS = (semconv.RES_RUN_ID, semconv.RES_SERVICE_NAME, semconv.RES_PROJECT, semconv.RES_EXPERIMENT)
 
@@ -219,12 +222,16 @@ class MetricFold:
     # (who, export time) -> the gauge points of that export not yet placed: (name, attributes, value)
     _open: dict[tuple[str, int], list[tuple[str, tuple, float]]] = field(default_factory=dict)
     _holding: int = 0
+    _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources and attributes
+    _last: dict[tuple, MetricPoint] = field(default_factory=dict)  # LAST_ONLY: the latest point per series
 
     def add(self, p: MetricPoint) -> None:
         self.points += 1
         self.senders.add(p.resource)
-        if p.name in KEPT_METRICS or (p.kind == "gauge" and p.name.startswith(VALIDATION_PREFIX)):
-            self.kept.append(p)
+        if p.name in LAST_ONLY:
+            self._keep_last(p)
+        elif p.name in KEPT_METRICS or (p.kind == "gauge" and p.name.startswith(VALIDATION_PREFIX)):
+            self.kept.append(self._shared(p))
         if p.kind != "gauge" or p.value is None:
             return
         who = str(p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID))
@@ -236,7 +243,24 @@ class MetricFold:
             group = self._open[(who, p.time_ns)] = []
         group.append((p.name, attr_key(p.attributes) if p.attributes else (), float(p.value)))
         self._holding += 1
-        self.held.points = max(self.held.points, self._holding + len(self.kept))
+        self.held.points = max(self.held.points, self._holding + len(self.kept) + len(self._last))
+
+    def _shared(self, p: MetricPoint) -> MetricPoint:
+        """``p`` with its resource and attributes shared with the kept points that have the same
+        ones: a long run's many exports of one process hold one copy of its resource."""
+        for field_name in ("resource", "attributes"):
+            value = getattr(p, field_name)
+            key = tuple(sorted(value.items()))
+            setattr(p, field_name, self._dicts.setdefault(key, value))
+        return p
+
+    def _keep_last(self, p: MetricPoint) -> None:
+        """The counters whose last value is all the other facts read (``run_facts.spool_facts``)."""
+        who = str(p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID))
+        key = (who, p.name, attr_key(p.attributes), p.kind)
+        old = self._last.get(key)
+        if old is None or p.time_ns >= old.time_ns:
+            self._last[key] = self._shared(p)
 
     def _close(self, key: tuple[str, int]) -> None:
         group = self._open.pop(key)
@@ -255,6 +279,8 @@ class MetricFold:
         """Every export placed: the per-step series (``run_facts.step_gauges``' result)."""
         for key in list(self._open):
             self._close(key)
+        self.kept += self._last.values()
+        self._last.clear()
         return {k: {n: v for n, (_, v) in values.items()} for k, values in self.series.items()}
 
 
