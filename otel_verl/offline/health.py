@@ -26,7 +26,7 @@ from otel_verl import semconv
 from otel_verl.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
-from otel_verl.offline.run_facts import INSTANCE, as_number
+from otel_verl.offline.run_facts import as_number, exporter
 
 OK, WARN, INFO = "ok", "warn", "info"
 VALIDATION_PREFIX = semconv.metric_name("val-core/")  # verl's core validation keys
@@ -94,8 +94,7 @@ def _batches(points: Iterable[MetricPoint]) -> list[tuple[float | None, list[Met
     """Each export of each process in time order, with the step its ``verl.training.step`` names."""
     groups: dict[tuple[str, int], list[MetricPoint]] = defaultdict(list)
     for p in points:
-        who = p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID)
-        groups[(str(who), p.time_ns)].append(p)
+        groups[(exporter(p.resource), p.time_ns)].append(p)
     out = []
     for key in sorted(groups, key=lambda k: (k[1], k[0])):
         batch = groups[key]
@@ -117,7 +116,7 @@ def nonfinite_counts(points: Iterable[MetricPoint]) -> dict[str, dict[int | None
             if p.name != semconv.M_NONFINITE or p.kind != "sum" or p.value is None or not math.isfinite(p.value):
                 continue
             key = str(p.attributes.get(semconv.ATTR_METRIC_KEY, "?"))
-            who = str(p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID))
+            who = exporter(p.resource)
             grown = p.value if p.temporality == 1 else p.value - last.get((who, key), 0.0)
             if p.temporality != 1:
                 last[(who, key)] = p.value

@@ -126,28 +126,64 @@ def attr_key(attributes: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in attributes.items()))
 
 
-def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[int, float]]:
-    """Gauge values per training step: (name, attributes) -> {step: value}.
+def exporter(resource: dict[str, Any]) -> str:
+    """The process a metric point came from: its ``service.instance.id``, else its pid."""
+    return str(resource.get(INSTANCE) or resource.get(semconv.RES_PROCESS_PID))
+
+
+class StepGauges:
+    """Gauge values per training step, folded one point at a time: (name, attributes) -> {step: value}.
 
     A process exports all its gauges at each step boundary with one timestamp; the
-    ``verl.training.step`` gauge of the same export names the step. Exports without it
-    (validation before training, processes that log nothing) are left out.
+    ``verl.training.step`` gauge of the same export names the step (the latest export of a step
+    wins). Exports without it (validation before training, processes that log nothing) are left
+    out. A process's points come in time order, so one of a later time completes its earlier exports.
     """
-    groups: dict[tuple[Any, int], list[MetricPoint]] = defaultdict(list)
-    for p in points:
-        if p.kind == "gauge" and p.value is not None:
-            who = p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID)
-            groups[(str(who), p.time_ns)].append(p)
-    out: dict[tuple[str, tuple], dict[int, float]] = defaultdict(dict)
-    for key in sorted(groups, key=lambda k: k[1]):
-        batch = groups[key]
-        step = next((p.value for p in batch if p.name == semconv.M_TRAINING_STEP and not p.attributes), None)
+
+    def __init__(self) -> None:
+        # (process, export time) -> the export's points not yet placed: (name, attributes, value)
+        self._open: dict[tuple[str, int], list[tuple[str, tuple, float]]] = {}
+        self._series: dict[tuple[str, tuple], dict[int, tuple[int, float]]] = defaultdict(dict)
+        self.holding = 0  # points not yet placed
+
+    def add(self, p: MetricPoint) -> None:
+        if p.kind != "gauge" or p.value is None:
+            return
+        who = exporter(p.resource)
+        group = self._open.get((who, p.time_ns))
+        if group is None:
+            for key in [k for k in self._open if k[0] == who and k[1] < p.time_ns]:
+                self._place(key)
+            group = self._open[(who, p.time_ns)] = []
+        group.append((p.name, attr_key(p.attributes) if p.attributes else (), float(p.value)))
+        self.holding += 1
+
+    def _place(self, key: tuple[str, int]) -> None:
+        group = self._open.pop(key)
+        self.holding -= len(group)
+        step = next((v for name, attrs, v in group if name == semconv.M_TRAINING_STEP and not attrs), None)
         if step is None or not math.isfinite(step):
-            continue
-        for p in batch:
-            if p.name != semconv.M_TRAINING_STEP:
-                out[(p.name, attr_key(p.attributes))][int(step)] = float(p.value)  # type: ignore[arg-type]
-    return dict(out)
+            return
+        for name, attrs, value in group:
+            if name != semconv.M_TRAINING_STEP:
+                values = self._series[(name, attrs)]
+                old = values.get(int(step))
+                if old is None or key[1] >= old[0]:
+                    values[int(step)] = (key[1], value)
+
+    def close(self) -> dict[tuple[str, tuple], dict[int, float]]:
+        """Every export placed: the series."""
+        for key in list(self._open):
+            self._place(key)
+        return {k: {n: v for n, (_, v) in values.items()} for k, values in self._series.items()}
+
+
+def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[int, float]]:
+    """``StepGauges`` over ``points`` in any order."""
+    fold = StepGauges()
+    for p in sorted(points, key=lambda p: p.time_ns):
+        fold.add(p)
+    return fold.close()
 
 
 @dataclass
@@ -249,8 +285,7 @@ def _cumulative(points: Iterable[MetricPoint], name: str, key: Any) -> dict[tupl
     out: dict[tuple, list[tuple[int, float, bool]]] = defaultdict(list)
     for p in points:
         if p.name == name and p.kind == "sum" and p.value is not None:
-            who = p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID)
-            out[(str(who), key(p))].append((p.time_ns, float(p.value), p.temporality == 1))
+            out[(exporter(p.resource), key(p))].append((p.time_ns, float(p.value), p.temporality == 1))
     for series in out.values():
         series.sort()
     return out

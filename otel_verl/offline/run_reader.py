@@ -14,7 +14,7 @@ all as records takes gigabytes. So:
   count the first reading found is complete; the step's spans are let go after that. Whatever is
   still open at the end (a file that changed in between) is handed over then.
 - **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
-  as its export completes (``run_facts.step_gauges``' rule: the export's ``verl.training.step``
+  as its export completes (``run_facts.StepGauges``' rule: the export's ``verl.training.step``
   names the step, the latest value for a step wins); only the few series the other facts read
   (step, non-finite counts, validation scores, histograms of trajectories, otel-verl's own cost)
   are kept as points, sharing one copy of each resource, and of the spools' and queues' counters
@@ -25,7 +25,6 @@ all as records takes gigabytes. So:
 from __future__ import annotations
 
 import heapq
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from otel_verl.offline.otlp_files import (
     file_records,
     signal_files,
 )
-from otel_verl.offline.run_facts import INSTANCE, attr_key, is_trajectory, is_validation
+from otel_verl.offline.run_facts import StepGauges, attr_key, exporter, is_trajectory, is_validation
 
 # Span names the whole run needs besides the step spans (health's guard firings, the long tail).
 RUN_WIDE_SPANS = frozenset({semconv.SPAN_GUARD, semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
@@ -215,13 +214,9 @@ class MetricFold:
 
     points: int = 0
     kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS and validation gauges
-    # (name, attributes) -> step -> (export time, value): the latest export of a step wins
-    series: dict[tuple[str, tuple], dict[int, tuple[int, float]]] = field(default_factory=lambda: defaultdict(dict))
+    gauges: StepGauges = field(default_factory=StepGauges)
     senders: Senders = field(default_factory=Senders)
     held: Held = field(default_factory=Held)
-    # (who, export time) -> the gauge points of that export not yet placed: (name, attributes, value)
-    _open: dict[tuple[str, int], list[tuple[str, tuple, float]]] = field(default_factory=dict)
-    _holding: int = 0
     _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources and attributes
     _last: dict[tuple, MetricPoint] = field(default_factory=dict)  # LAST_ONLY: the latest point per series
 
@@ -232,18 +227,8 @@ class MetricFold:
             self._keep_last(p)
         elif p.name in KEPT_METRICS or (p.kind == "gauge" and p.name.startswith(VALIDATION_PREFIX)):
             self.kept.append(self._shared(p))
-        if p.kind != "gauge" or p.value is None:
-            return
-        who = str(p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID))
-        group = self._open.get((who, p.time_ns))
-        if group is None:
-            # a process's exports come in time order: one of a later time closes its earlier ones
-            for key in [k for k in self._open if k[0] == who and k[1] < p.time_ns]:
-                self._close(key)
-            group = self._open[(who, p.time_ns)] = []
-        group.append((p.name, attr_key(p.attributes) if p.attributes else (), float(p.value)))
-        self._holding += 1
-        self.held.points = max(self.held.points, self._holding + len(self.kept) + len(self._last))
+        self.gauges.add(p)
+        self.held.points = max(self.held.points, self.gauges.holding + len(self.kept) + len(self._last))
 
     def _shared(self, p: MetricPoint) -> MetricPoint:
         """``p`` with its resource and attributes shared with the kept points that have the same
@@ -256,32 +241,16 @@ class MetricFold:
 
     def _keep_last(self, p: MetricPoint) -> None:
         """The counters whose last value is all the other facts read (``run_facts.spool_facts``)."""
-        who = str(p.resource.get(INSTANCE) or p.resource.get(semconv.RES_PROCESS_PID))
-        key = (who, p.name, attr_key(p.attributes), p.kind)
+        key = (exporter(p.resource), p.name, attr_key(p.attributes), p.kind)
         old = self._last.get(key)
         if old is None or p.time_ns >= old.time_ns:
             self._last[key] = self._shared(p)
 
-    def _close(self, key: tuple[str, int]) -> None:
-        group = self._open.pop(key)
-        self._holding -= len(group)
-        step = next((v for name, attrs, v in group if name == semconv.M_TRAINING_STEP and not attrs), None)
-        if step is None or not math.isfinite(step):
-            return
-        for name, attrs, value in group:
-            if name != semconv.M_TRAINING_STEP:
-                values = self.series[(name, attrs)]
-                old = values.get(int(step))
-                if old is None or key[1] >= old[0]:
-                    values[int(step)] = (key[1], value)
-
     def close(self) -> dict[tuple[str, tuple], dict[int, float]]:
-        """Every export placed: the per-step series (``run_facts.step_gauges``' result)."""
-        for key in list(self._open):
-            self._close(key)
+        """Every export placed: the per-step series (``run_facts.StepGauges``)."""
         self.kept += self._last.values()
         self._last.clear()
-        return {k: {n: v for n, (_, v) in values.items()} for k, values in self.series.items()}
+        return self.gauges.close()
 
 
 def fold_metrics(folder: Path, skipped: Skipped) -> tuple[MetricFold, dict[tuple[str, tuple], dict[int, float]]]:
