@@ -5,6 +5,7 @@ run stalled.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import statistics
@@ -82,12 +83,13 @@ class StepTail:
     seconds: float  # the slowest trajectory's
 
 
-def step_tails(spans: Iterable[SpanRecord], include_validation: bool = False) -> dict[int, StepTail]:
-    """Submit step -> its ``StepTail``, from the workers' long-tail events (training ones, or all)."""
-    found: dict[int, StepTail] = {}
-    for s in spans:
+class StepTails(dict[int, StepTail]):
+    """Submit step -> its ``StepTail``, from the workers' long-tail events (training ones, or all),
+    folded one span at a time."""
+
+    def add(self, s: SpanRecord, include_validation: bool = False) -> None:
         if s.name not in (semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL):
-            continue
+            return
         for e in s.event_attributes(semconv.EVENT_SLOWEST_TRAJECTORY):
             step = e.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
             seconds = as_number(e.get(semconv.ATTR_ROLLOUT_DURATION))
@@ -98,13 +100,20 @@ def step_tails(spans: Iterable[SpanRecord], include_validation: bool = False) ->
             n = e.get(semconv.ATTR_ROLLOUT_TRAJECTORIES)
             n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
             ratio = as_number(e.get(semconv.ATTR_ROLLOUT_TAIL_RATIO))
-            old = found.get(step)
+            old = self.get(step)
             if old is None:
-                found[step] = StepTail(n, ratio, seconds)
+                self[step] = StepTail(n, ratio, seconds)
                 continue
             old.trajectories = None if old.trajectories is None or n is None else old.trajectories + n
             if seconds > old.seconds:
                 old.ratio, old.seconds = ratio, seconds
+
+
+def step_tails(spans: Iterable[SpanRecord], include_validation: bool = False) -> StepTails:
+    """``StepTails`` over ``spans``."""
+    found = StepTails()
+    for s in spans:
+        found.add(s, include_validation)
     return found
 
 
@@ -144,6 +153,7 @@ class StepGauges:
         # (process, export time) -> the export's points not yet placed: (name, attributes, value)
         self._open: dict[tuple[str, int], list[tuple[str, tuple, float]]] = {}
         self._series: dict[tuple[str, tuple], dict[int, tuple[int, float]]] = defaultdict(dict)
+        self._steps: dict[int, int] = {}
         self.holding = 0  # points not yet placed
 
     def add(self, p: MetricPoint) -> None:
@@ -164,18 +174,23 @@ class StepGauges:
         step = next((v for name, attrs, v in group if name == semconv.M_TRAINING_STEP and not attrs), None)
         if step is None or not math.isfinite(step):
             return
+        n = self._steps.setdefault(int(step), int(step))  # one int per step, shared by every series
         for name, attrs, value in group:
             if name != semconv.M_TRAINING_STEP:
                 values = self._series[(name, attrs)]
-                old = values.get(int(step))
+                old = values.get(n)
                 if old is None or key[1] >= old[0]:
-                    values[int(step)] = (key[1], value)
+                    values[n] = (key[1], value)
 
     def close(self) -> dict[tuple[str, tuple], dict[int, float]]:
         """Every export placed: the series."""
         for key in list(self._open):
             self._place(key)
-        return {k: {n: v for n, (_, v) in values.items()} for k, values in self._series.items()}
+        out: dict[tuple[str, tuple], dict[int, float]] = {}
+        while self._series:  # one copy at a time: a long run's series are most of what is held
+            key, values = self._series.popitem()
+            out[key] = {n: v for n, (_, v) in values.items()}
+        return dict(reversed(out.items()))
 
 
 def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[int, float]]:
@@ -280,68 +295,147 @@ class Overhead:
         return statistics.median(self.per_step.values()) if self.per_step else 0.0
 
 
-def _cumulative(points: Iterable[MetricPoint], name: str, key: Any) -> dict[tuple, list[tuple[int, float, bool]]]:
-    """(process, ``key(point)``) -> [(time, value, delta)] of a sum metric, in time order."""
-    out: dict[tuple, list[tuple[int, float, bool]]] = defaultdict(list)
-    for p in points:
-        if p.name == name and p.kind == "sum" and p.value is not None:
-            out[(exporter(p.resource), key(p))].append((p.time_ns, float(p.value), p.temporality == 1))
-    for series in out.values():
-        series.sort()
-    return out
+class OverheadFold:
+    """``overhead`` folded one metric point at a time, for a run of any length.
+
+    The counters grow in increments (a cumulative point's growth since the series' last one, a delta
+    point's value; each series' first point is start-up). An increment between two steps' possible
+    boundaries is added to its step at once; so is one that falls where a boundary may lie (between
+    a step's end and the next one's start, where the TaskRunner's export of the step's values sets
+    it) once that export was read. Until then it waits: read the TaskRunner's points first and
+    almost nothing is held. A point older than its series' last one is left out; a counter that
+    goes down adds nothing.
+    """
+
+    def __init__(self, steps: list[tuple[int, int, int]]) -> None:
+        self.steps = steps
+        # boundary k may lie in [lows[k], highs[k]]: step 1's start, then each step's end up to the next start
+        self._lows: list[int] = [steps[0][1]] if steps else []
+        self._highs: list[float] = [steps[0][1]] if steps else []
+        for i, (_, _, end) in enumerate(steps):
+            low = max(end, self._highs[-1])
+            high = steps[i + 1][1] if i + 1 < len(steps) else math.inf
+            self._lows.append(low)
+            self._highs.append(max(high, low))
+        self._ends: dict[int, int] = {}  # step -> time of the TaskRunner's export at its end
+        self._closes = {n: i + 1 for i, (n, _, _) in enumerate(steps)}  # step -> the boundary it sets
+        self._series: dict[tuple, list] = {}  # (name, process, key) -> [last time, last value, delta]
+        self._pending: dict[int, list[tuple[int, float, str, str | None]]] = defaultdict(list)  # boundary -> increments
+        self.per_step = [0.0] * len(steps)
+        self._cpu = [0.0] * len(steps)
+        self._cpu_waiting: dict[str, list[tuple[int, float]]] = defaultdict(list)  # not yet known to report ours
+        self._components: dict[str, float] = defaultdict(float)
+        self._own_by_process: dict[str, float] = defaultdict(float)
+        self._with_cpu: set[str] = set()
+        self.startup = 0.0
+        self.holding = 0  # increments waiting for a boundary or for their process's counter
+
+    def add(self, p: MetricPoint) -> None:
+        if p.name == semconv.M_TRAINING_STEP:
+            runner = p.resource.get(semconv.RES_ROLE) in (semconv.ROLE_TASKRUNNER, None)
+            if runner and p.value is not None and math.isfinite(p.value) and int(p.value) not in self._ends:
+                self._ends[int(p.value)] = p.time_ns
+                k = self._closes.get(int(p.value))
+                if k is not None and k in self._pending:
+                    increments = self._pending.pop(k)
+                    self.holding -= len(increments)
+                    for increment in increments:
+                        self._place(k, *increment)
+            return
+        if p.name == semconv.M_OVERHEAD_CPU_TIME:
+            key: str | None = str(p.attributes.get(semconv.ATTR_OVERHEAD_COMPONENT))
+        elif p.name == "process.cpu.time":
+            key = None  # user, system: one series each, one sum
+        else:
+            return
+        if p.kind != "sum" or p.value is None or not self.steps:
+            return
+        who = exporter(p.resource)
+        value = float(p.value)
+        name = (p.name, who, key if key is not None else attr_key(p.attributes))
+        last = self._series.get(name)
+        if key is not None:
+            self._cpu_known(who)
+        if last is None:
+            self._series[name] = [p.time_ns, value, p.temporality == 1]
+            self.startup += value if key is not None else 0.0
+            return
+        if p.time_ns < last[0]:
+            return
+        grown = value if last[2] else max(0.0, value - last[1])
+        last[0], last[1] = p.time_ns, value
+        k = bisect.bisect_right(self._lows, p.time_ns) - 1
+        if k < 0:
+            return  # before the first step
+        if p.time_ns > self._highs[k]:
+            if k < len(self.steps):
+                self._count(k, grown, who, key)
+        elif k == 0 or self.steps[k - 1][0] in self._ends:
+            self._place(k, p.time_ns, grown, who, key)
+        else:
+            self._pending[k].append((p.time_ns, grown, who, key))
+            self.holding += 1
+
+    def _place(self, k: int, t: int, grown: float, who: str, component: str | None) -> None:
+        """An increment at ``t`` where boundary ``k`` may lie: in the step before it or after it."""
+        # a step ends with the TaskRunner's export of its values, but never after the next step starts
+        bound = self._lows[k] if k == 0 else self._ends.get(self.steps[k - 1][0], self._lows[k])
+        i = k - 1 if t <= min(max(bound, self._lows[k]), self._highs[k]) else k
+        if 0 <= i < len(self.steps):
+            self._count(i, grown, who, component)
+
+    def _cpu_known(self, who: str) -> None:
+        """``who`` reports our counter: its process CPU counts (``Overhead.process_cpu``)."""
+        if who not in self._own_by_process:
+            self._own_by_process[who] = 0.0
+            waiting = self._cpu_waiting.pop(who, ())
+            self.holding -= len(waiting)
+            for i, grown in waiting:
+                self._cpu[i] += grown
+
+    def _count(self, i: int, grown: float, who: str, component: str | None) -> None:
+        if component is None:
+            self._with_cpu.add(who)
+            if who in self._own_by_process:
+                self._cpu[i] += grown
+            else:
+                self._cpu_waiting[who].append((i, grown))
+                self.holding += 1
+            return
+        self.per_step[i] += grown
+        self._components[component] += grown
+        self._own_by_process[who] += grown
+
+    def close(self) -> Overhead | None:
+        """Every point read: the ``Overhead``, or None without our counter or steps."""
+        for k, increments in sorted(self._pending.items()):  # boundaries no TaskRunner export set
+            for increment in increments:
+                self._place(k, *increment)
+        self._pending.clear()
+        self._cpu_waiting.clear()
+        reporting = set(self._own_by_process)
+        if not reporting or not self.steps:
+            return None
+        with_cpu = self._with_cpu & reporting
+        own_with_cpu = sum(self._own_by_process[who] for who in with_cpu)
+        process_cpu = {n: cpu for (n, _, _), cpu in zip(self.steps, self._cpu, strict=True)} if with_cpu else {}
+        all_cpu = sum(process_cpu.values())
+        return Overhead(
+            {n: total for (n, _, _), total in zip(self.steps, self.per_step, strict=True)},
+            dict(self._components),
+            len(reporting),
+            process_cpu,
+            self.startup,
+            own_with_cpu / all_cpu if all_cpu > 0 else None,
+        )
 
 
-def _grown(series: list[tuple[int, float, bool]], start: int, end: int) -> float:
-    """How much a counter grew in (start, end]: cumulative from the last value at or before each
-    bound (the first value before the first export), delta by adding up the points in between."""
-    if not series:
-        return 0.0
-    if series[0][2]:
-        return sum(v for t, v, _ in series[1:] if start < t <= end)  # the first one is start-up
-    before = [v for t, v, _ in series if t <= start]
-    upto = [v for t, v, _ in series if t <= end]
-    return max(0.0, (upto[-1] if upto else series[0][1]) - (before[-1] if before else series[0][1]))
-
-
-def overhead(points: list[MetricPoint], steps: list[tuple[int, int, int]]) -> Overhead | None:
-    """The telemetry cost of each step; ``steps`` are (step, span start, span end) in ns."""
-    own = _cumulative(points, semconv.M_OVERHEAD_CPU_TIME, lambda p: p.attributes.get(semconv.ATTR_OVERHEAD_COMPONENT))
-    if not own or not steps:
-        return None
-    ends: dict[int, int] = {}  # step -> time of the TaskRunner's export at its end
-    for p in points:
-        runner = p.resource.get(semconv.RES_ROLE) in (semconv.ROLE_TASKRUNNER, None)
-        if p.name == semconv.M_TRAINING_STEP and p.value is not None and runner:
-            ends.setdefault(int(p.value), p.time_ns)
-    # a step ends with the TaskRunner's export of its values, but never after the next step starts
-    bounds = [steps[0][1]]
-    for i, (n, _, end) in enumerate(steps):
-        bound = max(end, ends.get(n, end))
-        if i + 1 < len(steps) and steps[i + 1][1] > end:
-            bound = min(bound, steps[i + 1][1])
-        bounds.append(bound)
-    cpu = _cumulative(points, "process.cpu.time", lambda p: attr_key(p.attributes))  # user, system
-    reporting = {who for who, _ in own}
-    with_cpu = {who for who, _ in cpu} & reporting
-    per_step: dict[int, float] = {}
-    process_cpu: dict[int, float] = {}
-    components: dict[str, float] = defaultdict(float)
-    own_with_cpu = 0.0
-    for i, (n, _, _) in enumerate(steps):
-        lo, hi = bounds[i], bounds[i + 1]
-        total = 0.0
-        for (who, component), series in own.items():
-            grown = _grown(series, lo, hi)
-            total += grown
-            components[str(component)] += grown
-            own_with_cpu += grown if who in with_cpu else 0.0
-        per_step[n] = total
-        if with_cpu:
-            process_cpu[n] = sum(_grown(s, lo, hi) for (who, _), s in cpu.items() if who in with_cpu)
-    startup = sum(series[0][1] for series in own.values())
-    all_cpu = sum(process_cpu.values())
-    share = own_with_cpu / all_cpu if all_cpu > 0 else None
-    return Overhead(per_step, dict(components), len(reporting), process_cpu, startup, share)
+def overhead(points: Iterable[MetricPoint], steps: list[tuple[int, int, int]]) -> Overhead | None:
+    """The telemetry cost of each step (``OverheadFold``); ``steps`` are (step, span start, span end) in ns."""
+    fold = OverheadFold(steps)
+    for p in sorted(points, key=lambda p: p.time_ns):
+        fold.add(p)
+    return fold.close()
 
 
 DROPPED = semconv.M_TELEMETRY_DROPPED
@@ -394,7 +488,14 @@ def spool_facts(points: Iterable[MetricPoint]) -> SpoolFacts | None:
     points = list(points)
 
     def last(name: str, key: Any) -> dict[tuple, float]:
-        return {k: series[-1][1] for k, series in _cumulative(points, name, key).items()}
+        """(process, ``key(point)``) -> the value of the series' latest point."""
+        latest: dict[tuple, tuple[int, float]] = {}
+        for p in points:
+            if p.name == name and p.kind == "sum" and p.value is not None:
+                k, point = (exporter(p.resource), key(p)), (p.time_ns, float(p.value))
+                if k not in latest or point >= latest[k]:
+                    latest[k] = point
+        return {k: value for k, (_, value) in latest.items()}
 
     outcome = lambda p: p.attributes.get(semconv.ATTR_SPOOL_OUTCOME)  # noqa: E731
     batches, nbytes = last(semconv.M_SPOOL_BATCHES, outcome), last(semconv.M_SPOOL_BYTES, outcome)

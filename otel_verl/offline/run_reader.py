@@ -5,10 +5,12 @@ A multi-day run stores hundreds of thousands of spans and millions of metric poi
 all as records takes gigabytes. So:
 
 - **spans are read twice.** The first reading (``index_spans``) keeps only what the whole run
-  needs: the step spans, the spans the health box and the long tail read (guard, rollout batch and
-  tail), each trajectory's seconds, the slowest trajectory, the processes and resources, and per
-  trace its span count and the step it belongs to (its own ``verl.step``, or for v1's rollout
-  traces of their own the ``verl.rollout.submit_step`` of their root). The second reading
+  needs: the step spans (sharing one copy of each resource), the guard's spans the health box
+  reads, each step's long tail from the workers' rollout batch and tail spans (folded as they are
+  read: ``run_facts.StepTails``), each trajectory's seconds, the slowest trajectory, the
+  processes and resources, and per trace its span count and the step it belongs to (its own
+  ``verl.step``, or for v1's rollout traces of their own the ``verl.rollout.submit_step`` of
+  their root). The second reading
   (``step_spans``) reads the files side by side, each batch in the order of its spans' ends, and
   hands over each step's spans (its trace and the rollout traces joined to it) as soon as the
   count the first reading found is complete; the step's spans are let go after that. Whatever is
@@ -16,9 +18,10 @@ all as records takes gigabytes. So:
 - **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
   as its export completes (``run_facts.StepGauges``' rule: the export's ``verl.training.step``
   names the step, the latest value for a step wins); only the few series the other facts read
-  (step, non-finite counts, validation scores, histograms of trajectories, otel-verl's own cost)
-  are kept as points, sharing one copy of each resource, and of the spools' and queues' counters
-  only the latest point.
+  (step, non-finite counts, validation scores, histograms of trajectories) are kept as points,
+  sharing one copy of each resource; of the spools' and queues' counters only the latest point;
+  otel-verl's own cost folds into its per-step sums (``run_facts.OverheadFold``, given the step
+  spans the first reading found).
 - **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
 """
 
@@ -42,18 +45,24 @@ from otel_verl.offline.otlp_files import (
     file_records,
     signal_files,
 )
-from otel_verl.offline.run_facts import StepGauges, attr_key, exporter, is_trajectory, is_validation
+from otel_verl.offline.run_facts import (
+    OverheadFold,
+    StepGauges,
+    StepTails,
+    attr_key,
+    exporter,
+    is_trajectory,
+    is_validation,
+)
 
-# Span names the whole run needs besides the step spans (health's guard firings, the long tail).
-RUN_WIDE_SPANS = frozenset({semconv.SPAN_GUARD, semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
+# The spans whose long-tail events the index folds per step (``run_facts.StepTails``).
+TAIL_SPANS = frozenset({semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
 # Metric series kept as points: what run_facts' and health's other facts read.
 KEPT_METRICS = frozenset(
     {
         semconv.M_TRAINING_STEP,
         semconv.M_NONFINITE,
         semconv.M_ROLLOUT_TRAJECTORY_DURATION,
-        semconv.M_OVERHEAD_CPU_TIME,
-        "process.cpu.time",
         semconv.M_SPOOL_BATCHES,
         semconv.M_SPOOL_BYTES,
         semconv.M_TELEMETRY_DROPPED,
@@ -97,7 +106,8 @@ class SpanIndex:
     reading: Reading
     spans: int = 0
     step_spans: list[SpanRecord] = field(default_factory=list)  # verl.step spans with a step number
-    run_wide: list[SpanRecord] = field(default_factory=list)  # RUN_WIDE_SPANS
+    guards: list[SpanRecord] = field(default_factory=list)  # the guard's spans (health's firings)
+    tails: StepTails = field(default_factory=StepTails)  # the workers' long tail per step
     trajectory_seconds: list[float] = field(default_factory=list)  # training trajectories
     validation_trajectories: int = 0
     slowest: SpanRecord | None = None  # run_facts.slowest_trajectory over every trajectory span
@@ -110,6 +120,7 @@ class SpanIndex:
     trace_step: dict[str, int] = field(default_factory=dict)  # trace id -> step (after ``resolve``)
     expected: dict[int, int] = field(default_factory=dict)  # step -> spans (after ``resolve``)
     duplicate_steps: list[int] = field(default_factory=list)  # steps with more than one verl.step span
+    _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources
 
     def add(self, s: SpanRecord, include_validation: bool) -> None:
         self.spans += 1
@@ -118,9 +129,12 @@ class SpanIndex:
         self.start_ns = s.start_ns if self.start_ns is None else min(self.start_ns, s.start_ns)
         self.end_ns = s.end_ns if self.end_ns is None else max(self.end_ns, s.end_ns)
         if s.name == semconv.SPAN_STEP and isinstance(s.attributes.get(semconv.ATTR_STEP), int):
+            s.resource = share(self._dicts, s.resource)
             self.step_spans.append(s)
-        elif s.name in RUN_WIDE_SPANS:
-            self.run_wide.append(s)
+        elif s.name == semconv.SPAN_GUARD:
+            self.guards.append(s)
+        elif s.name in TAIL_SPANS:
+            self.tails.add(s, include_validation)
         submit = s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
         if isinstance(submit, int) and not isinstance(submit, bool):
             # a root's submit step names the trace's step; another span's only when no root has one
@@ -208,10 +222,20 @@ def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iter
         yield n, open_steps.pop(n)
 
 
+def share(shared: dict[tuple, dict[str, Any]], value: dict[str, Any]) -> dict[str, Any]:
+    """``value``, or the equal dict already in ``shared``: a long run's many exports of one process
+    hold one copy of its resource."""
+    try:
+        return shared.setdefault(tuple(sorted(value.items())), value)
+    except TypeError:  # an unhashable or unorderable value: kept as it is
+        return value
+
+
 @dataclass
 class MetricFold:
     """What the one reading of the metric points keeps (see the module's docstring)."""
 
+    overhead: OverheadFold
     points: int = 0
     kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS and validation gauges
     gauges: StepGauges = field(default_factory=StepGauges)
@@ -228,15 +252,12 @@ class MetricFold:
         elif p.name in KEPT_METRICS or (p.kind == "gauge" and p.name.startswith(VALIDATION_PREFIX)):
             self.kept.append(self._shared(p))
         self.gauges.add(p)
-        self.held.points = max(self.held.points, self.gauges.holding + len(self.kept) + len(self._last))
+        self.overhead.add(p)
+        holding = self.gauges.holding + len(self.kept) + len(self._last) + self.overhead.holding
+        self.held.points = max(self.held.points, holding)
 
     def _shared(self, p: MetricPoint) -> MetricPoint:
-        """``p`` with its resource and attributes shared with the kept points that have the same
-        ones: a long run's many exports of one process hold one copy of its resource."""
-        for field_name in ("resource", "attributes"):
-            value = getattr(p, field_name)
-            key = tuple(sorted(value.items()))
-            setattr(p, field_name, self._dicts.setdefault(key, value))
+        p.resource, p.attributes = share(self._dicts, p.resource), share(self._dicts, p.attributes)
         return p
 
     def _keep_last(self, p: MetricPoint) -> None:
@@ -253,11 +274,16 @@ class MetricFold:
         return self.gauges.close()
 
 
-def fold_metrics(folder: Path, skipped: Skipped) -> tuple[MetricFold, dict[tuple[str, tuple], dict[int, float]]]:
-    """The one reading of ``folder``'s metric points: the fold and its per-step gauge series."""
-    fold = MetricFold()
+def fold_metrics(
+    folder: Path, skipped: Skipped, steps: list[tuple[int, int, int]]
+) -> tuple[MetricFold, dict[tuple[str, tuple], dict[int, float]]]:
+    """The one reading of ``folder``'s metric points: the fold and its per-step gauge series;
+    ``steps`` (step, span start, span end) bound otel-verl's cost per step (``run_facts.overhead``)."""
+    fold = MetricFold(OverheadFold(steps))
     reading = Reading()
-    for path in signal_files(folder, "metrics"):
+    # the TaskRunner's files first (named by role: ``process.exporters``): its exports set the
+    # step boundaries the other processes' cost waits for
+    for path in sorted(signal_files(folder, "metrics"), key=lambda p: f"-{semconv.ROLE_TASKRUNNER}-" not in p.name):
         for _, points in file_records(path, "metrics", skipped, reading):
             for p in points:
                 fold.add(p)

@@ -9,6 +9,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,11 @@ from otel_verl.offline.run_facts import (
     children_of,
     engine_split,
     is_trajectory,
-    overhead,
     poll_lag,
     slowest_rule,
     slowest_trajectory,
     spool_facts,
     stall_reports,
-    step_tails,
     tail_ratio,
     trajectory_pool,
     tree_below,
@@ -300,7 +299,11 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     folder = Path(folder)
     skipped = Skipped()
     index = index_spans(folder, skipped, include_validation)
-    fold, series = fold_metrics(folder, skipped)
+    first: dict[int, SpanRecord] = {}
+    for st in index.step_spans:
+        first.setdefault(st.attributes[semconv.ATTR_STEP], st)
+    steps_at = [(n, st.start_ns, st.end_ns) for n, st in sorted(first.items())]
+    fold, series = fold_metrics(folder, skipped, steps_at)
     points = fold.kept
     records = log_records(folder, skipped)
     stalled, reports = stall_reports(records)  # the stall doctor's, if any
@@ -308,11 +311,8 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     if skipped:
         notes.append(skipped.describe())
     notes += [f"step {n} has more than one verl.step span; the first is shown" for n in index.duplicate_steps]
-    first: dict[int, SpanRecord] = {}
-    for st in index.step_spans:
-        first.setdefault(st.attributes[semconv.ATTR_STEP], st)
     chosen = _timeline_steps(list(first.values()), notes)
-    tails = step_tails(index.run_wide, include_validation)  # the workers' figures over every trajectory
+    tails = index.tails  # the workers' figures over every trajectory
     rows: dict[int, StepRow] = {}
     timelines: dict[int, Timeline] = {}
     held = fold.held
@@ -331,7 +331,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     stage_order = list(dict.fromkeys(stage for r in steps for stage in r.stages))
     default_step = max(steps, key=lambda r: (r.span.seconds, r.step)).step if steps else None
     checks = health(
-        index.run_wide,
+        index.guards,
         records,
         points,
         series,
@@ -366,13 +366,12 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         trajectory_metric=trajectory_histogram(points),
         curves=_curves(series, checks.validation),
         gauges={
-            series_label(name, dict(attrs)): dict(sorted(values.items()))
-            for (name, attrs), values in sorted(series.items())
+            series_label(name, dict(attrs)): in_step_order(values) for (name, attrs), values in sorted(series.items())
         },
         notes=notes,
         stalled=stalled,
         stall_reports=reports,
-        overhead=overhead(points, [(r.step, r.span.start_ns, r.span.end_ns) for r in steps]),
+        overhead=fold.overhead.close(),
         spool=spool_facts(points),
         health=checks,
         held=held,
@@ -501,6 +500,12 @@ VALIDATION_KEYS = "val-core/<data source>/<score>/mean@<n>"  # verl's keys, when
 MAX_VALIDATION_LINES = 5
 
 
+def in_step_order(values: dict[int, float]) -> dict[int, float]:
+    """``values`` sorted by step: the same dict when it already is (a run's series, as they were
+    read), so that the charts and the page's series share one copy."""
+    return values if all(a < b for a, b in pairwise(values)) else dict(sorted(values.items()))
+
+
 def _curves(
     series: dict[tuple[str, tuple], dict[int, float]], validation: dict[str, dict[int, float]] | None = None
 ) -> list[tuple[str, str, list[tuple[str, dict[int, float]]]]]:
@@ -512,7 +517,7 @@ def _curves(
         lines = []
         for name, attr, label in wanted:
             values = series.get((name, ((attr[0], attr[1]),) if attr else ()))
-            lines.append((label, dict(sorted(values.items())) if values else {}))
+            lines.append((label, in_step_order(values) if values else {}))
         curves.append((title, unit, lines))
     if validation:
         curves.insert(1, (VALIDATION_CHART, "", list(validation.items())[:MAX_VALIDATION_LINES]))

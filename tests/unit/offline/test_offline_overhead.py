@@ -13,7 +13,7 @@ from otel_verl import semconv
 from otel_verl.offline.otlp_files import read_metric_points
 from otel_verl.offline.report.model import build
 from otel_verl.offline.report.page import render
-from otel_verl.offline.run_facts import overhead
+from otel_verl.offline.run_facts import OverheadFold, overhead
 from otel_verl.offline.summary import summary
 
 
@@ -137,3 +137,38 @@ def test_no_metric_no_line(tmp_path):
     assert rep.overhead is None and rep.overhead_line() is None
     assert 'id="overhead"' not in render(rep)
     json.dumps(rep.notes)  # nothing about it in the notes either
+
+
+def test_the_fold_gives_the_same_cost_whichever_process_is_read_first(run):
+    """``OverheadFold`` as the run reader uses it: a process read before the TaskRunner holds its
+    increments near a step's end until the TaskRunner's exports set the boundary; after, none."""
+    points = read_metric_points(run)
+    for p in points:  # the worker's step-2 export moved between step 1's end (11 s) and step 2's start
+        if p.resource.get("process.pid") == 11 and p.time_ns == T0 + int(12.5e9):
+            p.time_ns = T0 + int(11.5e9)  # after the TaskRunner's export at 11.1 s: step 2's
+    steps = [(n, T0 + int(s * 1e9), T0 + int((s + 1) * 1e9)) for n, s in ((1, 10.0), (2, 12.0), (3, 14.0))]
+    runner_first = OverheadFold(steps)
+    worker_first = OverheadFold(steps)
+    held = []
+    for fold, order in ((runner_first, (10, 11)), (worker_first, (11, 10))):
+        for pid in order:
+            for p in points:
+                if p.resource.get("process.pid") == pid:
+                    fold.add(p)
+                    held.append((fold is runner_first, fold.holding))
+    assert max(h for first, h in held if first) == 0
+    assert max(h for first, h in held if not first) > 0
+    a, b = runner_first.close(), worker_first.close()
+    assert a is not None and b is not None and a == b
+    assert a.per_step == pytest.approx({1: 0.02, 2: 0.03, 3: 0.04})
+
+
+def test_a_counter_that_restarts_counts_what_it_grew_after(run):
+    """A process whose counter starts again (the same instance restarted) adds nothing for the drop."""
+    steps = [(1, T0 + int(10e9), T0 + int(20e9))]
+    points = read_metric_points(run)
+    points = [p for p in points if p.attributes.get(semconv.ATTR_OVERHEAD_COMPONENT) == "exporter"]
+    assert [p.value for p in points] == [0.1, 0.11, 0.13]  # the worker's
+    points[1].value = 0.01  # 0.1 -> 0.01 -> 0.13
+    o = overhead(points, steps)
+    assert o is not None and o.components["exporter"] == pytest.approx(0.12)

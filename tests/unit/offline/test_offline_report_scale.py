@@ -4,13 +4,24 @@ figures are still those of all its spans (the v1 rollout traces joined to it inc
 
 from __future__ import annotations
 
-from offline_otlp_json import gauge, span, write_metrics, write_spans
+import pytest
+from offline_otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.report.model import build
 from otel_verl.offline.summary import lines
 
 TRAJECTORIES = 6  # per step, each its own trace (v1), with two LLM calls
+
+
+def _own(value: float, time_s: float) -> dict:
+    """otel-verl's own cost counter, cumulative, as one process exports it."""
+    point = {
+        "asDouble": value,
+        "attributes": _attrs({"component": "hooks"}),
+        "timeUnixNano": str(T0 + int(time_s * 1e9)),
+    }
+    return {"name": semconv.M_OVERHEAD_CPU_TIME, "sum": {"aggregationTemporality": 2, "dataPoints": [point]}}
 
 
 def _run(folder, steps: int) -> None:
@@ -48,8 +59,16 @@ def _run(folder, steps: int) -> None:
             rollouts.append(traj)
         write_spans(folder, "agent_loop", 2, rollouts)
         write_metrics(
-            folder, "taskrunner", 1, t + 8.5, [gauge(semconv.M_TRAINING_STEP, n), gauge(semconv.M_REWARD, 0.1 * n)]
+            folder,
+            "taskrunner",
+            1,
+            t + 8.5,
+            [gauge(semconv.M_TRAINING_STEP, n), gauge(semconv.M_REWARD, 0.1 * n), _own(0.01 * n, t + 8.5)],
         )
+        # the agent-loop worker's cost: mid-step, and between this step's end and the next start,
+        # where only the TaskRunner's export (t + 8.5) says which step it belongs to
+        write_metrics(folder, "agent_loop", 2, t + 4, [_own(0.02 * (2 * n - 1), t + 4)])
+        write_metrics(folder, "agent_loop", 2, t + 9, [_own(0.02 * 2 * n, t + 9)])
 
 
 def test_a_longer_run_holds_no_more_spans_at_once(tmp_path):
@@ -77,4 +96,8 @@ def test_a_longer_run_holds_no_more_spans_at_once(tmp_path):
     assert 0 < b.held.spans <= 2 * per_step
     assert b.held.spans == a.held.spans
     assert b.held.points <= a.held.points + 2 * 40  # the step gauges kept for the other facts
+    # otel-verl's cost folds per step (step 1: every first point is start-up; the worker's export
+    # after a step's end counts in the next step), none of its points held beyond the fold
+    assert b.overhead is not None
+    assert b.overhead.per_step == pytest.approx({1: 0.0} | {n: 0.05 for n in range(2, 41)})
     assert "40 training steps, 320.0 s in steps" in lines(b)[0]
