@@ -3,8 +3,9 @@
 The run folder is made from a real run's files (``--source``, e.g. the CPU demo's
 ``.work/demo/telemetry``): its stored requests are written again, copy after copy, each copy's
 steps numbered on from the last one's (``verl.step``, ``verl.rollout.submit_step``, the
-``verl.training.step`` gauge), its times shifted past the last one's and its trace and span ids
-changed (a different XOR per copy), the processes kept: one long run of the same processes. The
+``verl.training.step`` gauge), its times shifted past the last one's, its cumulative counters
+going on from the last one's values and its trace and span ids changed (a different XOR per
+copy), the processes kept: one long run of the same processes. The
 copies are written line by line, so making the folder holds one line at a time.
 
 Each tool then runs in a fresh process per variant, side by side in one run: this tree, and with
@@ -59,8 +60,9 @@ def _steps_of(folder: Path) -> tuple[int, int, int]:
 class Copy:
     """How the ``k``-th copy changes a stored request."""
 
-    def __init__(self, k: int, steps: int, shift_ns: int) -> None:
+    def __init__(self, k: int, steps: int, shift_ns: int, counters: dict[tuple, float] | None = None) -> None:
         self.k, self.steps, self.shift = k, steps, k * shift_ns
+        self.counters = counters or {}  # a cumulative sum's last value in the source: copies go on from it
         self.xor = (k * 0x9E3779B97F4A7C15) & (2**64 - 1)
 
     def id(self, value: str) -> str:
@@ -99,6 +101,11 @@ class Copy:
                         for p in m.get(kind, {}).get("dataPoints", []):
                             self.time(p, "timeUnixNano", "startTimeUnixNano")
                             self.attributes(p.get("attributes"))
+                            grown = self.counters.get(_counter_key(m, kind, p))
+                            if grown is not None:
+                                for key in ("asDouble", "asInt"):
+                                    if key in p:
+                                        p[key] = type(p[key])(float(p[key]) + self.k * grown)
                             if m.get("name") == STEP_GAUGE:
                                 for key in ("asDouble", "asInt"):
                                     if key in p:
@@ -111,6 +118,32 @@ class Copy:
                     self.attributes(r.get("attributes"))
 
 
+def _counter_key(metric: dict[str, Any], kind: str, point: dict[str, Any]) -> tuple | None:
+    """A cumulative sum's series in one file (one process), or None for another point."""
+    if kind != "sum" or metric["sum"].get("aggregationTemporality") not in (2, "AGGREGATION_TEMPORALITY_CUMULATIVE"):
+        return None
+    return metric.get("name"), json.dumps(point.get("attributes"), sort_keys=True)
+
+
+def _counters(path: Path) -> dict[tuple, float]:
+    """Each cumulative sum's last value in ``path``: a copy's counters go on from the previous copy's."""
+    last: dict[tuple, float] = {}
+    for line in path.open(encoding="utf-8"):
+        try:
+            batch = json.loads(line)
+        except ValueError:
+            continue
+        for rm in batch.get("resourceMetrics", []):
+            for sm in rm.get("scopeMetrics", []):
+                for m in sm.get("metrics", []):
+                    for p in m.get("sum", {}).get("dataPoints", []):
+                        key = _counter_key(m, "sum", p)
+                        value = p.get("asDouble", p.get("asInt"))
+                        if key is not None and value is not None:
+                            last[key] = max(last.get(key, 0.0), float(value))
+    return last
+
+
 def make_run(source: Path, out: Path, steps: int) -> tuple[int, int]:
     """``out``: ``source``'s run repeated until it has ``steps`` steps; (copies, bytes written)."""
     per_copy, lo, hi = _steps_of(source)
@@ -120,9 +153,10 @@ def make_run(source: Path, out: Path, steps: int) -> tuple[int, int]:
     out.mkdir(parents=True, exist_ok=True)
     written = 0
     for path in sorted(source.glob("*.jsonl")):
+        counters = _counters(path)
         with (out / path.name).open("w", encoding="utf-8") as f:
             for k in range(copies):
-                copy = Copy(k, per_copy, shift)
+                copy = Copy(k, per_copy, shift, counters)
                 for line in path.open(encoding="utf-8"):
                     if not line.strip():
                         continue
