@@ -44,6 +44,7 @@ _BAGGAGE_HEADER = "baggage"
 # The baggage (the step) is the same for every call of a step, the trace context is not: its
 # header is encoded, and parsed, once per distinct value (a few per step; bounded, cleared when full).
 _MAX_MEMO = 64
+_MAX_MEMO_HEADER = 8192  # characters: what the SDK's baggage propagator reads at most
 _baggage_out: dict[tuple[Any, ...], str] = {}
 _baggage_in: dict[str, Context] = {}
 
@@ -74,7 +75,7 @@ def _inject(carrier: dict[str, str], context: Context | None) -> None:
 def _extract(carrier: dict[str, Any]) -> Context:
     """``_PROPAGATOR.extract(carrier)``, with a baggage header parsed once per distinct value."""
     header = carrier.get(_BAGGAGE_HEADER)
-    if not isinstance(header, str):
+    if not isinstance(header, str) or len(header) > _MAX_MEMO_HEADER:  # the memo holds no large strings
         return _PROPAGATOR.extract(carrier)
     found = _baggage_in.get(header)
     if found is None:

@@ -44,6 +44,7 @@ def test_the_memoised_carrier_is_the_propagators_own_and_reads_back_the_same(ste
         {"baggage": "verl.step=3", "traceparent": "not a traceparent"},
         {"traceparent": "00-00000000000000000000000000000abc-0000000000000def-01"},
         {"baggage": "%%%=1,ok=2", "traceparent": "00-00000000000000000000000000000abc-0000000000000def-00"},
+        {"baggage": "k=" + "v" * 9000},
     ],
 )
 def test_any_carrier_reads_as_the_propagators_read_it(carrier: dict[str, Any]) -> None:
@@ -59,3 +60,5 @@ def test_no_baggage_no_header_and_the_memo_stays_bounded() -> None:
         propagation._extract(propagation.json.loads(propagation.carrier_value(_context(str(step)))))
     assert len(propagation._baggage_in) <= propagation._MAX_MEMO
     assert len(propagation._baggage_out) <= propagation._MAX_MEMO
+    propagation._extract({"baggage": "k=" + "v" * 9000})
+    assert all(len(header) <= propagation._MAX_MEMO_HEADER for header in propagation._baggage_in)
