@@ -131,13 +131,21 @@ def micro(rounds: int, before: str | None) -> int:
         if runs:
             loop = statistics.median(g["loop"] for g in runs)
             others = statistics.median(g["others"] for g in runs)
+            hooks = statistics.median(g.get("hooks", 0.0) for g in runs)
             added = "" if name == "without otel-verl" else f"{loop - base:+.1f}"
-            rows.append([name, len(runs), f"{loop:.1f}", added, f"{others:.1f}"])
+            rows.append([name, len(runs), f"{loop:.1f}", added, f"{hooks:.1f}", f"{others:.1f}"])
     print(
         f"# bench/tail_cost.py --micro  ({machine()}; {PROMPTS} prompts x n={N} = {PROMPTS * N} trajectories per "
         f"step, {MICRO_STEPS - 1} steps per process (median), {rounds} processes per variant, alternating)"
     )
-    header = ["variant", "runs", "event loop CPU us/trajectory", "otel-verl's part", "other threads us/trajectory"]
+    header = [
+        "variant",
+        "runs",
+        "event loop CPU us/trajectory",
+        "otel-verl's part",
+        "hooks us/trajectory",
+        "other threads us/trajectory",
+    ]
     print(table(header, rows))
     return 0
 

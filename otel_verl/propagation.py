@@ -21,6 +21,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from opentelemetry import baggage
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.propagators.composite import CompositePropagator
@@ -37,6 +38,54 @@ DEFER_KEY = "otel_verl_defer"
 # W3C trace context + baggage (the step for user code, ``step_context``), whatever
 # OTEL_PROPAGATORS says: the carrier never leaves verl's own processes.
 _PROPAGATOR = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
+_BAGGAGE = W3CBaggagePropagator()
+_BAGGAGE_HEADER = "baggage"
+# The baggage (the step) is the same for every call of a step, the trace context is not: its
+# header is encoded, and parsed, once per distinct value (a few per step; bounded, cleared when full).
+_MAX_MEMO = 64
+_MAX_MEMO_HEADER = 8192  # characters: what the SDK's baggage propagator reads at most
+_baggage_out: dict[tuple[Any, ...], str] = {}
+_baggage_in: dict[str, Context] = {}
+
+
+def _inject(carrier: dict[str, str], context: Context | None) -> None:
+    """``_PROPAGATOR.inject``, with the baggage header made once per distinct baggage."""
+    _TRACE_CONTEXT.inject(carrier, context=context)
+    entries = baggage.get_all(context)
+    if not entries:
+        return
+    try:
+        key = tuple(entries.items())
+        header = _baggage_out.get(key)
+    except TypeError:  # an unhashable value: encoded as the SDK does, each time
+        _BAGGAGE.inject(carrier, context=context)
+        return
+    if header is None:
+        made: dict[str, str] = {}
+        _BAGGAGE.inject(made, context=context)
+        header = made.get(_BAGGAGE_HEADER, "")
+        if len(_baggage_out) >= _MAX_MEMO:
+            _baggage_out.clear()
+        _baggage_out[key] = header
+    if header:
+        carrier[_BAGGAGE_HEADER] = header
+
+
+def _extract(carrier: dict[str, Any]) -> Context:
+    """``_PROPAGATOR.extract(carrier)``, with a baggage header parsed once per distinct value."""
+    header = carrier.get(_BAGGAGE_HEADER)
+    if not isinstance(header, str) or len(header) > _MAX_MEMO_HEADER:  # the memo holds no large strings
+        return _PROPAGATOR.extract(carrier)
+    found = _baggage_in.get(header)
+    if found is None:
+        # Contexts are immutable: one parsed baggage serves every carrier that has this header
+        found = _BAGGAGE.extract({_BAGGAGE_HEADER: header}, Context())
+        if len(_baggage_in) >= _MAX_MEMO:
+            _baggage_in.clear()
+        _baggage_in[header] = found
+    # the same context as trace context then baggage into an empty one: the keys do not overlap
+    return _TRACE_CONTEXT.extract(carrier, found)
 
 
 def _kind(data: Any) -> str | None:
@@ -61,7 +110,7 @@ def carrier_value(context: Context | None = None, defer: bool = False) -> str | 
     """``context`` (default: the current one) as a carrier value, or None (nothing to carry);
     ``defer``: marked for the receiver to hand its spans back (``hooks/rollout/reward_worker``)."""
     carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, context=context)
+    _inject(carrier, context)
     if carrier and defer:
         carrier[DEFER_KEY] = "1"
     return json.dumps(carrier) if carrier else None
@@ -115,7 +164,7 @@ def take_from_batch_deferred(data: Any) -> tuple[Context | None, bool]:
     carrier = _carrier(values[0] if len(values) else None)
     if carrier is None:
         return None, False
-    return _PROPAGATOR.extract(carrier), carrier.get(DEFER_KEY) == "1"
+    return _extract(carrier), carrier.get(DEFER_KEY) == "1"
 
 
 def is_deferred(value: Any) -> bool:
@@ -137,7 +186,7 @@ def _carrier(value: Any) -> dict[str, Any] | None:
 def extract(value: Any) -> Context | None:
     """The context in a carrier value as ``inject`` wrote it (a JSON string), else None."""
     carrier = _carrier(value)
-    return _PROPAGATOR.extract(carrier) if carrier is not None else None
+    return _extract(carrier) if carrier is not None else None
 
 
 # ---------------------------------------------------------------- span ids promised before the span starts

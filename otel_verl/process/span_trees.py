@@ -123,7 +123,9 @@ class TreeBuffer(SpanProcessor):
     def open(self, root_id: int) -> Tree:
         """A new tree whose root has span id ``root_id`` (a record: it never ends here as an SDK span)."""
         tree = Tree()
-        self.join(tree, root_id)
+        # no lock: no other thread knows the tree yet, and each step is one atomic operation
+        tree.ids.append(root_id)
+        self._members[root_id] = tree
         return tree
 
     def join(self, tree: Tree, span_id: int) -> None:

@@ -145,7 +145,8 @@ class Telemetry:
             self._flush_asked = time.monotonic()
             if not coalesce:
                 self._flush_now.set()
-            self._flusher.put(None)
+            if not self._flusher.pending:  # one still queued begins after this request: it covers it
+                self._flusher.put(None)
 
     def _force_flush_spans(self, _: None) -> None:
         # The flusher thread: its wait never holds up verl's threads.

@@ -94,6 +94,8 @@ def _response_attributes(attrs: dict[str, Any], output: Any) -> None:
 
 @safe("rollout llm call end")
 def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None:
+    if output is not None:
+        _take_engine_spans(output)  # first: before verl's code reads the reply's extra fields
     if call.token is not None:
         rs.LLM_CALL.reset(call.token)
         call.token = None
@@ -110,12 +112,19 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
 
 
 async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    output = await call_traced_async(_llm_start(instance, kwargs), _llm_end, wrapped, *args, **kwargs)
-    _take_engine_spans(output)
-    return output
+    call = _llm_start(instance, kwargs)
+    if call is None:  # no end hook then: the engine's spans are taken here
+        output = await wrapped(*args, **kwargs)
+        _safe_take_engine_spans(output)
+        return output
+    return await call_traced_async(call, _llm_end, wrapped, *args, **kwargs)  # _llm_end takes them
 
 
 @safe("rollout engine hand-back")
+def _safe_take_engine_spans(output: Any) -> None:
+    _take_engine_spans(output)
+
+
 def _take_engine_spans(output: Any) -> None:
     data = engine_handback.take(output)  # before verl's code reads the reply's extra fields
     traj = rs.TRAJECTORY.get()
