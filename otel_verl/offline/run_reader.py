@@ -120,7 +120,7 @@ class SpanIndex:
     trace_step: dict[str, int] = field(default_factory=dict)  # trace id -> step (after ``resolve``)
     expected: dict[int, int] = field(default_factory=dict)  # step -> spans (after ``resolve``)
     duplicate_steps: list[int] = field(default_factory=list)  # steps with more than one verl.step span
-    _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources
+    dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources (``share``)
 
     def add(self, s: SpanRecord, include_validation: bool) -> None:
         self.spans += 1
@@ -129,7 +129,7 @@ class SpanIndex:
         self.start_ns = s.start_ns if self.start_ns is None else min(self.start_ns, s.start_ns)
         self.end_ns = s.end_ns if self.end_ns is None else max(self.end_ns, s.end_ns)
         if s.name == semconv.SPAN_STEP and isinstance(s.attributes.get(semconv.ATTR_STEP), int):
-            s.resource = share(self._dicts, s.resource)
+            s.resource = share(self.dicts, s.resource)
             self.step_spans.append(s)
         elif s.name == semconv.SPAN_GUARD:
             self.guards.append(s)
@@ -202,6 +202,12 @@ def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iter
         last = 0
         for number, records in file_records(path, "traces", skipped, index.reading, again=True):
             last = min((s.end_ns for s in records), default=last)
+            shared: dict[int, dict[str, Any]] = {}  # a batch's spans have their resource in common
+            for s in records:  # what a step keeps (its slowest trajectory's tree) shares one copy
+                found = shared.get(id(s.resource))
+                if found is None:
+                    found = shared[id(s.resource)] = share(index.dicts, s.resource)
+                s.resource = found
             yield last, number, records
 
     open_steps: dict[int, list[SpanRecord]] = {}
