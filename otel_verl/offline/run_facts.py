@@ -109,14 +109,6 @@ class StepTails(dict[int, StepTail]):
                 old.ratio, old.seconds = ratio, seconds
 
 
-def step_tails(spans: Iterable[SpanRecord], include_validation: bool = False) -> StepTails:
-    """``StepTails`` over ``spans``."""
-    found = StepTails()
-    for s in spans:
-        found.add(s, include_validation)
-    return found
-
-
 def tail_ratio(pool: Iterable[SpanRecord]) -> float | None:
     """Slowest / median duration of one step's trajectories (as ``verl.rollout.tail_ratio``); None
     without a median."""
