@@ -27,7 +27,8 @@ INSTRUMENTED = sys.argv[1:] == ["1"]
 os.environ.update(
     {
         "OTEL_TRACES_EXPORTER": "otlp_json_file",
-        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_METRICS_EXPORTER": "otlp_json_file",  # collected at each step's end, as in a run
+        "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # only those step exports
         "OTEL_LOGS_EXPORTER": "none",
         "OTEL_VERL_FILE_DIR": tempfile.mkdtemp(prefix="bench_tail_micro_"),
         "OTEL_VERL_PROCESS_METRICS": "false",

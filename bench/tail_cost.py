@@ -19,10 +19,12 @@ step's rollouts there (so start-up is left out), divided by the trajectories cou
 ``--micro``: the same count in one process, precisely: verl's real ``AgentLoopWorker``,
 ``LLMServerClient`` and ``RewardLoopWorker`` (the rollout unit tests' stand-ins for the Ray
 boundary: a server that answers at once, the reward call's data and reply pickled as Ray does), one
-step of 1,024 trajectories at a time, otel-verl's own pipeline with the file exporter. Measured:
-the event loop thread's CPU per trajectory (``time.thread_time``: verl's work and our hooks on it;
-otel-verl's share is the difference to the same run without otel-verl) and the other threads' CPU
-(the span exporter). Each variant runs in a fresh process, alternating, ``--rounds`` times.
+step of 1,024 trajectories at a time, otel-verl's own pipeline with the file exporters (metrics
+collected at each step's end). Measured: the event loop thread's CPU per trajectory
+(``time.thread_time``: verl's work and our hooks on it; otel-verl's share is the difference to the
+same run without otel-verl) and the other threads' CPU (the exporters, and the rollout histograms'
+values recorded at collection: ``otel_verl.instruments.deferred``). Each variant runs in a fresh
+process, alternating, ``--rounds`` times.
 
 ``python bench/tail_cost.py --micro [--rounds 5] [--before-src DIR]``
 """

@@ -315,6 +315,10 @@ OVERHEAD_COMPONENTS = (
     COMPONENT_HOOKS,
 )
 
+# An observable instrument that never reports a point: its callback records the histogram values the
+# agent loop queued (instruments.deferred), at the start of each collection. Not a metric.
+DEFERRED_RECORDER = "otel_verl.deferred_records"
+
 # ---------------------------------------------------------------- what otel-verl had to drop (process.drops)
 M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"  # observable counter, attribute ATTR_DROPPED_KIND
 ATTR_DROPPED_KIND = "otel_verl.dropped.kind"

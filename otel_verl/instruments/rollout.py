@@ -1,10 +1,12 @@
-"""Rollout metrics of the agent-loop workers: they count every trajectory and LLM call, sampled or not."""
+"""Rollout metrics of the agent-loop workers: they count every trajectory and LLM call, kept or not
+(their histogram values recorded off the event loop: ``deferred``)."""
 
 from __future__ import annotations
 
 from opentelemetry.metrics import Meter
 
 from otel_verl.instruments import catalog
+from otel_verl.instruments.deferred import Deferred
 
 
 class RolloutMetrics:
@@ -13,3 +15,5 @@ class RolloutMetrics:
         self.llm_call = catalog.create(meter, catalog.LLM_CALL_DURATION)
         self.response_tokens = catalog.create(meter, catalog.RESPONSE_TOKENS)
         self.tail_ratio = catalog.create(meter, catalog.TAIL_RATIO)
+        # the histograms' values, queued on the event loop and recorded at collection
+        self.deferred = Deferred(meter)

@@ -81,8 +81,21 @@ class TreeBuffer(SpanProcessor):
         self._held = 0
         # what records of trees need to become this provider's spans (``for_provider``)
         self.resource: Any = None
-        self.sampler: Any = None
+        self._sampler: Any = None
+        # the sampler is the SDK's default (parent-based, always on): a record is sampled exactly
+        # when its parent is (or it is a root), so its start needs no sampler call
+        self.by_parent = False
         self.scope: Any = None
+
+    @property
+    def sampler(self) -> Any:
+        """The provider's sampler, which records of trees are sampled by."""
+        return self._sampler
+
+    @sampler.setter
+    def sampler(self, sampler: Any) -> None:
+        self._sampler = sampler
+        self.by_parent = _is_default_sampler(sampler)
 
     # -- the SDK's active-span-processor interface ------------------------------------
     def add_span_processor(self, span_processor: SpanProcessor) -> None:
@@ -235,3 +248,12 @@ def for_provider(provider: Any, scope: Any, buffer: TreeBuffer | None = None) ->
     buffer.sampler = provider.sampler
     buffer.scope = scope
     return buffer
+
+
+def _is_default_sampler(sampler: Any) -> bool:
+    from opentelemetry.sdk.trace.sampling import DEFAULT_ON, ParentBased
+
+    try:  # the sampler's own description names its delegates (the public way to tell them apart)
+        return type(sampler) is ParentBased and sampler.get_description() == DEFAULT_ON.get_description()
+    except Exception:  # noqa: BLE001 - a sampler whose description fails: ask it each time
+        return False

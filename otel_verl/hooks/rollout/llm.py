@@ -101,7 +101,8 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
         call.token = None
     duration = rs.clock() - call.start
     status = rs.status_of(error)
-    rs.metrics().llm_call.record(duration, {**call.attrs, semconv.ATTR_ROLLOUT_STATUS: status})
+    inst = rs.metrics()
+    inst.deferred.record(inst.llm_call, duration, {**call.attrs, semconv.ATTR_ROLLOUT_STATUS: status})
     rec = call.rec
     if rec is None:
         return

@@ -123,26 +123,33 @@ def _record_start(st: rs.Trajectory, link: SpanContext | None) -> None:
     links = rs.links(link, st.step)
     current = otel_context.get_current()
     parent = trace.get_current_span(current).get_span_context()
-    trace_id = parent.trace_id if parent.is_valid else new_id(128)
-    decision = trees.sampler.should_sample(
-        current, trace_id, semconv.SPAN_ROLLOUT_TRAJECTORY, SpanKind.INTERNAL, attrs, links
-    )
-    if not decision.decision.is_sampled():
-        return
-    if decision.attributes:
-        attrs.update(decision.attributes)
+    valid = parent.is_valid
+    trace_id = parent.trace_id if valid else new_id(128)
+    if trees.by_parent:  # what the SDK's default sampler decides, without the call
+        if valid and not parent.trace_flags.sampled:
+            return
+        trace_state = parent.trace_state if valid else None
+    else:
+        decision = trees.sampler.should_sample(
+            current, trace_id, semconv.SPAN_ROLLOUT_TRAJECTORY, SpanKind.INTERNAL, attrs, links
+        )
+        if not decision.decision.is_sampled():
+            return
+        if decision.attributes:
+            attrs.update(decision.attributes)
+        trace_state = decision.trace_state
     span_id = new_id()
     rec = Rec(
         semconv.SPAN_ROLLOUT_TRAJECTORY,
         trace_id,
         span_id,
-        parent.span_id if parent.is_valid else 0,
+        parent.span_id if valid else 0,
         time.time_ns(),
         attrs,
         links=links,
     )
-    rec.parent_remote = parent.is_valid and parent.is_remote
-    st.rec, st.trace_state = rec, decision.trace_state
+    rec.parent_remote = valid and parent.is_remote
+    st.rec, st.trace_state = rec, trace_state
     st.tree = trees.open(span_id)
 
 
@@ -191,9 +198,9 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
     status = rs.status_of(error)
     inst = rs.metrics()
     attrs = {semconv.ATTR_ROLLOUT_VALIDATE: st.validate, semconv.GEN_AI_AGENT_NAME: st.agent}
-    inst.trajectory.record(duration, {**attrs, semconv.ATTR_ROLLOUT_STATUS: status})
+    inst.deferred.record(inst.trajectory, duration, {**attrs, semconv.ATTR_ROLLOUT_STATUS: status})
     if st.response_tokens is not None:
-        inst.response_tokens.record(st.response_tokens, attrs)
+        inst.deferred.record(inst.response_tokens, st.response_tokens, attrs)
     rec = st.rec
     if rec is not None:
         rec.attributes[semconv.ATTR_ROLLOUT_STATUS] = status

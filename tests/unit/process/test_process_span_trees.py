@@ -187,3 +187,30 @@ def test_a_hand_back_keeps_only_well_formed_spans_of_its_trace_and_values():
     )
     assert [r.name for r in recs] == ["ok", "ok"]
     assert recs[1].attributes == {"ok": "v", "big": "x" * span_records.MAX_TEXT}
+
+
+@pytest.mark.parametrize(
+    ("sampler", "by_parent"),
+    [
+        ("default", True),  # the SDK's default: ParentBased(ALWAYS_ON)
+        ("always_on", False),  # records roots and children of unsampled parents alike
+        ("ratio", False),
+        ("parentbased_off", False),
+    ],
+)
+def test_only_the_sdks_default_sampler_is_decided_by_the_parent_alone(sampler, by_parent):
+    """A trajectory's record asks the provider's sampler unless it is the SDK's default, whose
+    answer is the parent's flag (``hooks/rollout/trajectory``): any other sampler is asked."""
+    from opentelemetry.sdk.trace import sampling
+
+    made = {
+        "default": None,
+        "always_on": sampling.ALWAYS_ON,
+        "ratio": sampling.ParentBased(sampling.TraceIdRatioBased(0.5)),
+        "parentbased_off": sampling.ParentBased(sampling.ALWAYS_OFF),
+    }[sampler]
+    provider = TracerProvider() if made is None else TracerProvider(sampler=made)
+    buffer = span_trees.for_provider(provider, InstrumentationScope("t"))
+    assert buffer is not None and buffer.by_parent is by_parent
+    buffer.sampler = sampling.ALWAYS_OFF  # set later (tests, a provider's sampler replaced): re-judged
+    assert buffer.by_parent is False
