@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -20,14 +21,16 @@ def _umask() -> int:
     return mask
 
 
-def write_file(path: str | Path, data: bytes) -> None:
-    """``data`` as the file ``path`` (its folder must exist), readable as a file the user created
-    with ``open`` would be; OSError when it cannot be written, and then ``path`` is unchanged."""
+def write_file(path: str | Path, data: bytes | Iterable[bytes]) -> None:
+    """``data`` (or its chunks, written as they come) as the file ``path`` (its folder must exist),
+    readable as a file the user created with ``open`` would be; OSError when it cannot be written,
+    and then ``path`` is unchanged (so too when making a chunk raises)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in (data,) if isinstance(data, bytes) else data:
+                f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
             os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp makes it 0600

@@ -266,6 +266,6 @@ def _telemetry(rep: Report) -> list[str]:
             of = "" if r.all_trajectories is None else f" (trees of {r.trajectories} of its {r.all_trajectories})"
             out.append(
                 f"    slowest trajectory{of}: span {r.slowest.span_id} in trace {r.slowest.trace_id}, "
-                f"{len(r.tree)} spans below it"
+                f"{r.tree_spans} spans below it"
             )
     return out

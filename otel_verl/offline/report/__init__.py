@@ -32,7 +32,7 @@ from otel_verl.commands.atomic import write_file
 from otel_verl.commands.errors import USAGE, CommandError, say, warn
 from otel_verl.offline.otlp_files import run_folder, signal_files
 from otel_verl.offline.report.model import Report, build
-from otel_verl.offline.report.page import render
+from otel_verl.offline.report.page import render, render_parts
 
 __all__ = ["Report", "build", "render", "report", "write_report"]
 
@@ -59,9 +59,9 @@ def write_report(
     if not rep.spans and not rep.points:
         why = f" ({rep.skipped.describe()})" if rep.skipped else ""
         raise CommandError(f"the telemetry files in {folder} hold no spans and no metric points{why}")
-    page = render(rep).encode("utf-8")
     try:
-        write_file(path, page)
+        # written a section at a time: a long run's page is never held whole
+        write_file(path, (part.encode("utf-8") for part in render_parts(rep)))
     except OSError as exc:  # e.g. a read-only run folder: pass -o
         why = exc.strerror or exc
         raise CommandError(f"cannot write the report to {path}: {why} (choose another place with -o)") from None

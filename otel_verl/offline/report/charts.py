@@ -33,6 +33,9 @@ SLOWEST_COLOR = "#d62728"
 # Timeline rows that are not stages, by Row.kind; the lines of one curve chart, in order.
 _KIND_COLORS = {"wg": "#8e9aaf", "worker": "#6b8f71", "traj": "#a0c4e8", "tail": "#555", "other": "#b8a9c9"}
 LINE_COLORS = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1")
+# points one drawn series keeps: a longer one is drawn from the lowest and highest value of each of
+# MAX_LINE_POINTS // 2 runs of consecutive steps (its spikes stay), so a page's size stays bounded
+MAX_LINE_POINTS = 2000
 MAX_INDENT = 16  # timeline rows deeper than this are drawn at this depth (the labels stay in their column)
 
 
@@ -285,9 +288,33 @@ def line_style(k: int, n: int) -> LineStyle:
     return LineStyle(color, 2 + 2.5 * wider, "" if k == 0 else "6 4", 3 + 2 * wider, color if k == 0 else "#fff")
 
 
+def thin(data: dict[int, float], most: int = MAX_LINE_POINTS) -> dict[int, float]:
+    """``data`` (step -> value, in step order) as drawn: itself when it has at most ``most`` points,
+    else of each of ``most // 2`` runs of consecutive points the lowest and the highest finite value
+    (in step order; a run of only non-finite values keeps its first)."""
+    n = len(data)
+    if n <= most:
+        return data
+    items = list(data.items())
+    runs = max(1, most // 2)
+    out: dict[int, float] = {}
+    for r in range(runs):
+        run = items[r * n // runs : (r + 1) * n // runs]
+        finite = [kv for kv in run if math.isfinite(kv[1])]
+        if not finite:
+            if run:
+                out[run[0][0]] = run[0][1]
+            continue
+        lo, hi = min(finite, key=lambda kv: kv[1]), max(finite, key=lambda kv: kv[1])
+        for step, value in sorted({lo, hi}):
+            out[step] = value
+    return out
+
+
 def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -> str:
-    """One line per (label, step -> value) series, steps on the x axis (non-finite values left out)."""
-    lines = [(label, {s: v for s, v in data.items() if math.isfinite(v)}) for label, data in lines]
+    """One line per (label, step -> value) series, steps on the x axis (non-finite values left out;
+    a long series thinned: ``thin``)."""
+    lines = [(label, thin({s: v for s, v in data.items() if math.isfinite(v)})) for label, data in lines]
     width, height, left, bottom, top = 540, 220, 64, 36, 12
     plot_w, plot_h = width - left - 14, height - top - bottom
     steps = sorted({s for _, v in lines for s in v})

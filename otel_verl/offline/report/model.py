@@ -90,7 +90,9 @@ class StepRow:
     replica_idle: dict[str, float] = field(default_factory=dict)  # rollout replica -> idle share (offline.pools)
     # every trajectory of the step as its workers counted them (the trees exported are ``trajectories``)
     all_trajectories: int | None = None
-    tree: list[SpanRecord] = field(default_factory=list)  # the spans of the slowest trajectory's kept tree
+    tree_spans: int = 0  # spans in the kept tree of the step's slowest trajectory
+    # those spans, for the step whose slowest trajectory is the run's (the others: their count only)
+    tree: list[SpanRecord] = field(default_factory=list)
     engine: EngineSplit | None = None  # the slowest trajectory's time in the engine (run_facts.engine_split)
     poll_lag: PollLag | None = None  # v1: the wait after its rollouts were done (run_facts.poll_lag)
 
@@ -316,15 +318,16 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     rows: dict[int, StepRow] = {}
     timelines: dict[int, Timeline] = {}
     held = fold.held
+    run_slowest = index.slowest.span_id if index.slowest is not None else None
     for n, members in step_spans(folder, index, held):
         if n not in first:
             continue
-        rows[n] = _step_row(first[n], members, tails, include_validation)
+        rows[n] = _step_row(first[n], members, tails, include_validation, run_slowest)
         if n in chosen:
             timelines[n] = _timeline(rows[n], members, include_validation)
     for n, st in first.items():  # a step whose spans the second reading did not find again
         if n not in rows:
-            rows[n] = _step_row(st, [st], tails, include_validation)
+            rows[n] = _step_row(st, [st], tails, include_validation, run_slowest)
             if n in chosen:
                 timelines[n] = _timeline(rows[n], [st], include_validation)
     steps = [rows[n] for n in sorted(rows)]
@@ -379,10 +382,15 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
 
 
 def _step_row(
-    st: SpanRecord, members: list[SpanRecord], tails: dict[int, StepTail], include_validation: bool
+    st: SpanRecord,
+    members: list[SpanRecord],
+    tails: dict[int, StepTail],
+    include_validation: bool,
+    run_slowest: str | None = None,
 ) -> StepRow:
     """One step's row: its top-level stages, its trajectories and their tail, where its time went.
-    ``members``: the step's trace and the rollout traces joined to it."""
+    ``members``: the step's trace and the rollout traces joined to it; ``run_slowest``: the span id
+    of the run's slowest trajectory, whose tree the row keeps (a long run's rows hold no trees)."""
     n = st.attributes[semconv.ATTR_STEP]
     trace = [s for s in members if s.trace_id == st.trace_id]
     stages: dict[str, float] = {}
@@ -397,6 +405,7 @@ def _step_row(
     workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
     slowest = slowest_trajectory(pool, include_validation)
     tail = tails.get(n)
+    tree = tree_below(slowest, children_of(members)) if slowest is not None else []
     return StepRow(
         n,
         st,
@@ -414,7 +423,8 @@ def _step_row(
         pool_states(st),
         replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
         tail.trajectories if tail is not None else None,
-        tree_below(slowest, children_of(members)) if slowest is not None else [],
+        len(tree),
+        tree if slowest is not None and slowest.span_id == run_slowest else [],
         engine_split(slowest, members),
         poll_lag(st, trace),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 
@@ -15,6 +16,7 @@ from otel_verl import semconv
 from otel_verl.commands.text import printable
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.report.charts import (
+    MAX_LINE_POINTS,
     OTHER,
     SLOWEST_COLOR,
     duration,
@@ -27,6 +29,7 @@ from otel_verl.offline.report.charts import (
     stacked_svg,
     stage_colors,
     swatch,
+    thin,
     timeline_svg,
 )
 from otel_verl.offline.report.markup import csp_meta, esc, script_json
@@ -47,37 +50,47 @@ def asset(name: str) -> str:
 
 def render(report: Report) -> str:
     """The whole page, one HTML document that loads nothing."""
+    return "".join(render_parts(report))
+
+
+def render_parts(report: Report) -> Iterator[str]:
+    """``render``'s page in parts, each section made when it is reached: a writer that encodes and
+    writes them one at a time holds one section, not the page (a long run's page is tens of MB)."""
+    for i, part in enumerate(_parts(report)):
+        yield part if i == 0 else "\n" + part
+
+
+def _parts(report: Report) -> Iterator[str]:
     colors = stage_colors(report.stage_order)
     title = f"verl run {report.meta.get('run id', report.folder.name)}"
     notes = "".join(f"<li>{esc(n, NOTE_CHARS)}</li>" for n in report.notes)
     style, script = asset("report.css"), asset("report.js")
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        csp_meta(script, style),
-        f"<title>{esc(title)}</title><style>{style}</style></head><body>",
-        f"<h1>{esc(title)}</h1>",
-        _health_section(report),
-        f'<dl class="meta">{_meta(report)}</dl>',
-        f'<ul class="notes">{notes}</ul>' if notes else "",
+    yield "<!DOCTYPE html>"
+    yield '<html lang="en"><head><meta charset="utf-8">'
+    yield csp_meta(script, style)
+    yield f"<title>{esc(title)}</title><style>{style}</style></head><body>"
+    yield f"<h1>{esc(title)}</h1>"
+    yield _health_section(report)
+    yield f'<dl class="meta">{_meta(report)}</dl>'
+    yield f'<ul class="notes">{notes}</ul>' if notes else ""
+    yield (
         '<nav><a href="#health">Health</a><a href="#stages">Stages</a>'
         + ('<a href="#time-went">Where the time went</a>' if any(r.time_by for r in report.steps) else "")
         + '<a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
         '<a href="#curves">Training curves</a><a href="#guard">Guard and alerts</a>'
-        '<a href="#explore">Any metric</a></nav>',
-        _stages_section(report, colors),
-        _time_section(report),
-        _timelines_section(report, colors),
-        _stall_section(report),
-        _rollout_section(report),
-        _curves_section(report),
-        _guard_section(report),
-        *_explore_section(report),
-        _overhead(report),
-        f"<script>{script}</script>",
-        f"<footer><small>otel-verl {__version__} report</small></footer></body></html>",
-    ]
-    return "\n".join(parts)
+        '<a href="#explore">Any metric</a></nav>'
+    )
+    yield _stages_section(report, colors)
+    yield _time_section(report)
+    yield _timelines_section(report, colors)
+    yield _stall_section(report)
+    yield _rollout_section(report)
+    yield _curves_section(report)
+    yield _guard_section(report)
+    yield from _explore_section(report)
+    yield _overhead(report)
+    yield f"<script>{script}</script>"
+    yield f"<footer><small>otel-verl {__version__} report</small></footer></body></html>"
 
 
 def _meta(report: Report) -> str:
@@ -371,10 +384,17 @@ def _explore_section(report: Report) -> list[str]:
         f'<option value="{esc(n)}"{" selected" if n == first else ""}>{esc(n)}</option>' for n in report.gauges
     )
     # keys as the options show them: esc(n) is printable(n), HTML-escaped, and the browser unescapes it
-    gauge_json = script_json({printable(k): {str(s): v for s, v in d.items()} for k, d in report.gauges.items()})
+    gauge_json = script_json({printable(k): {str(s): v for s, v in thin(d).items()} for k, d in report.gauges.items()})
+    longest = max((len(d) for d in report.gauges.values()), default=0)
+    thinned = (
+        f"; a series of more than {MAX_LINE_POINTS:,} steps is drawn from the lowest and highest value of "
+        f"each of {MAX_LINE_POINTS // 2:,} runs of steps"
+        if longest > MAX_LINE_POINTS
+        else ""
+    )
     picker = (
         f'<p><select id="metric-pick">{options}</select> <small>every gauge exported at step boundaries '
-        f"({len(report.gauges)} series)</small></p>"
+        f"({len(report.gauges)} series{thinned})</small></p>"
         if report.gauges
         else '<p class="empty">No per-step gauges.</p>'
     )
@@ -589,6 +609,11 @@ def _curves_section(report: Report) -> str:
         )
     out.append("</div>")
     columns = [(label, data) for _, _, lines in report.curves for label, data in lines if data]
+    if any(len(data) > MAX_LINE_POINTS for _, data in columns):
+        out.append(
+            f'<p class="thinned">A line of more than {MAX_LINE_POINTS:,} steps is drawn from the lowest and '
+            f"highest value of each of {MAX_LINE_POINTS // 2:,} runs of steps; the table has every value.</p>"
+        )
     steps = sorted({s for _, d in columns for s in d})
     head = "".join(f'<th data-key="{esc(label)}">{esc(label)}</th>' for label, _ in columns)
     table = [f'<table id="curve-table" class="num"><thead><tr><th>step</th>{head}</tr></thead><tbody>']

@@ -59,12 +59,13 @@ def test_cli_report(v1_run, tmp_path, capsys):
 
 
 def test_a_report_that_fails_leaves_the_previous_one(v1_run, tmp_path, monkeypatch):
-    """The page replaces the file only once it is whole: a failure while writing (here a page
-    that cannot be encoded, then a rename that fails) leaves the previous report, and no litter."""
+    """The page replaces the file only once it is whole: a failure while writing (here a section
+    that cannot be encoded, after the first was written, then a rename that fails) leaves the
+    previous report, and no litter."""
     out = tmp_path / "out" / "report.html"
     out.parent.mkdir()
     out.write_text("previous report")
-    monkeypatch.setattr("otel_verl.offline.report.render", lambda rep: "<!DOCTYPE html>\ud800")
+    monkeypatch.setattr("otel_verl.offline.report.render_parts", lambda rep: iter(["<!DOCTYPE html>", "\ud800"]))
     with pytest.raises(UnicodeError):
         write_report(v1_run, out)
     assert out.read_text() == "previous report" and sorted(p.name for p in out.parent.iterdir()) == ["report.html"]
