@@ -19,7 +19,8 @@ all as records takes gigabytes. So:
   as its export completes (``run_facts.StepGauges``' rule: the export's ``verl.training.step``
   names the step, the latest value for a step wins); only the few series the other facts read
   (step, non-finite counts, validation scores, histograms of trajectories) are kept as points,
-  sharing one copy of each resource; of the spools' and queues' counters only the latest point;
+  sharing one copy of each resource; of the spools' and queues' counters and of each cumulative
+  trajectory histogram only the latest point;
   otel-verl's own cost folds into its per-step sums (``run_facts.OverheadFold``, given the step
   spans the first reading found).
 - **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
@@ -46,6 +47,7 @@ from otel_verl.offline.otlp_files import (
     signal_files,
 )
 from otel_verl.offline.run_facts import (
+    INSTANCE,
     OverheadFold,
     StepGauges,
     StepTails,
@@ -254,7 +256,10 @@ class MetricFold:
         self.points += 1
         self.senders.add(p.resource)
         if p.name in LAST_ONLY:
-            self._keep_last(p)
+            self._keep_last(p, (exporter(p.resource), p.name, attr_key(p.attributes), p.kind))
+        elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
+            # cumulative: its latest point per series is the whole count (``report.model.trajectory_histogram``)
+            self._keep_last(p, (p.name, p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns))
         elif p.name in KEPT_METRICS or (p.kind == "gauge" and p.name.startswith(VALIDATION_PREFIX)):
             self.kept.append(self._shared(p))
         self.gauges.add(p)
@@ -266,9 +271,9 @@ class MetricFold:
         p.resource, p.attributes = share(self._dicts, p.resource), share(self._dicts, p.attributes)
         return p
 
-    def _keep_last(self, p: MetricPoint) -> None:
-        """The counters whose last value is all the other facts read (``run_facts.spool_facts``)."""
-        key = (exporter(p.resource), p.name, attr_key(p.attributes), p.kind)
+    def _keep_last(self, p: MetricPoint, key: tuple) -> None:
+        """The series whose last value is all the other facts read: the spools' and queues' counters
+        (``run_facts.spool_facts``), the cumulative trajectory histograms."""
         old = self._last.get(key)
         if old is None or p.time_ns >= old.time_ns:
             self._last[key] = self._shared(p)

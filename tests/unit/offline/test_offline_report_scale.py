@@ -104,3 +104,32 @@ def test_a_longer_run_holds_no_more_spans_at_once(tmp_path):
     assert b.overhead is not None
     assert b.overhead.per_step == pytest.approx({1: 0.0} | {n: 0.05 for n in range(2, 41)})
     assert "40 training steps, 320.0 s in steps" in lines(b)[0]
+
+
+def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
+    """Each export repeats the whole cumulative count: the latest point per series is all the
+    histogram needs, so a long run holds one point per series, not one per export; delta points
+    each hold their own part and are all kept."""
+    from otel_verl.offline.otlp_files import MetricPoint
+    from otel_verl.offline.report.model import trajectory_histogram
+    from otel_verl.offline.run_facts import OverheadFold
+    from otel_verl.offline.run_reader import MetricFold
+
+    def point(i: int, temporality: int, pid: int) -> MetricPoint:
+        counts = [i, 2 * i, 0] if temporality == 2 else [1, 2, 0]
+        resource = {semconv.RES_SERVICE_INSTANCE_ID: f"w{pid}", semconv.RES_PROCESS_PID: pid}
+        return MetricPoint(
+            semconv.M_ROLLOUT_TRAJECTORY_DURATION, "histogram", 1.5 * sum(counts), sum(counts),
+            {semconv.ATTR_ROLLOUT_VALIDATE: False}, resource, T0 + i, [1.0, 10.0], counts, T0, temporality,
+        )  # fmt: skip
+
+    every = [point(i, 2, 1) for i in range(1, 201)] + [point(i, 2, 2) for i in range(1, 101)]
+    every += [point(i, 1, 3) for i in range(1, 51)]
+    fold = MetricFold(OverheadFold([]))
+    for p in every:
+        fold.add(p)
+    fold.close()
+    kept = [p for p in fold.kept if p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION]
+    assert len(kept) == 2 + 50  # one per cumulative series, every delta point
+    assert trajectory_histogram(kept) == trajectory_histogram(every)
+    assert trajectory_histogram(kept).counts == [200 + 100 + 50, 400 + 200 + 100, 0]
