@@ -21,7 +21,7 @@ def _umask() -> int:
     return mask
 
 
-def write_file(path: str | Path, data: bytes | Iterable[bytes]) -> None:
+def write_file(path: str | Path, data: bytes | bytearray | Iterable[bytes]) -> None:
     """``data`` (or its chunks, written as they come) as the file ``path`` (its folder must exist),
     readable as a file the user created with ``open`` would be; OSError when it cannot be written,
     and then ``path`` is unchanged (so too when making a chunk raises)."""
@@ -29,7 +29,7 @@ def write_file(path: str | Path, data: bytes | Iterable[bytes]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in (data,) if isinstance(data, bytes) else data:
+            for chunk in (data,) if isinstance(data, bytes | bytearray) else data:
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())

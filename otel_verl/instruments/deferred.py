@@ -27,7 +27,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_verl import semconv
 
-MAX_QUEUED = 8192  # values waiting for a collection (a step of ~1,000 trajectories queues ~3,000)
+MAX_QUEUED = 8192  # values waiting for a collection (three per trajectory)
 
 
 class Deferred:
