@@ -288,6 +288,13 @@ def line_style(k: int, n: int) -> LineStyle:
     return LineStyle(color, 2 + 2.5 * wider, "" if k == 0 else "6 4", 3 + 2 * wider, color if k == 0 else "#fff")
 
 
+# what the page says where a series was thinned
+THINNED = (
+    f"a series of more than {MAX_LINE_POINTS:,} steps is drawn from the lowest and highest value of each of "
+    f"{MAX_LINE_POINTS // 2:,} runs of steps"
+)
+
+
 def thin(data: dict[int, float], most: int = MAX_LINE_POINTS) -> dict[int, float]:
     """``data`` (step -> value, in step order) as drawn: itself when it has at most ``most`` points,
     else of each of ``most // 2`` runs of consecutive points the lowest and the highest finite value

@@ -19,6 +19,7 @@ from otel_verl.offline.report.charts import (
     MAX_LINE_POINTS,
     OTHER,
     SLOWEST_COLOR,
+    THINNED,
     duration,
     histogram_svg,
     legend,
@@ -55,7 +56,7 @@ def render(report: Report) -> str:
 
 def render_parts(report: Report) -> Iterator[str]:
     """``render``'s page in parts, each section made when it is reached: a writer that encodes and
-    writes them one at a time holds one section, not the page (a long run's page is tens of MB)."""
+    writes them one at a time holds one section, not the page."""
     for i, part in enumerate(_parts(report)):
         yield part if i == 0 else "\n" + part
 
@@ -386,12 +387,7 @@ def _explore_section(report: Report) -> list[str]:
     # keys as the options show them: esc(n) is printable(n), HTML-escaped, and the browser unescapes it
     gauge_json = script_json({printable(k): {str(s): v for s, v in thin(d).items()} for k, d in report.gauges.items()})
     longest = max((len(d) for d in report.gauges.values()), default=0)
-    thinned = (
-        f"; a series of more than {MAX_LINE_POINTS:,} steps is drawn from the lowest and highest value of "
-        f"each of {MAX_LINE_POINTS // 2:,} runs of steps"
-        if longest > MAX_LINE_POINTS
-        else ""
-    )
+    thinned = f"; {THINNED}" if longest > MAX_LINE_POINTS else ""
     picker = (
         f'<p><select id="metric-pick">{options}</select> <small>every gauge exported at step boundaries '
         f"({len(report.gauges)} series{thinned})</small></p>"
@@ -610,10 +606,7 @@ def _curves_section(report: Report) -> str:
     out.append("</div>")
     columns = [(label, data) for _, _, lines in report.curves for label, data in lines if data]
     if any(len(data) > MAX_LINE_POINTS for _, data in columns):
-        out.append(
-            f'<p class="thinned">A line of more than {MAX_LINE_POINTS:,} steps is drawn from the lowest and '
-            f"highest value of each of {MAX_LINE_POINTS // 2:,} runs of steps; the table has every value.</p>"
-        )
+        out.append(f'<p class="thinned">{THINNED[0].upper()}{THINNED[1:]}; the table has every value.</p>')
     steps = sorted({s for _, d in columns for s in d})
     head = "".join(f'<th data-key="{esc(label)}">{esc(label)}</th>' for label, _ in columns)
     table = [f'<table id="curve-table" class="num"><thead><tr><th>step</th>{head}</tr></thead><tbody>']
