@@ -48,10 +48,13 @@ stamp=$(
   {
     echo "$NAME recipe $RECIPE $("$PY" -c 'import sys; print(sys.version)')"
     for project in "$ROOT/pyproject.toml" "$ROOT/tests/harness/pyproject.toml"; do
-      # what an install takes from it: dependencies and entry points (not the tools' settings)
+      # what an install takes from it: dependencies, entry points and the files the wheel (and so
+      # the editable install) adds beside the package, such as otel_verl.pth (not the tools' settings)
       "$PY" -c 'import json, sys, tomllib
-p = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print(json.dumps({k: p.get(k) for k in ("dependencies", "optional-dependencies", "entry-points")}, sort_keys=True))' \
+t = tomllib.load(open(sys.argv[1], "rb"))
+p = {k: t["project"].get(k) for k in ("dependencies", "optional-dependencies", "entry-points")}
+p["force-include"] = t.get("tool", {}).get("hatch", {}).get("build", {}).get("targets", {}).get("wheel", {}).get("force-include")
+print(json.dumps(p, sort_keys=True))' \
         "$project" 2>/dev/null || cat "$project"
     done
   } | sha256sum | cut -c1-16

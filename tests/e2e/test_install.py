@@ -34,10 +34,11 @@ sys.path.insert(1, str(REPO / "tests" / "ops"))  # opskit: where the backends ar
 from opskit import BACKENDS_HOW, backends_dir, require_backend_build  # noqa: E402
 
 
-def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
-    # No PYTHONPATH and no OTEL_* of the test session: the venv must stand on its own.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("OTEL_")}
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=TIMEOUT_S, env=env, **kwargs)
+def _run(args: list, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    # No PYTHONPATH, OTEL_* or gRPC switch of the test session: the venv must stand on its own.
+    own = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRPC_ENABLE_FORK_SUPPORT")}
+    own = {k: v for k, v in own.items() if not k.startswith("OTEL_")} | (env or {})
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=TIMEOUT_S, env=own, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +78,7 @@ def test_build_makes_a_complete_wheel_and_sdist(installed):
     kit = {f"otel_verl/_ops_kit/{p.relative_to(REPO)}" for p in (REPO / "collector").rglob("*") if p.is_file()}
     assert kit <= names, sorted(kit - names)
     assert "otel_verl/_ops_kit/scripts/backends.sh" in names
+    assert "otel_verl.pth" in names  # gRPC's fork handlers off at interpreter start (process/grpc_fork.py)
     entry_points = wheel.read(f"otel_verl-{__version__}.dist-info/entry_points.txt").decode()
     assert "otel-verl = otel_verl.cli:main" in entry_points and "otel_verl = otel_verl._verl_plugin" in entry_points
     with tarfile.open(dist / f"otel_verl-{__version__}.tar.gz") as sdist:
@@ -90,6 +92,10 @@ def test_doctor_runs_from_the_fresh_venv(installed):
     venv, _, _ = installed
     where = _run([venv / "bin" / "python", "-c", "import otel_verl; print(otel_verl.__file__)"], cwd=venv)
     assert where.stdout.strip().startswith(str(venv))  # the installed copy, not this clone
+    # the wheel's otel_verl.pth acts at start-up, in a process that runs OpenTelemetry's bootstrap only
+    probe = [venv / "bin" / "python", "-c", "import os; print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT'))"]
+    assert _run(probe, cwd=venv, env={"PYTHONPATH": str(venv / "_worker_site")}).stdout.strip() == "false"
+    assert _run(probe, cwd=venv).stdout.strip() == "None"
     doctor = _run([venv / "bin" / "otel-verl", "doctor", "--verbose"], cwd=venv)
     out = doctor.stdout
     assert doctor.returncode == 1, out + doctor.stderr

@@ -188,9 +188,6 @@ def run_verl(
     )
     command = build_command(args, launcher, python)
     full_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
-    # Ray waits 30 s for its GCS server to bind; on a loaded machine (CI with the background
-    # builds of scripts/setup.sh still running) that start took longer, and ray.init raised.
-    full_env.setdefault("RAY_gcs_server_port_wait_time_s", "120")
     lines: list[str] = []
     start = time.monotonic()
     proc = subprocess.Popen(
