@@ -26,7 +26,7 @@ from otel_verl import semconv
 from otel_verl.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
-from otel_verl.offline.run_facts import as_number, exporter
+from otel_verl.offline.run_facts import GroupPoint, StepGauges, as_number
 
 OK, WARN, INFO = "ok", "warn", "info"
 VALIDATION_PREFIX = semconv.metric_name("val-core/")  # verl's core validation keys
@@ -90,95 +90,89 @@ def guard_firings(spans: Iterable[SpanRecord], records: Iterable[LogEntry]) -> l
     return sorted(seen.values(), key=lambda f: (f.step if f.step is not None else -1, f.rule, f.key))
 
 
-def _batches(points: Iterable[MetricPoint]) -> list[tuple[float | None, list[MetricPoint]]]:
-    """Each export of each process in time order, with the step its ``verl.training.step`` names."""
-    groups: dict[tuple[str, int], list[MetricPoint]] = defaultdict(list)
-    for p in points:
-        groups[(exporter(p.resource), p.time_ns)].append(p)
-    out = []
-    for key in sorted(groups, key=lambda k: (k[1], k[0])):
-        batch = groups[key]
-        step = next(
-            (p.value for p in batch if p.name == semconv.M_TRAINING_STEP and p.kind == "gauge" and not p.attributes),
-            None,
-        )
-        out.append((step if step is not None and math.isfinite(step) else None, batch))
-    return out
+class HealthFold:
+    """The health facts of the metric points, folded one export at a time (a listener of
+    ``run_facts.StepGauges``, which places each export at the step its ``verl.training.step`` names):
 
+    - ``nonfinite``: verl key -> {step -> NaN/inf values logged in that step} from
+      ``verl.training.nonfinite`` (cumulative or delta; None: an export that names no step);
+    - ``validation``: verl's ``val-core/...`` values per step; the validation before training is
+      step 0 (its export names no step: it comes before ``first_step_ns``, the first step's span);
+    - the ops kit's alerts the values would have fired: its guard rules over every step in step
+      order, with NaN for each key at the steps it was logged non-finite. A step is evaluated once
+      ``ALERT_WINDOW`` later steps were placed, or at ``close``.
+    """
 
-def nonfinite_counts(points: Iterable[MetricPoint]) -> dict[str, dict[int | None, int]]:
-    """verl key -> {step -> NaN/inf values logged in that step} from ``verl.training.nonfinite``
-    (cumulative or delta; None: an export that names no step)."""
-    out: dict[str, dict[int | None, int]] = defaultdict(lambda: defaultdict(int))
-    last: dict[tuple[str, str], float] = {}
-    for step, batch in _batches(points):
-        for p in batch:
-            if p.name != semconv.M_NONFINITE or p.kind != "sum" or p.value is None or not math.isfinite(p.value):
+    ALERT_WINDOW = 64
+
+    def __init__(self, first_step_ns: int | None = None, rules: Sequence[Rule] | None = None) -> None:
+        self.first_step_ns = first_step_ns
+        self.nonfinite: dict[str, dict[int | None, int]] = defaultdict(lambda: defaultdict(int))
+        self.validation: dict[str, dict[int, float]] = defaultdict(dict)
+        self._last: dict[tuple[str, str], float] = {}
+        self._evaluator = Evaluator(tuple(r for r in (load_rules() if rules is None else rules) if r.alert))
+        self._pending: dict[int, dict[str, float]] = {}  # step -> values not yet evaluated
+        self._first: dict[str, Firing] = {}  # alert -> its first firing
+
+    def export(self, who: str, time_ns: int, step: int | None, group: list[GroupPoint]) -> None:
+        values: dict[str, float] = {}
+        bad: dict[str, float] = {}
+        for name, attrs, value, kind, temporality in group:
+            if kind == "sum":
+                if name == semconv.M_NONFINITE and math.isfinite(value):
+                    self._nonfinite(who, attrs, value, temporality, step, bad)
+            elif attrs:
                 continue
-            key = str(p.attributes.get(semconv.ATTR_METRIC_KEY, "?"))
-            who = exporter(p.resource)
-            grown = p.value if p.temporality == 1 else p.value - last.get((who, key), 0.0)
-            if p.temporality != 1:
-                last[(who, key)] = p.value
-            if grown > 0:
-                out[key][None if step is None else int(step)] += int(grown)
-    return {k: dict(v) for k, v in out.items()}
+            elif name.startswith(VALIDATION_PREFIX):
+                if step is not None:
+                    self.validation[logged_key(name)][step] = value
+                elif self.first_step_ns is None or time_ns <= self.first_step_ns:
+                    self.validation[logged_key(name)][0] = value
+                # else: an export between steps that names none: not placeable
+            if name not in _NAMED and name.startswith(semconv.METRIC_PREFIX) and step is not None:
+                values[logged_key(name)] = value
+        if step is None or not (values or bad):
+            return
+        pending = self._pending.setdefault(step, {})
+        pending.update(values)
+        pending.update(bad)
+        while len(self._pending) > self.ALERT_WINDOW:
+            self._evaluate(min(self._pending))
 
-
-def validation_scores(points: Iterable[MetricPoint], first_step_ns: int | None) -> dict[str, dict[int, float]]:
-    """verl's ``val-core/...`` values per step; the validation before training is step 0 (its
-    export names no step: it comes before the first step's span)."""
-    out: dict[str, dict[int, float]] = defaultdict(dict)
-    for step, batch in _batches(points):
-        for p in batch:
-            if p.kind != "gauge" or p.value is None or not p.name.startswith(VALIDATION_PREFIX) or p.attributes:
-                continue
-            if step is None:
-                if first_step_ns is not None and p.time_ns > first_step_ns:
-                    continue  # an export between steps that names none: not placeable
-                n = 0
-            else:
-                n = int(step)
-            out[logged_key(p.name)][n] = float(p.value)
-    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
-
-
-def per_step_values(gauges: Mapping[tuple[str, tuple], Mapping[int, float]]) -> dict[int, dict[str, float]]:
-    """step -> {verl key: value} of the forwarded ``verl.<key>`` gauges (``run_facts.step_gauges``)."""
-    out: dict[int, dict[str, float]] = defaultdict(dict)
-    for (name, attrs), values in gauges.items():
-        if attrs or name in _NAMED or not name.startswith(semconv.METRIC_PREFIX):
-            continue
-        for step, value in values.items():
-            out[step][logged_key(name)] = value
-    return dict(sorted(out.items()))
-
-
-def alert_hits(
-    values: Mapping[int, Mapping[str, float]],
-    nonfinite: Mapping[str, Mapping[int | None, int]],
-    stalled_step: int | None,
-    stalled: bool,
-    rules: Sequence[Rule] | None = None,
-) -> list[AlertHit]:
-    """The ops kit's alerts the run's values would have fired: its guard rules over every step
-    (with NaN for each key at the steps it was logged non-finite), the first firing of each alert,
-    and the stall alert when the run stalled."""
-    chosen = tuple(r for r in (load_rules() if rules is None else rules) if r.alert)
-    bad: dict[int, dict[str, float]] = defaultdict(dict)
-    for key, steps in nonfinite.items():
-        for step in steps:
+    def _nonfinite(
+        self, who: str, attrs: tuple, value: float, temporality: int, step: int | None, bad: dict[str, float]
+    ) -> None:
+        key = dict(attrs).get(semconv.ATTR_METRIC_KEY, "?")
+        grown = value if temporality == 1 else value - self._last.get((who, key), 0.0)
+        if temporality != 1:
+            self._last[(who, key)] = value
+        if grown > 0:
+            self.nonfinite[key][step] += int(grown)
             if step is not None:
-                bad[step][key] = math.nan
-    evaluator = Evaluator(chosen)
-    first: dict[str, Firing] = {}
-    for step in sorted(set(values) | set(bad)):
-        for firing in evaluator.step({**values.get(step, {}), **bad.get(step, {})}, step):
-            first.setdefault(str(firing.rule.alert), firing)
-    hits = [AlertHit(alert, f.rule.name, f.step, f.describe()) for alert, f in first.items()]
-    if stalled:
-        hits.append(AlertHit(STALL_ALERT, "", stalled_step, "no training step finished for the stall limit"))
-    return hits
+                bad[key] = math.nan  # the NaN verl logged, for the alert rules
+
+    def _evaluate(self, step: int) -> None:
+        for firing in self._evaluator.step(self._pending.pop(step), step):
+            self._first.setdefault(str(firing.rule.alert), firing)
+
+    def close(self) -> tuple[dict[str, dict[int | None, int]], dict[str, dict[int, float]], list[AlertHit]]:
+        """Every export folded: the non-finite counts, the validation scores and the alerts that fired."""
+        for step in sorted(self._pending):
+            self._evaluate(step)
+        hits = [AlertHit(alert, f.rule.name, f.step, f.describe()) for alert, f in self._first.items()]
+        counts = {k: dict(v) for k, v in self.nonfinite.items()}
+        scores = {k: dict(sorted(v.items())) for k, v in sorted(self.validation.items())}
+        return counts, scores, hits
+
+
+def fold_health(points: Iterable[MetricPoint], first_step_ns: int | None = None) -> HealthFold:
+    """``HealthFold`` over ``points`` in any order (through ``run_facts.StepGauges``)."""
+    fold = HealthFold(first_step_ns)
+    gauges = StepGauges(listeners=(fold,))
+    for p in sorted(points, key=lambda p: p.time_ns):
+        gauges.add(p)
+    gauges.close()
+    return fold
 
 
 def _steps_text(steps: Iterable[int | None]) -> str:
@@ -272,20 +266,20 @@ class Health:
 def health(
     spans: Sequence[SpanRecord],
     records: Sequence[LogEntry],
-    points: Sequence[MetricPoint],
-    gauges: Mapping[tuple[str, tuple], Mapping[int, float]],
+    fold: HealthFold,
     stalled: list[LogEntry],
     stall_processes: int,
-    first_step_ns: int | None,
     slowest: Sequence[Finding] = (),
 ) -> Health:
-    """The run's health findings in their order (``slowest``: the slowest step's and trajectory's,
-    worded by the caller, which knows the steps)."""
+    """The run's health findings in their order (``fold``: the metric points' facts, every point
+    folded; ``slowest``: the slowest step's and trajectory's, worded by the caller, which knows the
+    steps)."""
     firings = guard_firings(spans, records)
-    counts = nonfinite_counts(points)
-    scores = validation_scores(points, first_step_ns)
-    stall_step = as_number(stalled[0].attributes.get(semconv.ATTR_STEP)) if stalled else None
-    hits = alert_hits(per_step_values(gauges), counts, None if stall_step is None else int(stall_step), bool(stalled))
+    counts, scores, hits = fold.close()
+    if stalled:
+        stall_step = as_number(stalled[0].attributes.get(semconv.ATTR_STEP))
+        step = None if stall_step is None else int(stall_step)
+        hits.append(AlertHit(STALL_ALERT, "", step, "no training step finished for the stall limit"))
     findings = [
         _guard_finding(firings),
         _stall_finding(stalled, stall_processes),

@@ -10,11 +10,12 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from otel_verl import semconv
+from otel_verl.offline.bounded import Series, StepSeries
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
 
 INSTANCE = semconv.RES_SERVICE_INSTANCE_ID
@@ -132,24 +133,40 @@ def exporter(resource: dict[str, Any]) -> str:
     return str(resource.get(INSTANCE) or resource.get(semconv.RES_PROCESS_PID))
 
 
+class ExportListener(Protocol):
+    """What else folds each placed export (``health.HealthFold``)."""
+
+    def export(self, who: str, time_ns: int, step: int | None, group: list[GroupPoint]) -> None: ...
+
+
+# a point of an export as ``StepGauges`` holds it: (name, attributes, value, kind, temporality)
+GroupPoint = tuple[str, tuple, float, str, int]
+# sums grouped with their export too: the step the export names is theirs (``health.HealthFold``)
+GROUPED_SUMS = frozenset({semconv.M_NONFINITE})
+
+
 class StepGauges:
-    """Gauge values per training step, folded one point at a time: (name, attributes) -> {step: value}.
+    """Gauge values per training step, folded one point at a time: (name, attributes) -> its
+    ``bounded.StepSeries`` (bounded whatever the run's length).
 
     A process exports all its gauges at each step boundary with one timestamp; the
     ``verl.training.step`` gauge of the same export names the step (the latest export of a step
     wins). Exports without it (validation before training, processes that log nothing) are left
-    out. A process's points come in time order, so one of a later time completes its earlier exports.
+    out of the series (``listeners`` see them, with no step). A process's points come in time order,
+    so one of a later time completes its earlier exports. ``keep``: the steps whose values every
+    series keeps exactly (the page's table rows).
     """
 
-    def __init__(self) -> None:
-        # (process, export time) -> the export's points not yet placed: (name, attributes, value)
-        self._open: dict[tuple[str, int], list[tuple[str, tuple, float]]] = {}
-        self._series: dict[tuple[str, tuple], dict[int, tuple[int, float]]] = defaultdict(dict)
-        self._steps: dict[int, int] = {}
+    def __init__(self, keep: Collection[int] = (), listeners: Sequence[ExportListener] = ()) -> None:
+        # (process, export time) -> the export's points not yet placed
+        self._open: dict[tuple[str, int], list[GroupPoint]] = {}
+        self._series: dict[tuple[str, tuple], StepSeries] = {}
+        self._keep = keep
+        self._listeners = listeners
         self.holding = 0  # points not yet placed
 
     def add(self, p: MetricPoint) -> None:
-        if p.kind != "gauge" or p.value is None:
+        if p.value is None or not (p.kind == "gauge" or (p.kind == "sum" and p.name in GROUPED_SUMS)):
             return
         who = exporter(p.resource)
         group = self._open.get((who, p.time_ns))
@@ -157,35 +174,45 @@ class StepGauges:
             for key in [k for k in self._open if k[0] == who and k[1] < p.time_ns]:
                 self._place(key)
             group = self._open[(who, p.time_ns)] = []
-        group.append((p.name, attr_key(p.attributes) if p.attributes else (), float(p.value)))
+        attrs = attr_key(p.attributes) if p.attributes else ()
+        group.append((p.name, attrs, float(p.value), p.kind, p.temporality))
         self.holding += 1
 
     def _place(self, key: tuple[str, int]) -> None:
         group = self._open.pop(key)
         self.holding -= len(group)
-        step = next((v for name, attrs, v in group if name == semconv.M_TRAINING_STEP and not attrs), None)
-        if step is None or not math.isfinite(step):
+        step = next(
+            (
+                v
+                for name, attrs, v, kind, _ in group
+                if name == semconv.M_TRAINING_STEP and not attrs and kind == "gauge"
+            ),
+            None,
+        )
+        n = int(step) if step is not None and math.isfinite(step) else None
+        for listener in self._listeners:
+            listener.export(key[0], key[1], n, group)
+        if n is None:
             return
-        n = self._steps.setdefault(int(step), int(step))  # one int per step, shared by every series
-        for name, attrs, value in group:
-            if name != semconv.M_TRAINING_STEP:
-                values = self._series[(name, attrs)]
-                old = values.get(n)
-                if old is None or key[1] >= old[0]:
-                    values[n] = (key[1], value)
+        for name, attrs, value, kind, _ in group:
+            if kind == "gauge" and name != semconv.M_TRAINING_STEP:
+                series = self._series.get((name, attrs))
+                if series is None:
+                    series = self._series[(name, attrs)] = StepSeries(self._keep)
+                series.add(n, value, key[1])
 
-    def close(self) -> dict[tuple[str, tuple], dict[int, float]]:
-        """Every export placed: the series."""
-        for key in list(self._open):
+    def close(self) -> dict[tuple[str, tuple], Series]:
+        """Every export placed: the series, each thinned (``bounded``)."""
+        for key in sorted(self._open, key=lambda k: k[1]):
             self._place(key)
-        out: dict[tuple[str, tuple], dict[int, float]] = {}
-        while self._series:  # one copy at a time: a long run's series are most of what is held
-            key, values = self._series.popitem()
-            out[key] = {n: v for n, (_, v) in values.items()}
-        return dict(reversed(out.items()))
+        return {key: series.close() for key, series in self._series.items()}
 
 
-def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], dict[int, float]]:
+def _names_step(name: str, attrs: tuple, kind: str) -> bool:
+    return name == semconv.M_TRAINING_STEP and not attrs and kind == "gauge"
+
+
+def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], Series]:
     """``StepGauges`` over ``points`` in any order."""
     fold = StepGauges()
     for p in sorted(points, key=lambda p: p.time_ns):

@@ -17,10 +17,11 @@ all as records takes gigabytes. So:
   still open at the end (a file that changed in between) is handed over then.
 - **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
   as its export completes (``run_facts.StepGauges``' rule: the export's ``verl.training.step``
-  names the step, the latest value for a step wins); only the few series the other facts read
-  (step, non-finite counts, validation scores, histograms of trajectories) are kept as points,
-  sharing one copy of each resource; of the spools' and queues' counters and of each cumulative
-  trajectory histogram only the latest point;
+  names the step, the latest value for a step wins), each series thinned as it grows
+  (``bounded``); the health facts (non-finite counts, validation scores, the alert rules over
+  every step) fold per export too (``health.HealthFold``); only the histograms of trajectories are
+  kept as points, sharing one copy of each resource, and of the spools' and queues' counters and of
+  each cumulative trajectory histogram only the latest point;
   otel-verl's own cost folds into its per-step sums (``run_facts.OverheadFold``, given the step
   spans the first reading found).
 - **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_verl import semconv
-from otel_verl.offline.health import VALIDATION_PREFIX
+from otel_verl.offline.bounded import Sample, Series
+from otel_verl.offline.health import HealthFold
 from otel_verl.offline.otlp_files import (
     LogEntry,
     MetricPoint,
@@ -62,8 +64,6 @@ TAIL_SPANS = frozenset({semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
 # Metric series kept as points: what run_facts' and health's other facts read.
 KEPT_METRICS = frozenset(
     {
-        semconv.M_TRAINING_STEP,
-        semconv.M_NONFINITE,
         semconv.M_ROLLOUT_TRAJECTORY_DURATION,
         semconv.M_SPOOL_BATCHES,
         semconv.M_SPOOL_BYTES,
@@ -101,16 +101,32 @@ class Senders:
         self.counts[self._last[1]] += items
 
 
+class StepSpan(NamedTuple):
+    """What the first reading keeps of a ``verl.step`` span (the second reading hands over the span
+    itself with its step's other spans)."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    trace_id: str
+    span_id: str
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+
 @dataclass
 class SpanIndex:
     """What the first reading of the traces keeps (see the module's docstring)."""
 
     reading: Reading
     spans: int = 0
-    step_spans: list[SpanRecord] = field(default_factory=list)  # verl.step spans with a step number
+    step_spans: list[StepSpan] = field(default_factory=list)  # verl.step spans with a step number
+    drivers: set[str] = field(default_factory=set)  # the step spans' verl.driver values
     guards: list[SpanRecord] = field(default_factory=list)  # the guard's spans (health's firings)
     tails: StepTails = field(default_factory=StepTails)  # the workers' long tail per step
-    trajectory_seconds: list[float] = field(default_factory=list)  # training trajectories
+    trajectory_seconds: Sample = field(default_factory=Sample)  # training trajectories
     validation_trajectories: int = 0
     slowest: SpanRecord | None = None  # run_facts.slowest_trajectory over every trajectory span
     senders: Senders = field(default_factory=Senders)
@@ -130,9 +146,11 @@ class SpanIndex:
         self.senders.add(s.resource)
         self.start_ns = s.start_ns if self.start_ns is None else min(self.start_ns, s.start_ns)
         self.end_ns = s.end_ns if self.end_ns is None else max(self.end_ns, s.end_ns)
-        if s.name == semconv.SPAN_STEP and isinstance(s.attributes.get(semconv.ATTR_STEP), int):
-            s.resource = share(self.dicts, s.resource)
-            self.step_spans.append(s)
+        step = s.attributes.get(semconv.ATTR_STEP)
+        if s.name == semconv.SPAN_STEP and isinstance(step, int) and not isinstance(step, bool):
+            self.step_spans.append(StepSpan(step, s.start_ns, s.end_ns, s.trace_id, s.span_id))
+            if semconv.ATTR_DRIVER in s.attributes:
+                self.drivers.add(str(s.attributes[semconv.ATTR_DRIVER]))
         elif s.name == semconv.SPAN_GUARD:
             self.guards.append(s)
         elif s.name in TAIL_SPANS:
@@ -148,23 +166,23 @@ class SpanIndex:
             if is_validation(s):
                 self.validation_trajectories += 1
             else:
-                self.trajectory_seconds.append(s.seconds)
+                self.trajectory_seconds.add(s.seconds)
             if include_validation or not is_validation(s):
                 best = self.slowest
                 if best is None or (s.end_ns - s.start_ns, s.span_id) > (best.end_ns - best.start_ns, best.span_id):
+                    s.resource = share(self.dicts, s.resource)
                     self.slowest = s
 
     def resolve(self) -> None:
         """Which step each trace belongs to, and how many spans each step has in all."""
-        self.step_spans.sort(key=lambda s: (s.attributes[semconv.ATTR_STEP], s.start_ns))
-        first: dict[int, SpanRecord] = {}
+        self.step_spans.sort(key=lambda s: (s.step, s.start_ns))
+        first: dict[int, StepSpan] = {}
         for st in self.step_spans:
-            n = st.attributes[semconv.ATTR_STEP]
-            if n in first:
-                self.duplicate_steps.append(n)
+            if st.step in first:
+                self.duplicate_steps.append(st.step)
                 continue
-            first[n] = st
-            self.trace_step.setdefault(st.trace_id, n)
+            first[st.step] = st
+            self.trace_step.setdefault(st.trace_id, st.step)
         step_traces = {st.trace_id for st in self.step_spans}
         for trace_id, (_, submit) in self.submits.items():
             if trace_id not in step_traces and submit in first:
@@ -173,6 +191,13 @@ class SpanIndex:
         for trace_id, n in self.trace_step.items():
             self.expected[n] = self.expected.get(n, 0) + self.trace_spans[trace_id]
         self.trace_spans.clear()
+
+    def first_steps(self) -> list[StepSpan]:
+        """Each step's first ``verl.step`` span, in step order (after ``resolve``)."""
+        out: dict[int, StepSpan] = {}
+        for st in self.step_spans:
+            out.setdefault(st.step, st)
+        return list(out.values())
 
 
 def index_spans(folder: Path, skipped: Skipped, include_validation: bool = False) -> SpanIndex:
@@ -244,13 +269,18 @@ class MetricFold:
     """What the one reading of the metric points keeps (see the module's docstring)."""
 
     overhead: OverheadFold
+    health: HealthFold = field(default_factory=HealthFold)
+    keep: Collection[int] = ()  # steps whose gauge values are kept exactly (the page's table rows)
     points: int = 0
-    kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS and validation gauges
-    gauges: StepGauges = field(default_factory=StepGauges)
+    kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS
+    gauges: StepGauges = field(init=False)
     senders: Senders = field(default_factory=Senders)
     held: Held = field(default_factory=Held)
     _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources and attributes
     _last: dict[tuple, MetricPoint] = field(default_factory=dict)  # LAST_ONLY: the latest point per series
+
+    def __post_init__(self) -> None:
+        self.gauges = StepGauges(self.keep, (self.health,))
 
     def add(self, p: MetricPoint) -> None:
         self.points += 1
@@ -260,7 +290,7 @@ class MetricFold:
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
             # cumulative: its latest point per series is the whole count (``report.model.trajectory_histogram``)
             self._keep_last(p, (p.name, p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns))
-        elif p.name in KEPT_METRICS or (p.kind == "gauge" and p.name.startswith(VALIDATION_PREFIX)):
+        elif p.name in KEPT_METRICS:
             self.kept.append(self._shared(p))
         self.gauges.add(p)
         self.overhead.add(p)
@@ -278,7 +308,7 @@ class MetricFold:
         if old is None or p.time_ns >= old.time_ns:
             self._last[key] = self._shared(p)
 
-    def close(self) -> dict[tuple[str, tuple], dict[int, float]]:
+    def close(self) -> dict[tuple[str, tuple], Series]:
         """Every export placed: the per-step series (``run_facts.StepGauges``)."""
         self.kept += self._last.values()
         self._last.clear()
@@ -286,11 +316,13 @@ class MetricFold:
 
 
 def fold_metrics(
-    folder: Path, skipped: Skipped, steps: list[tuple[int, int, int]]
-) -> tuple[MetricFold, dict[tuple[str, tuple], dict[int, float]]]:
+    folder: Path, skipped: Skipped, steps: list[tuple[int, int, int]], keep: Collection[int] = ()
+) -> tuple[MetricFold, dict[tuple[str, tuple], Series]]:
     """The one reading of ``folder``'s metric points: the fold and its per-step gauge series;
-    ``steps`` (step, span start, span end) bound otel-verl's cost per step (``run_facts.overhead``)."""
-    fold = MetricFold(OverheadFold(steps))
+    ``steps`` (step, span start, span end) bound otel-verl's cost per step (``run_facts.overhead``)
+    and place the validation before the first step; ``keep``: the steps whose values the series keep
+    exactly."""
+    fold = MetricFold(OverheadFold(steps), HealthFold(steps[0][1] if steps else None), keep)
     reading = Reading()
     # the TaskRunner's files first (named by role: ``process.exporters``): its exports set the
     # step boundaries the other processes' cost waits for

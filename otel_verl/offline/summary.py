@@ -19,8 +19,9 @@ from typing import TextIO
 from otel_verl import semconv
 from otel_verl.commands.errors import CommandError, say, warn
 from otel_verl.commands.text import printable
+from otel_verl.offline.bounded import Series
 from otel_verl.offline.otlp_files import SpanRecord, run_folder
-from otel_verl.offline.report.model import VALIDATION_KEYS, Report, StepRow, build
+from otel_verl.offline.report.model import MAX_ROWS, VALIDATION_KEYS, Report, StepRow, build
 from otel_verl.offline.run_facts import as_number, category_words
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
@@ -56,14 +57,15 @@ def lines(rep: Report) -> list[str]:
         stages += [(st, {r.step: r.stages[st] for r in rep.steps if st in r.stages}) for st in rep.stage_order]
         stages.append(("other (outside any stage)", {r.step: r.other for r in rep.steps}))
         stages.append((COVERED, {r.step: r.attributed for r in rep.steps}))
-        out += _table([r.step for r in rep.steps], stages, "{:.2f}")
-        out += ["  " + line for line in _where_the_time_went(rep.steps)]
+        out += _table([r.step for r in rep.steps], stages, "{:.2f}", rep.totals.count)
+        out += ["  " + line for line in _where_the_time_went(rep)]
     all_series = [(label, values) for _, _, curve in rep.curves for label, values in curve]
     series = [(label, values) for label, values in all_series if values]
     if series:
         steps = sorted({s for _, values in series for s in values})
         out += ["", "metrics at each training step (the value verl logged, as exported at the end of the step):"]
-        out += _table(steps, series, "{:.4g}")
+        thinned = any(isinstance(v, Series) and v.thinned for _, v in series)
+        out += _table(steps, series, "{:.4g}", max(len(steps), rep.totals.count) if thinned else len(steps))
         missing = [label for label, values in all_series if not values and label != VALIDATION_KEYS]
         if missing:
             out.append(f"  not logged by this run: {', '.join(missing)}")
@@ -93,11 +95,11 @@ def _health(rep: Report) -> list[str]:
     return out
 
 
-def _where_the_time_went(steps: Sequence[StepRow]) -> list[str]:
-    """Where the time went, in words: the share with work under it, the slowest step's categories,
-    and the v1 poll lag of each step."""
-    total = sum(r.span.seconds for r in steps)
-    covered = sum(r.attributed for r in steps)
+def _where_the_time_went(rep: Report) -> list[str]:
+    """Where the time went, in words: the share with work under it (every step), the slowest
+    step's categories, and the v1 poll lag of each step shown."""
+    steps = rep.steps
+    total, covered = rep.totals.seconds, rep.totals.attributed
     share = covered / total if total > 0 else 0.0
     out = [
         f"where the time went: {share:.0%} of step time has a worker call, rollout or wait under its stage; "
@@ -141,21 +143,22 @@ def _stall(rep: Report) -> list[str]:
 def _headline(rep: Report) -> str:
     meta = rep.meta
     who = ", ".join(f"{k} {meta[k]}" for k in ("service", "driver", "experiment") if k in meta)
-    total = sum(r.span.seconds for r in rep.steps)
-    steps = f"{len(rep.steps)} training steps, {total:.1f} s in steps" if rep.steps else "no training steps"
+    total = rep.totals.seconds
+    count = rep.totals.count
+    steps = f"{count} training steps, {total:.1f} s in steps" if count else "no training steps"
     return f"verl run {meta.get('run id', '(no run id)')}{f' ({who})' if who else ''}: {steps}"
 
 
-def _table(steps: Sequence[int], rows: list[tuple[str, dict[int, float]]], fmt: str) -> list[str]:
-    """Rows of values under one column per step; long runs show the first and last steps."""
+def _table(steps: Sequence[int], rows: list[tuple[str, dict[int, float]]], fmt: str, total: int) -> list[str]:
+    """Rows of values under one column per step (``steps``: those held, of ``total``); long runs
+    show the first and last steps."""
     shown: list[int | None] = list(steps)
     note = ""
     if len(steps) > MAX_STEP_COLUMNS:
         half = MAX_STEP_COLUMNS // 2
         shown = [*steps[:half], None, *steps[-half:]]
-        note = (
-            f"  (steps {steps[0]}-{steps[half - 1]} and {steps[-half]}-{steps[-1]} of {len(steps)}; the report has all)"
-        )
+        where = "the report has all" if total <= MAX_ROWS else "the report has more"
+        note = f"  (steps {steps[0]}-{steps[half - 1]} and {steps[-half]}-{steps[-1]} of {total}; {where})"
     cells = [["step", *("..." if s is None else str(s) for s in shown)]]
     for label, values in rows:
         cells.append(
@@ -255,6 +258,9 @@ def _telemetry(rep: Report) -> list[str]:
     out += [f"  {proc}: {n} spans" for proc, n in rep.processes]
     if rep.steps:
         out.append("step traces (verl.step roots; v1 rollout traces joined by verl.rollout.submit_step):")
+        picked = rep.totals.picked(len(rep.steps))
+        if picked:
+            out.append(f"  ({picked}; the others in the report's charts)")
     for r in rep.steps:
         ranks = f" from ranks {', '.join(r.worker_ranks)}" if r.worker_ranks else ""
         error = "; ERROR" if r.error else ""

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 
 from otel_verl import semconv
+from otel_verl.offline.bounded import thin
 from otel_verl.offline.report.markup import esc
 from otel_verl.offline.report.model import Report, Row, Timeline
 
@@ -33,9 +34,6 @@ SLOWEST_COLOR = "#d62728"
 # Timeline rows that are not stages, by Row.kind; the lines of one curve chart, in order.
 _KIND_COLORS = {"wg": "#8e9aaf", "worker": "#6b8f71", "traj": "#a0c4e8", "tail": "#555", "other": "#b8a9c9"}
 LINE_COLORS = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1")
-# points one drawn series keeps: a longer one is drawn from the lowest and highest value of each of
-# MAX_LINE_POINTS // 2 runs of consecutive steps (its spikes stay), so a page's size stays bounded
-MAX_LINE_POINTS = 2000
 MAX_INDENT = 16  # timeline rows deeper than this are drawn at this depth (the labels stay in their column)
 
 
@@ -117,11 +115,12 @@ def legend(colors: dict[str, str]) -> str:
 
 
 def stacked_svg(report: Report, colors: dict[str, str]) -> str:
-    """One column per step, its top-level stages stacked in start order, then ``OTHER``."""
-    rows = report.steps
+    """One column per step (a long run: per run of steps, its slowest), its top-level stages stacked
+    in start order, then ``OTHER``."""
+    rows = report.totals.columns.items()
     width, height, left, bottom, top = 1100, 300, 60, 40, 10
     plot_w, plot_h = width - left - 10, height - top - bottom
-    top_value = max((r.span.seconds for r in rows), default=1.0) or 1.0
+    top_value = max((r.seconds for r in rows), default=1.0) or 1.0
     ticks = nice_ticks(0, top_value)
     ymax = ticks[-1] or 1.0
     slot = plot_w / max(len(rows), 1)
@@ -288,39 +287,9 @@ def line_style(k: int, n: int) -> LineStyle:
     return LineStyle(color, 2 + 2.5 * wider, "" if k == 0 else "6 4", 3 + 2 * wider, color if k == 0 else "#fff")
 
 
-# what the page says where a series was thinned
-THINNED = (
-    f"a series of more than {MAX_LINE_POINTS:,} steps is drawn from the lowest and highest value of each of "
-    f"{MAX_LINE_POINTS // 2:,} runs of steps"
-)
-
-
-def thin(data: dict[int, float], most: int = MAX_LINE_POINTS) -> dict[int, float]:
-    """``data`` (step -> value, in step order) as drawn: itself when it has at most ``most`` points,
-    else of each of ``most // 2`` runs of consecutive points the lowest and the highest finite value
-    (in step order; a run of only non-finite values keeps its first)."""
-    n = len(data)
-    if n <= most:
-        return data
-    items = list(data.items())
-    runs = max(1, most // 2)
-    out: dict[int, float] = {}
-    for r in range(runs):
-        run = items[r * n // runs : (r + 1) * n // runs]
-        finite = [kv for kv in run if math.isfinite(kv[1])]
-        if not finite:
-            if run:
-                out[run[0][0]] = run[0][1]
-            continue
-        lo, hi = min(finite, key=lambda kv: kv[1]), max(finite, key=lambda kv: kv[1])
-        for step, value in sorted({lo, hi}):
-            out[step] = value
-    return out
-
-
 def line_svg(title: str, unit: str, lines: list[tuple[str, dict[int, float]]]) -> str:
     """One line per (label, step -> value) series, steps on the x axis (non-finite values left out;
-    a long series thinned: ``thin``)."""
+    a long series thinned: ``bounded.thin``)."""
     lines = [(label, thin({s: v for s, v in data.items() if math.isfinite(v)})) for label, data in lines]
     width, height, left, bottom, top = 540, 220, 64, 36, 12
     plot_w, plot_h = width - left - 14, height - top - bottom

@@ -5,7 +5,6 @@ timelines, rollout latency, per-step curves. ``build(folder)`` returns it all as
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_verl import semconv
+from otel_verl.offline.bounded import Sample, SlowestPerRun, pick_steps, picked_text
 from otel_verl.offline.health import Finding, Health, health
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
 from otel_verl.offline.pools import replica_idle_ratio
@@ -44,13 +44,16 @@ from otel_verl.offline.run_reader import (
     Held,
     MetricFold,
     SpanIndex,
+    StepSpan,
     fold_metrics,
     index_spans,
     log_records,
     step_spans,
 )
 
-MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (the slowest and the last ones beyond)
+MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (``bounded.pick_steps`` beyond)
+MAX_ROWS = 1000  # steps shown one by one in the tables (``bounded.pick_steps`` beyond)
+MAX_COLUMNS = 500  # columns of the stacked stage chart (each run of steps: its slowest, beyond)
 MAX_TRAJECTORY_ROWS = 48  # trajectory rows per step timeline (the slowest ones)
 
 # (chart title, unit, [(metric, (attribute, value) or None, label)]); charts without data are left out
@@ -130,6 +133,41 @@ class Histogram:
     total: float
 
 
+@dataclass(frozen=True)
+class Column:
+    """One column of the stacked stage chart: a step's stages."""
+
+    step: int
+    seconds: float
+    stages: dict[str, float]
+    other: float
+
+
+@dataclass
+class StepTotals:
+    """Every step, folded as its row is made: what ``Report.steps`` (a long run's picked steps) cannot say."""
+
+    count: int = 0
+    seconds: float = 0.0
+    attributed: float = 0.0  # StepRow.attributed, summed
+    stage_order: dict[str, None] = field(default_factory=dict)  # stages in the order first seen
+    timed: bool = False  # some step span carries verl.time.* (the "where the time went" section)
+    columns: SlowestPerRun[Column] = field(default_factory=lambda: SlowestPerRun(MAX_COLUMNS))
+    rows: int = MAX_ROWS  # the most steps shown one by one (``bounded.pick_steps``)
+
+    def add(self, row: StepRow) -> None:
+        self.count += 1
+        self.seconds += row.span.seconds
+        self.attributed += row.attributed
+        self.stage_order.update(dict.fromkeys(row.stages))
+        self.timed = self.timed or bool(row.time_by)
+        self.columns.add(row.step, row.span.seconds, Column(row.step, row.span.seconds, row.stages, row.other))
+
+    def picked(self, shown: int) -> str | None:
+        """How the tables say which steps they show, when not every one (``bounded.picked_text``)."""
+        return picked_text(shown, self.count, self.rows) if shown < self.count else None
+
+
 @dataclass
 class Report:
     folder: Path
@@ -141,11 +179,12 @@ class Report:
     slowest_rule: str  # which trajectories "the slowest" is chosen from (run_facts.slowest_rule)
     meta: dict[str, str]
     processes: list[tuple[str, int]]  # ("taskrunner pid 870", spans)
-    steps: list[StepRow]
+    steps: list[StepRow]  # the steps shown one by one: every one, or a long run's picked ones (``totals``)
+    totals: StepTotals  # every step, of which ``steps`` are shown
     stage_order: list[str]
     timelines: dict[int, Timeline]
     default_step: int | None
-    trajectory_seconds: list[float]  # training trajectory spans
+    trajectory_seconds: list[float]  # training trajectory spans: every one, or a uniform sample (``trajectories``)
     validation_trajectories: int
     trajectory_metric: Histogram | None
     curves: list[tuple[str, str, list[tuple[str, dict[int, float]]]]]
@@ -158,6 +197,7 @@ class Report:
     senders: int = 0  # processes that sent spans or metric points
     spool: SpoolFacts | None = None  # export outages and losses (run_facts.spool_facts)
     held: Held = field(default_factory=Held)  # the most spans and points held at once while reading
+    trajectories: Sample = field(default_factory=Sample)  # every training trajectory span's count, sum and max
 
     def spool_line(self) -> str | None:
         """Whether the run had an export outage, and whether anything was lost (``SpoolFacts.line``)."""
@@ -166,9 +206,9 @@ class Report:
     def overhead_line(self) -> str | None:
         """The "telemetry cost per step" line: otel-verl's own CPU next to the step time."""
         o = self.overhead
-        if o is None or not o.per_step or not self.steps:
+        if o is None or not o.per_step or not self.totals.count:
             return None
-        step_s = statistics.fmean(r.span.seconds for r in self.steps)
+        step_s = self.totals.seconds / self.totals.count
         cost = o.mean()
         line = f"telemetry cost per step: {cost:.4f} CPU-s (mean of {len(o.per_step)} steps; median {o.median():.4f}"
         line += f", {min(o.per_step.values()):.4f} to {max(o.per_step.values()):.4f})"
@@ -294,18 +334,19 @@ def _timeline(step: StepRow, members: list[SpanRecord], include_validation: bool
 
 def build(folder: str | Path, include_validation: bool = False) -> Report:
     """Read ``folder``'s traces and metrics and work out everything the page shows, holding at
-    most about a step's spans at a time (``offline.run_reader``).
+    most about a step's spans at a time (``offline.run_reader``) and of a long run's steps and
+    values a bounded part (``offline.bounded``).
 
     ``include_validation``: validation trajectories may be "the slowest" (``run_facts.trajectory_pool``).
     """
     folder = Path(folder)
     skipped = Skipped()
     index = index_spans(folder, skipped, include_validation)
-    first: dict[int, SpanRecord] = {}
-    for st in index.step_spans:
-        first.setdefault(st.attributes[semconv.ATTR_STEP], st)
-    steps_at = [(n, st.start_ns, st.end_ns) for n, st in sorted(first.items())]
-    fold, series = fold_metrics(folder, skipped, steps_at)
+    first = {st.step: st for st in index.first_steps()}
+    durations = [(n, st.seconds) for n, st in first.items()]
+    chosen = pick_steps(durations, MAX_TIMELINE_STEPS)
+    shown = pick_steps(durations, MAX_ROWS) | chosen
+    fold, series = fold_metrics(folder, skipped, [(n, st.start_ns, st.end_ns) for n, st in first.items()], shown)
     points = fold.kept
     records = log_records(folder, skipped)
     stalled, reports = stall_reports(records)  # the stall doctor's, if any
@@ -313,34 +354,44 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     if skipped:
         notes.append(skipped.describe())
     notes += [f"step {n} has more than one verl.step span; the first is shown" for n in index.duplicate_steps]
-    chosen = _timeline_steps(list(first.values()), notes)
+    if len(chosen) < len(first):
+        notes.append(f"timelines are included for {picked_text(len(chosen), len(first), MAX_TIMELINE_STEPS)}")
     tails = index.tails  # the workers' figures over every trajectory
     rows: dict[int, StepRow] = {}
     timelines: dict[int, Timeline] = {}
+    totals = StepTotals()
     held = fold.held
     run_slowest = index.slowest.span_id if index.slowest is not None else None
-    for n, members in step_spans(folder, index, held):
-        if n not in first:
-            continue
-        rows[n] = _step_row(first[n], members, tails, include_validation, run_slowest)
+
+    def add(n: int, members: list[SpanRecord]) -> None:
+        st = first[n]
+        span = next((s for s in members if s.span_id == st.span_id and s.name == semconv.SPAN_STEP), None)
+        if span is None:
+            span = _bare_step(st)
+            members = [span, *members]
+        row = _step_row(span, members, tails, include_validation, run_slowest)
+        totals.add(row)
+        if n in shown or row.tree:  # the row of the run's slowest trajectory too
+            rows[n] = row
         if n in chosen:
-            timelines[n] = _timeline(rows[n], members, include_validation)
-    for n, st in first.items():  # a step whose spans the second reading did not find again
-        if n not in rows:
-            rows[n] = _step_row(st, [st], tails, include_validation, run_slowest)
-            if n in chosen:
-                timelines[n] = _timeline(rows[n], [st], include_validation)
+            timelines[n] = _timeline(row, members, include_validation)
+
+    done: set[int] = set()
+    for n, members in step_spans(folder, index, held):
+        if n in first and n not in done:
+            done.add(n)
+            add(n, members)
+    for n in first:  # a step whose spans the second reading did not find again
+        if n not in done:
+            add(n, [])
     steps = [rows[n] for n in sorted(rows)]
-    stage_order = list(dict.fromkeys(stage for r in steps for stage in r.stages))
     default_step = max(steps, key=lambda r: (r.span.seconds, r.step)).step if steps else None
     checks = health(
         index.guards,
         records,
-        points,
-        series,
+        fold.health,
         stalled,
         len(reports),
-        index.step_spans[0].start_ns if index.step_spans else None,
         _slowest_findings(steps, index.slowest, include_validation),
     )
     if not index.spans:
@@ -361,16 +412,15 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         processes=sorted(index.senders.counts.items()),
         senders=len(set(index.senders.counts) | set(fold.senders.counts)),
         steps=steps,
-        stage_order=stage_order,
+        totals=totals,
+        stage_order=list(totals.stage_order),
         timelines={n: timelines[n] for n in sorted(timelines)},
         default_step=default_step,
-        trajectory_seconds=index.trajectory_seconds,
+        trajectory_seconds=index.trajectory_seconds.values,
         validation_trajectories=index.validation_trajectories,
         trajectory_metric=trajectory_histogram(points),
         curves=_curves(series, checks.validation),
-        gauges={
-            series_label(name, dict(attrs)): in_step_order(values) for (name, attrs), values in sorted(series.items())
-        },
+        gauges={series_label(name, dict(attrs)): values for (name, attrs), values in sorted(series.items())},
         notes=notes,
         stalled=stalled,
         stall_reports=reports,
@@ -378,6 +428,14 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         spool=spool_facts(points),
         health=checks,
         held=held,
+        trajectories=index.trajectory_seconds,
+    )
+
+
+def _bare_step(st: StepSpan) -> SpanRecord:
+    """A step span the second reading did not find again, from what the first kept of it."""
+    return SpanRecord(
+        semconv.SPAN_STEP, st.trace_id, st.span_id, "", st.start_ns, st.end_ns, {semconv.ATTR_STEP: st.step}, {}, ""
     )
 
 
@@ -491,20 +549,6 @@ def _replicas(members: list[SpanRecord]) -> list[str]:
     return sorted(r for r in found if isinstance(r, str))
 
 
-def _timeline_steps(step_spans: list[SpanRecord], notes: list[str]) -> set[int]:
-    """The steps whose timeline is in the page: every one, or for a long run the slowest and the last ones."""
-    chosen = [st.attributes[semconv.ATTR_STEP] for st in step_spans]
-    if len(chosen) > MAX_TIMELINE_STEPS:
-        half = MAX_TIMELINE_STEPS // 2
-        slow = sorted(step_spans, key=lambda s: -s.seconds)[:half]
-        picked = {s.attributes[semconv.ATTR_STEP] for s in slow} | set(chosen[-half:])
-        notes.append(
-            f"timelines are included for {len(picked)} of {len(chosen)} steps (the {half} slowest and the last {half})"
-        )
-        return picked
-    return set(chosen)
-
-
 VALIDATION_CHART = "Validation score"
 VALIDATION_KEYS = "val-core/<data source>/<score>/mean@<n>"  # verl's keys, when a run logged none
 MAX_VALIDATION_LINES = 5
@@ -548,9 +592,7 @@ def _meta(index: SpanIndex, fold: MetricFold) -> dict[str, str]:
         values = sorted(index.senders.meta.get(key, set()) | fold.senders.meta.get(key, set()))
         if values:
             meta[label] = ", ".join(values)
-    drivers = sorted(
-        {str(s.attributes[semconv.ATTR_DRIVER]) for s in index.step_spans if semconv.ATTR_DRIVER in s.attributes}
-    )
+    drivers = sorted(index.drivers)
     if drivers:
         meta["driver"] = ", ".join(drivers)
     if index.start_ns is not None and index.end_ns is not None:

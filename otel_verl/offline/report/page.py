@@ -14,12 +14,11 @@ from importlib import resources
 
 from otel_verl import semconv
 from otel_verl.commands.text import printable
+from otel_verl.offline.bounded import THINNED, thin, thinned
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.report.charts import (
-    MAX_LINE_POINTS,
     OTHER,
     SLOWEST_COLOR,
-    THINNED,
     duration,
     histogram_svg,
     legend,
@@ -30,7 +29,6 @@ from otel_verl.offline.report.charts import (
     stacked_svg,
     stage_colors,
     swatch,
-    thin,
     timeline_svg,
 )
 from otel_verl.offline.report.markup import csp_meta, esc, script_json
@@ -99,7 +97,7 @@ def _meta(report: Report) -> str:
     meta += (
         f"<dt>read</dt><dd>{esc(report.folder)}: {report.files['traces']} trace, {report.files['metrics']} metric, "
         f"{report.files['logs']} log files; {report.spans} spans, {report.points} metric points, "
-        f"{len(report.steps)} steps</dd>"
+        f"{report.totals.count} steps</dd>"
     )
     if report.processes:
         meta += (
@@ -202,6 +200,7 @@ def _stages_section(report: Report, colors: dict[str, str]) -> str:
             "seconds; <i>other</i> is step time outside any stage. Click a row to see its timeline.</p>",
             legend(colors),
             stacked_svg(report, colors),
+            _picked(report),
             _folded(_stage_table(report), len(report.steps), "stage seconds per step"),
             _engine_split(report),
             _spool(report),
@@ -386,11 +385,10 @@ def _explore_section(report: Report) -> list[str]:
     )
     # keys as the options show them: esc(n) is printable(n), HTML-escaped, and the browser unescapes it
     gauge_json = script_json({printable(k): {str(s): v for s, v in thin(d).items()} for k, d in report.gauges.items()})
-    longest = max((len(d) for d in report.gauges.values()), default=0)
-    thinned = f"; {THINNED}" if longest > MAX_LINE_POINTS else ""
+    thin_note = f"; {THINNED}" if any(thinned(d) for d in report.gauges.values()) else ""
     picker = (
         f'<p><select id="metric-pick">{options}</select> <small>every gauge exported at step boundaries '
-        f"({len(report.gauges)} series{thinned})</small></p>"
+        f"({len(report.gauges)} series{thin_note})</small></p>"
         if report.gauges
         else '<p class="empty">No per-step gauges.</p>'
     )
@@ -398,6 +396,17 @@ def _explore_section(report: Report) -> list[str]:
         f'<section id="explore"><h2>Any metric</h2>{picker}<div id="metric-chart"></div></section>',
         f'<script type="application/json" id="gauge-data">{gauge_json}</script>',
     ]
+
+
+def _picked(report: Report) -> str:
+    """Which steps the tables show, when a long run's are not all there (``bounded.pick_steps``)."""
+    picked = report.totals.picked(len(report.steps))
+    if picked is None:
+        return ""
+    return (
+        f'<p class="picked">The tables show {esc(picked)}; the stacked chart draws of each run of '
+        f"{report.totals.columns.width} steps its slowest. Every step counts in the figures above and below.</p>"
+    )
 
 
 def _engine_split(report: Report) -> str:
@@ -605,8 +614,11 @@ def _curves_section(report: Report) -> str:
         )
     out.append("</div>")
     columns = [(label, data) for _, _, lines in report.curves for label, data in lines if data]
-    if any(len(data) > MAX_LINE_POINTS for _, data in columns):
-        out.append(f'<p class="thinned">{THINNED[0].upper()}{THINNED[1:]}; the table has every value.</p>')
+    if any(thinned(data) for _, data in columns):
+        out.append(
+            f'<p class="thinned">{THINNED[0].upper()}{THINNED[1:]}; the table has the values held: those of the '
+            "steps in the tables above, the first and last steps, and each run's lowest and highest.</p>"
+        )
     steps = sorted({s for _, d in columns for s in d})
     head = "".join(f'<th data-key="{esc(label)}">{esc(label)}</th>' for label, _ in columns)
     table = [f'<table id="curve-table" class="num"><thead><tr><th>step</th>{head}</tr></thead><tbody>']

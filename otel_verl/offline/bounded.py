@@ -1,0 +1,233 @@
+"""What ``summary`` and ``report`` hold of a long run's values, bounded whatever the run's length:
+per-step series thinned (``StepSeries``, and ``thin`` for a series already read), step rows
+thinned to a few (``StepPicks``) and a uniform sample of many values (``Sample``).
+
+A series (one gauge's value per step, one step time per step) keeps of each run of consecutive steps
+its lowest and its highest finite value (a run of only non-finite values keeps its first), so a
+spike stays visible whatever the run's length; its first and last ``EDGE`` steps and the steps the
+caller names (the rows of the page's tables) keep their values exactly. Runs start one step wide
+and double in width whenever there are more than ``MAX_RUNS``: a series never holds more than about
+``2 * MAX_RUNS + 2 * EDGE`` values plus the named steps.
+
+The latest value of a step wins while it is among the last ``EDGE`` steps seen (an export of a step
+repeated later, by time); a step older than those is folded into its run as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Collection, Sequence
+from typing import Generic, TypeVar
+
+MAX_POINTS = 2000  # values a drawn series keeps at most (charts.line_svg, the page's "any metric")
+MAX_RUNS = MAX_POINTS // 2  # runs of steps, each keeping its lowest and highest value
+EDGE = 64  # the first and the last steps of a series, kept exactly
+
+# what the page and the summary say where a series was thinned
+THINNED = (
+    f"a series of more than {MAX_POINTS:,} steps is drawn from the lowest and highest value of each of "
+    f"{MAX_RUNS // 2:,} to {MAX_RUNS:,} runs of steps"
+)
+
+
+class Series(dict[int, float]):
+    """A series as held: step -> value in step order; ``thinned`` when runs of steps were folded
+    into their lowest and highest value."""
+
+    thinned: bool = False
+
+
+def thinned(values: dict[int, float]) -> bool:
+    """Whether ``values`` lacks steps: a thinned ``Series``, or a dict longer than a chart draws."""
+    return values.thinned if isinstance(values, Series) else len(values) > MAX_POINTS
+
+
+class _Run:
+    __slots__ = ("hi", "lo")
+
+    def __init__(self, step: int, value: float) -> None:
+        self.lo = self.hi = (step, value)
+
+    def add(self, step: int, value: float) -> None:
+        if not math.isfinite(value):
+            return
+        if not math.isfinite(self.lo[1]):  # only non-finite values so far: the finite one replaces them
+            self.lo = self.hi = (step, value)
+        elif value < self.lo[1]:
+            self.lo = (step, value)
+        elif value > self.hi[1]:
+            self.hi = (step, value)
+
+    def merge(self, other: _Run) -> None:
+        for step, value in (other.lo, other.hi):
+            self.add(step, value)
+
+
+class StepSeries:
+    """One series folded a value at a time (see the module's docstring); ``close`` gives the ``Series``."""
+
+    __slots__ = ("_first", "_keep", "_kept", "_recent", "_runs", "_width")
+
+    def __init__(self, keep: Collection[int] = ()) -> None:
+        self._keep = keep  # steps kept exactly (shared by every series of a run: not copied)
+        self._kept: dict[int, float] = {}
+        self._first: dict[int, float] = {}  # the first EDGE steps folded
+        self._recent: dict[int, tuple[int, float]] = {}  # the last EDGE steps: step -> (time, value)
+        self._runs: dict[int, _Run] = {}  # step // width -> its run
+        self._width = 1
+
+    def add(self, step: int, value: float, time: int = 0) -> None:
+        """``value`` at ``step``, exported at ``time`` (the later of two values of a recent step wins)."""
+        old = self._recent.get(step)
+        if old is not None:
+            if time >= old[0]:
+                self._recent[step] = (time, value)
+            return
+        self._recent[step] = (time, value)
+        if len(self._recent) > EDGE:
+            oldest = min(self._recent)
+            self._fold(oldest, self._recent.pop(oldest)[1])
+
+    def _fold(self, step: int, value: float) -> None:
+        if step in self._keep:
+            self._kept[step] = value
+        if len(self._first) < EDGE:
+            self._first[step] = value
+        elif step < max(self._first):  # an old step read late: the first ones are the lowest
+            del self._first[max(self._first)]
+            self._first[step] = value
+        run = self._runs.get(step // self._width)
+        if run is None:
+            self._runs[step // self._width] = _Run(step, value)
+        else:
+            run.add(step, value)
+        if len(self._runs) > MAX_RUNS:
+            self._width *= 2
+            merged: dict[int, _Run] = {}
+            for index, r in sorted(self._runs.items()):
+                into = merged.get(index // 2)
+                if into is None:
+                    merged[index // 2] = r
+                else:
+                    into.merge(r)
+            self._runs = merged
+
+    def close(self) -> Series:
+        """The values held, in step order."""
+        out: dict[int, float] = {}
+        for r in self._runs.values():
+            out[r.lo[0]], out[r.hi[0]] = r.lo[1], r.hi[1]
+        out.update(self._first)
+        out.update(self._kept)
+        out.update((step, value) for step, (_, value) in self._recent.items())
+        series = Series(sorted(out.items()))
+        series.thinned = self._width > 1
+        return series
+
+
+def thin(values: dict[int, float], most: int = MAX_POINTS) -> dict[int, float]:
+    """``values`` as drawn: itself when it has at most ``most`` points, else the lowest and highest
+    finite value of each of ``most // 4`` to ``most // 2`` runs of steps (``StepSeries``' runs, no
+    value kept exactly), in step order."""
+    if len(values) <= most:
+        return values
+    runs = max(1, most // 2)
+    width = 1
+    lo, hi = min(values), max(values)
+    while (hi - lo) // width + 1 > runs:
+        width *= 2
+    held: dict[int, _Run] = {}
+    for step, value in values.items():
+        run = held.get((step - lo) // width)
+        if run is None:
+            held[(step - lo) // width] = _Run(step, value)
+        else:
+            run.add(step, value)
+    out: dict[int, float] = {}
+    for r in held.values():
+        out[r.lo[0]], out[r.hi[0]] = r.lo[1], r.hi[1]
+    return dict(sorted(out.items()))
+
+
+MAX_SAMPLE = 100_000  # values a ``Sample`` holds at most
+
+
+class Sample:
+    """Values of which at most ``MAX_SAMPLE`` are held: every one while there are no more, else a
+    uniform sample of them (reservoir sampling, seeded: the same run gives the same page); the
+    count, sum and largest value are of every value."""
+
+    __slots__ = ("_random", "count", "largest", "total", "values")
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.count = 0
+        self.total = 0.0
+        self.largest: float | None = None
+        self._random = random.Random(0)
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        self.largest = value if self.largest is None else max(self.largest, value)
+        if len(self.values) < MAX_SAMPLE:
+            self.values.append(value)
+            return
+        k = self._random.randrange(self.count)
+        if k < MAX_SAMPLE:
+            self.values[k] = value
+
+    @property
+    def sampled(self) -> bool:
+        return self.count > len(self.values)
+
+
+def pick_steps(steps: Sequence[tuple[int, float]], most: int) -> set[int]:
+    """Which of ``steps`` ((step, seconds) in step order) a long run shows one by one: every step
+    when there are at most ``most``, else the first ``most // 10``, the ``2 * most // 5`` slowest
+    and the last ``most // 2`` (a smaller ``most`` picks a subset of a larger one's)."""
+    if len(steps) <= most:
+        return {n for n, _ in steps}
+    slowest = sorted(steps, key=lambda st: (-st[1], st[0]))[: 2 * most // 5]
+    picked = {n for n, _ in steps[: most // 10]} | {n for n, _ in slowest}
+    return picked | {n for n, _ in steps[len(steps) - most // 2 :]}
+
+
+def picked_text(picked: int, steps: int, most: int) -> str:
+    """How the page and the summary say which steps ``pick_steps`` chose."""
+    return (
+        f"{picked:,} of {steps:,} steps: the first {most // 10:,}, the {2 * most // 5:,} slowest and the last "
+        f"{most // 2:,}"
+    )
+
+
+T = TypeVar("T")
+
+
+class SlowestPerRun(Generic[T]):
+    """Of each run of consecutive steps, the item of the slowest step: every step's while there are
+    at most ``most``; runs double in width when there are more (as ``StepSeries``' runs)."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.width = 1
+        self._runs: dict[int, tuple[float, int, T]] = {}  # step // width -> (seconds, step, item)
+
+    def add(self, step: int, seconds: float, item: T) -> None:
+        index = step // self.width
+        old = self._runs.get(index)
+        if old is None or (seconds, -step) > (old[0], -old[1]):
+            self._runs[index] = (seconds, step, item)
+        if len(self._runs) > self.most:
+            self.width *= 2
+            merged: dict[int, tuple[float, int, T]] = {}
+            for i, kept in sorted(self._runs.items()):
+                into = merged.get(i // 2)
+                if into is None or (kept[0], -kept[1]) > (into[0], -into[1]):
+                    merged[i // 2] = kept
+            self._runs = merged
+
+    def items(self) -> list[T]:
+        """The items kept, in step order."""
+        return [item for _, _, item in sorted(self._runs.values(), key=lambda kept: kept[1])]
