@@ -30,11 +30,11 @@ all as records takes gigabytes. So:
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, Series
@@ -59,6 +59,7 @@ from otel_verl.offline.run_facts import (
     is_validation,
 )
 
+T = TypeVar("T")
 # The spans whose long-tail events the index folds per step (``run_facts.StepTails``).
 TAIL_SPANS = frozenset({semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
 # Metric series kept as points: what run_facts' and health's other facts read.
@@ -101,6 +102,95 @@ class Senders:
         self.counts[self._last[1]] += items
 
 
+# A trace's step, as the readings decide it: (step, the verl.step span's id) for a step's own trace,
+# (submit step, "") for a rollout trace joined to it by ``verl.rollout.submit_step``, None for
+# neither.
+TraceKey = tuple[int, str] | None
+MAX_DECIDED = 16_384  # traces whose key is remembered for a span that comes after the trace's root
+
+
+class TraceSteps(Generic[T]):
+    """Which step each trace belongs to, decided while the spans are read, holding only the traces
+    still open: both readings read the files side by side in the same order (``_merged``), so they
+    decide alike, and the first one's counts are what the second one finds.
+
+    A trace is decided when its ``verl.step`` span comes (its step), else when its root comes: the
+    root's ``verl.rollout.submit_step``, or another span's when the root has none. Spans end before
+    their parent, so a trace's root comes after the rest of it; a span that comes later still takes
+    the key its trace was given (the last ``MAX_DECIDED`` traces decided are remembered). A trace
+    whose root never comes is decided at the end. ``add`` takes each span with what the reading
+    keeps of it (``item``) and returns, once its trace is decided, the key and the items held.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[list[T], list[int | None]]] = {}  # trace -> (items, [submit step])
+        self._decided: OrderedDict[str, TraceKey] = OrderedDict()
+
+    def add(self, s: SpanRecord, item: T) -> tuple[TraceKey, list[T]] | None:
+        if s.trace_id in self._decided:
+            return self._decided[s.trace_id], [item]
+        held = self._open.get(s.trace_id)
+        if held is None:
+            held = self._open[s.trace_id] = ([], [None])
+        held[0].append(item)
+        step = s.attributes.get(semconv.ATTR_STEP)
+        submit = s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
+        submit = submit if isinstance(submit, int) and not isinstance(submit, bool) else None
+        if s.name == semconv.SPAN_STEP and isinstance(step, int) and not isinstance(step, bool):
+            key: TraceKey = (step, s.span_id)
+        elif not s.parent_id:
+            key = self._joined(submit if submit is not None else held[1][0])
+        else:
+            if held[1][0] is None:
+                held[1][0] = submit
+            return None
+        return key, self._decide(s.trace_id, key)
+
+    @staticmethod
+    def _joined(submit: int | None) -> TraceKey:
+        return None if submit is None else (submit, "")
+
+    def _decide(self, trace_id: str, key: TraceKey) -> list[T]:
+        items, _ = self._open.pop(trace_id)
+        self._decided[trace_id] = key
+        if len(self._decided) > MAX_DECIDED:
+            self._decided.popitem(last=False)
+        return items
+
+    def close(self) -> Iterator[tuple[TraceKey, list[T]]]:
+        """The traces whose root never came, decided by the submit step one of their spans carries."""
+        for trace_id in list(self._open):
+            key = self._joined(self._open[trace_id][1][0])
+            yield key, self._decide(trace_id, key)
+
+
+def _merged(
+    folder: Path, skipped: Skipped, reading: Reading, again: bool, dicts: dict[tuple, dict[str, Any]] | None = None
+) -> Iterator[SpanRecord]:
+    """``folder``'s spans, its files read side by side, each batch in the order of its spans' ends;
+    ``again``: the second reading (the files the first one read, the same lines; each batch's
+    resources shared through ``dicts``)."""
+    files = signal_files(folder, "traces")
+    if again:
+        files = [p for p in files if p in reading.files]
+
+    def batches(path: Path) -> Iterator[tuple[int, list[SpanRecord]]]:
+        last = 0
+        for _, records in file_records(path, "traces", skipped, reading, again=again):
+            last = min((s.end_ns for s in records), default=last)
+            if dicts is not None:
+                shared: dict[int, dict[str, Any]] = {}  # a batch's spans have their resource in common
+                for s in records:  # what a step keeps (its slowest trajectory's tree) shares one copy
+                    found = shared.get(id(s.resource))
+                    if found is None:
+                        found = shared[id(s.resource)] = share(dicts, s.resource)
+                    s.resource = found
+            yield last, records
+
+    for _, records in heapq.merge(*(batches(p) for p in files), key=lambda b: b[0]):
+        yield from records
+
+
 class StepSpan(NamedTuple):
     """What the first reading keeps of a ``verl.step`` span (the second reading hands over the span
     itself with its step's other spans)."""
@@ -122,7 +212,7 @@ class SpanIndex:
 
     reading: Reading
     spans: int = 0
-    step_spans: list[StepSpan] = field(default_factory=list)  # verl.step spans with a step number
+    step_spans: list[StepSpan] = field(default_factory=list)  # verl.step spans with a step number (until ``resolve``)
     drivers: set[str] = field(default_factory=set)  # the step spans' verl.driver values
     guards: list[SpanRecord] = field(default_factory=list)  # the guard's spans (health's firings)
     tails: StepTails = field(default_factory=StepTails)  # the workers' long tail per step
@@ -132,17 +222,19 @@ class SpanIndex:
     senders: Senders = field(default_factory=Senders)
     start_ns: int | None = None
     end_ns: int | None = None
-    trace_spans: Counter[str] = field(default_factory=Counter)  # trace id -> spans
-    # trace id -> (whether from a root, the submit step), for traces whose spans carry one
-    submits: dict[str, tuple[bool, int]] = field(default_factory=dict)
-    trace_step: dict[str, int] = field(default_factory=dict)  # trace id -> step (after ``resolve``)
+    traces: TraceSteps[None] = field(default_factory=TraceSteps)
+    # spans per trace key (``TraceKey``): a step's own trace, the rollout traces joined to a step
+    counts: Counter[tuple[int, str]] = field(default_factory=Counter)
     expected: dict[int, int] = field(default_factory=dict)  # step -> spans (after ``resolve``)
+    first: dict[int, StepSpan] = field(default_factory=dict)  # step -> its first verl.step span (after ``resolve``)
     duplicate_steps: list[int] = field(default_factory=list)  # steps with more than one verl.step span
     dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources (``share``)
 
     def add(self, s: SpanRecord, include_validation: bool) -> None:
         self.spans += 1
-        self.trace_spans[s.trace_id] += 1
+        decided = self.traces.add(s, None)
+        if decided is not None and decided[0] is not None:
+            self.counts[decided[0]] += len(decided[1])
         self.senders.add(s.resource)
         self.start_ns = s.start_ns if self.start_ns is None else min(self.start_ns, s.start_ns)
         self.end_ns = s.end_ns if self.end_ns is None else max(self.end_ns, s.end_ns)
@@ -155,13 +247,6 @@ class SpanIndex:
             self.guards.append(s)
         elif s.name in TAIL_SPANS:
             self.tails.add(s, include_validation)
-        submit = s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
-        if isinstance(submit, int) and not isinstance(submit, bool):
-            # a root's submit step names the trace's step; another span's only when no root has one
-            root = not s.parent_id
-            old = self.submits.get(s.trace_id)
-            if old is None or (root and not old[0]):
-                self.submits[s.trace_id] = (root, submit)
         if is_trajectory(s):
             if is_validation(s):
                 self.validation_trajectories += 1
@@ -174,39 +259,37 @@ class SpanIndex:
                     self.slowest = s
 
     def resolve(self) -> None:
-        """Which step each trace belongs to, and how many spans each step has in all."""
+        """Each step's first ``verl.step`` span and how many spans the step has in all: its own
+        trace's and those of the rollout traces joined to it."""
+        for key, items in self.traces.close():
+            if key is not None:
+                self.counts[key] += len(items)
         self.step_spans.sort(key=lambda s: (s.step, s.start_ns))
-        first: dict[int, StepSpan] = {}
         for st in self.step_spans:
-            if st.step in first:
+            if st.step in self.first:
                 self.duplicate_steps.append(st.step)
-                continue
-            first[st.step] = st
-            self.trace_step.setdefault(st.trace_id, st.step)
-        step_traces = {st.trace_id for st in self.step_spans}
-        for trace_id, (_, submit) in self.submits.items():
-            if trace_id not in step_traces and submit in first:
-                self.trace_step[trace_id] = submit
-        self.submits.clear()
-        for trace_id, n in self.trace_step.items():
-            self.expected[n] = self.expected.get(n, 0) + self.trace_spans[trace_id]
-        self.trace_spans.clear()
+            else:
+                self.first[st.step] = st
+        for (n, span_id), spans in self.counts.items():
+            st = self.first.get(n)
+            if st is not None and span_id in ("", st.span_id):
+                self.expected[n] = self.expected.get(n, 0) + spans
+        self.counts.clear()
+        self.step_spans.clear()  # ``first`` holds what is read of them from now on
 
-    def first_steps(self) -> list[StepSpan]:
-        """Each step's first ``verl.step`` span, in step order (after ``resolve``)."""
-        out: dict[int, StepSpan] = {}
-        for st in self.step_spans:
-            out.setdefault(st.step, st)
-        return list(out.values())
+    def step_of(self, key: TraceKey) -> int | None:
+        """The step a trace key names, when the run has that step (a step's own trace: its first span's)."""
+        if key is None:
+            return None
+        st = self.first.get(key[0])
+        return key[0] if st is not None and key[1] in ("", st.span_id) else None
 
 
 def index_spans(folder: Path, skipped: Skipped, include_validation: bool = False) -> SpanIndex:
     """The first reading of ``folder``'s traces."""
     index = SpanIndex(Reading())
-    for path in signal_files(folder, "traces"):
-        for _, records in file_records(path, "traces", skipped, index.reading):
-            for s in records:
-                index.add(s, include_validation)
+    for s in _merged(folder, skipped, index.reading, again=False):
+        index.add(s, include_validation)
     index.resolve()
     return index
 
@@ -222,35 +305,30 @@ class Held:
 def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iterator[tuple[int, list[SpanRecord]]]:
     """The second reading: (step, its spans) for each step, as soon as all of them were read."""
     held = Held() if held is None else held
-    skipped = Skipped()
-    files = [p for p in signal_files(folder, "traces") if p in index.reading.files]
-
-    def batches(path: Path) -> Iterator[tuple[int, int, list[SpanRecord]]]:
-        last = 0
-        for number, records in file_records(path, "traces", skipped, index.reading, again=True):
-            last = min((s.end_ns for s in records), default=last)
-            shared: dict[int, dict[str, Any]] = {}  # a batch's spans have their resource in common
-            for s in records:  # what a step keeps (its slowest trajectory's tree) shares one copy
-                found = shared.get(id(s.resource))
-                if found is None:
-                    found = shared[id(s.resource)] = share(index.dicts, s.resource)
-                s.resource = found
-            yield last, number, records
-
+    traces: TraceSteps[SpanRecord] = TraceSteps()
     open_steps: dict[int, list[SpanRecord]] = {}
-    holding = 0
-    for _, _, records in heapq.merge(*(batches(p) for p in files), key=lambda b: b[0]):
-        for s in records:
-            n = index.trace_step.get(s.trace_id)
-            if n is None:
-                continue
-            members = open_steps.setdefault(n, [])
-            members.append(s)
-            holding += 1
-            held.spans = max(held.spans, holding)
-            if len(members) >= index.expected.get(n, 0):
-                holding -= len(open_steps.pop(n))
-                yield n, members
+    holding = 0  # spans held: of traces not yet decided, and of steps not yet complete
+
+    def joined(key: TraceKey, spans: list[SpanRecord]) -> Iterator[tuple[int, list[SpanRecord]]]:
+        nonlocal holding
+        n = index.step_of(key)
+        if n is None:
+            holding -= len(spans)
+            return
+        members = open_steps.setdefault(n, [])
+        members += spans
+        if len(members) >= index.expected.get(n, 0):
+            holding -= len(open_steps.pop(n))
+            yield n, members
+
+    for s in _merged(folder, Skipped(), index.reading, again=True, dicts=index.dicts):
+        holding += 1
+        held.spans = max(held.spans, holding)
+        decided = traces.add(s, s)
+        if decided is not None:
+            yield from joined(*decided)
+    for key, spans in traces.close():
+        yield from joined(key, spans)
     for n in sorted(open_steps):
         yield n, open_steps.pop(n)
 
@@ -278,6 +356,7 @@ class MetricFold:
     held: Held = field(default_factory=Held)
     _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources and attributes
     _last: dict[tuple, MetricPoint] = field(default_factory=dict)  # LAST_ONLY: the latest point per series
+    _deltas: dict[tuple, MetricPoint] = field(default_factory=dict)  # delta trajectory histograms, added up
 
     def __post_init__(self) -> None:
         self.gauges = StepGauges(self.keep, (self.health,))
@@ -290,16 +369,30 @@ class MetricFold:
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
             # cumulative: its latest point per series is the whole count (``report.model.trajectory_histogram``)
             self._keep_last(p, (p.name, p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns))
+        elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram":
+            self._add_delta(p)
         elif p.name in KEPT_METRICS:
             self.kept.append(self._shared(p))
         self.gauges.add(p)
         self.overhead.add(p)
-        holding = self.gauges.holding + len(self.kept) + len(self._last) + self.overhead.holding
+        holding = self.gauges.holding + len(self.kept) + len(self._last) + len(self._deltas) + self.overhead.holding
         self.held.points = max(self.held.points, holding)
 
     def _shared(self, p: MetricPoint) -> MetricPoint:
         p.resource, p.attributes = share(self._dicts, p.resource), share(self._dicts, p.attributes)
         return p
+
+    def _add_delta(self, p: MetricPoint) -> None:
+        """A delta trajectory histogram point, added into the one point of its attributes and
+        buckets (``report.model.trajectory_histogram`` adds them up the same way)."""
+        key = (p.name, attr_key(p.attributes), tuple(p.bounds or ()), len(p.bucket_counts or ()))
+        into = self._deltas.get(key)
+        if into is None:  # a copy: the sums go into it
+            self._deltas[key] = self._shared(replace(p, bucket_counts=list(p.bucket_counts or ())))
+            return
+        into.value = (into.value or 0.0) + (p.value or 0.0)
+        into.count = (into.count or 0) + (p.count or 0)
+        into.bucket_counts = [a + b for a, b in zip(into.bucket_counts or (), p.bucket_counts or (), strict=True)]
 
     def _keep_last(self, p: MetricPoint, key: tuple) -> None:
         """The series whose last value is all the other facts read: the spools' and queues' counters
@@ -311,7 +404,9 @@ class MetricFold:
     def close(self) -> dict[tuple[str, tuple], Series]:
         """Every export placed: the per-step series (``run_facts.StepGauges``)."""
         self.kept += self._last.values()
+        self.kept += self._deltas.values()
         self._last.clear()
+        self._deltas.clear()
         return self.gauges.close()
 
 

@@ -21,7 +21,7 @@ from otel_verl.commands.errors import CommandError, say, warn
 from otel_verl.commands.text import printable
 from otel_verl.offline.bounded import Series
 from otel_verl.offline.otlp_files import SpanRecord, run_folder
-from otel_verl.offline.report.model import MAX_ROWS, VALIDATION_KEYS, Report, StepRow, build
+from otel_verl.offline.report.model import VALIDATION_KEYS, Report, StepRow, build
 from otel_verl.offline.run_facts import as_number, category_words
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
@@ -57,7 +57,9 @@ def lines(rep: Report) -> list[str]:
         stages += [(st, {r.step: r.stages[st] for r in rep.steps if st in r.stages}) for st in rep.stage_order]
         stages.append(("other (outside any stage)", {r.step: r.other for r in rep.steps}))
         stages.append((COVERED, {r.step: r.attributed for r in rep.steps}))
-        out += _table([r.step for r in rep.steps], stages, "{:.2f}", rep.totals.count)
+        out += _table(
+            [r.step for r in rep.steps], stages, "{:.2f}", rep.totals.count, len(rep.steps) < rep.totals.count
+        )
         out += ["  " + line for line in _where_the_time_went(rep)]
     all_series = [(label, values) for _, _, curve in rep.curves for label, values in curve]
     series = [(label, values) for label, values in all_series if values]
@@ -65,7 +67,7 @@ def lines(rep: Report) -> list[str]:
         steps = sorted({s for _, values in series for s in values})
         out += ["", "metrics at each training step (the value verl logged, as exported at the end of the step):"]
         thinned = any(isinstance(v, Series) and v.thinned for _, v in series)
-        out += _table(steps, series, "{:.4g}", max(len(steps), rep.totals.count) if thinned else len(steps))
+        out += _table(steps, series, "{:.4g}", max(len(steps), rep.totals.count) if thinned else len(steps), thinned)
         missing = [label for label, values in all_series if not values and label != VALIDATION_KEYS]
         if missing:
             out.append(f"  not logged by this run: {', '.join(missing)}")
@@ -149,15 +151,17 @@ def _headline(rep: Report) -> str:
     return f"verl run {meta.get('run id', '(no run id)')}{f' ({who})' if who else ''}: {steps}"
 
 
-def _table(steps: Sequence[int], rows: list[tuple[str, dict[int, float]]], fmt: str, total: int) -> list[str]:
-    """Rows of values under one column per step (``steps``: those held, of ``total``); long runs
-    show the first and last steps."""
+def _table(
+    steps: Sequence[int], rows: list[tuple[str, dict[int, float]]], fmt: str, total: int, picked: bool
+) -> list[str]:
+    """Rows of values under one column per step (``steps``: those held, of ``total``; ``picked``:
+    not every step is held); long runs show the first and last steps."""
     shown: list[int | None] = list(steps)
     note = ""
     if len(steps) > MAX_STEP_COLUMNS:
         half = MAX_STEP_COLUMNS // 2
         shown = [*steps[:half], None, *steps[-half:]]
-        where = "the report has all" if total <= MAX_ROWS else "the report has more"
+        where = "the report has more" if picked else "the report has all"
         note = f"  (steps {steps[0]}-{steps[half - 1]} and {steps[-half]}-{steps[-1]} of {total}; {where})"
     cells = [["step", *("..." if s is None else str(s) for s in shown)]]
     for label, values in rows:

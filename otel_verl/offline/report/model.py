@@ -147,13 +147,13 @@ class Column:
 class StepTotals:
     """Every step, folded as its row is made: what ``Report.steps`` (a long run's picked steps) cannot say."""
 
+    rows: int  # the most steps shown one by one (``bounded.pick_steps``)
+    columns: SlowestPerRun[Column]  # the stacked chart's
     count: int = 0
     seconds: float = 0.0
     attributed: float = 0.0  # StepRow.attributed, summed
     stage_order: dict[str, None] = field(default_factory=dict)  # stages in the order first seen
     timed: bool = False  # some step span carries verl.time.* (the "where the time went" section)
-    columns: SlowestPerRun[Column] = field(default_factory=lambda: SlowestPerRun(MAX_COLUMNS))
-    rows: int = MAX_ROWS  # the most steps shown one by one (``bounded.pick_steps``)
 
     def add(self, row: StepRow) -> None:
         self.count += 1
@@ -342,7 +342,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     folder = Path(folder)
     skipped = Skipped()
     index = index_spans(folder, skipped, include_validation)
-    first = {st.step: st for st in index.first_steps()}
+    first = index.first
     durations = [(n, st.seconds) for n, st in first.items()]
     chosen = pick_steps(durations, MAX_TIMELINE_STEPS)
     shown = pick_steps(durations, MAX_ROWS) | chosen
@@ -359,7 +359,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     tails = index.tails  # the workers' figures over every trajectory
     rows: dict[int, StepRow] = {}
     timelines: dict[int, Timeline] = {}
-    totals = StepTotals()
+    totals = StepTotals(MAX_ROWS, SlowestPerRun(MAX_COLUMNS))
     held = fold.held
     run_slowest = index.slowest.span_id if index.slowest is not None else None
 

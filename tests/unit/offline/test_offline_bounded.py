@@ -92,7 +92,11 @@ def test_a_sample_holds_every_value_then_a_uniform_sample():
     for v in range(MAX_SAMPLE, 3 * MAX_SAMPLE):
         sample.add(float(v))
     assert len(sample.values) == MAX_SAMPLE and sample.sampled
-    assert (sample.count, sample.largest, sample.total) == (3 * MAX_SAMPLE, 3 * MAX_SAMPLE - 1, sum(range(3 * MAX_SAMPLE)))
+    assert (sample.count, sample.largest, sample.total) == (
+        3 * MAX_SAMPLE,
+        3 * MAX_SAMPLE - 1,
+        sum(range(3 * MAX_SAMPLE)),
+    )
     # uniform: about a third of the sample from each third of the values
     thirds = [sum(1 for v in sample.values if k * MAX_SAMPLE <= v < (k + 1) * MAX_SAMPLE) for k in range(3)]
     assert all(abs(t - MAX_SAMPLE / 3) < MAX_SAMPLE / 30 for t in thirds), thirds

@@ -24,7 +24,7 @@ def _own(value: float, time_s: float) -> dict:
     return {"name": semconv.M_OVERHEAD_CPU_TIME, "sum": {"aggregationTemporality": 2, "dataPoints": [point]}}
 
 
-def _run(folder, steps: int) -> None:
+def _run(folder, steps: int, kl=lambda n: 0.01) -> None:
     """A v1-shaped run: per step a step trace (step, gen and update stages, a wait) in the
     TaskRunner's file and one trace per trajectory in the agent-loop worker's file, each step's spans
     in their own batches, as the exporters write them; gauges at each step's end."""
@@ -63,7 +63,12 @@ def _run(folder, steps: int) -> None:
             "taskrunner",
             1,
             t + 8.5,
-            [gauge(semconv.M_TRAINING_STEP, n), gauge(semconv.M_REWARD, 0.1 * n), _own(0.01 * n, t + 8.5)],
+            [
+                gauge(semconv.M_TRAINING_STEP, n),
+                gauge(semconv.M_REWARD, 0.1 * n),
+                gauge(semconv.metric_name("actor/ppo_kl"), kl(n)),
+                _own(0.01 * n, t + 8.5),
+            ],
         )
         # the agent-loop worker's cost: mid-step, and between this step's end and the next start,
         # where only the TaskRunner's export (t + 8.5) says which step it belongs to
@@ -106,10 +111,49 @@ def test_a_longer_run_holds_no_more_spans_at_once(tmp_path):
     assert "40 training steps, 320.0 s in steps" in lines(b)[0]
 
 
+def test_a_long_runs_tables_and_charts_are_bounded_and_its_checks_see_every_step(tmp_path, monkeypatch):
+    """Past the bounds, the tables show the first, the slowest and the last steps, the charts each
+    run of steps' extremes; the totals, the health checks and the alert rules still see every step."""
+    from otel_verl.offline import bounded
+    from otel_verl.offline.report import model
+    from otel_verl.offline.report.page import render
+
+    monkeypatch.setattr(model, "MAX_ROWS", 20)
+    monkeypatch.setattr(model, "MAX_TIMELINE_STEPS", 10)
+    monkeypatch.setattr(model, "MAX_COLUMNS", 8)
+    monkeypatch.setattr(bounded, "MAX_RUNS", 8)
+    monkeypatch.setattr(bounded, "EDGE", 4)
+    steps = 60
+    _run(tmp_path, steps, kl=lambda n: 0.5 if 33 <= n <= 38 else 0.01)  # KL above 0.2 for 6 steps
+    rep = build(tmp_path)
+    shown = bounded.pick_steps([(n, 8.0) for n in range(1, steps + 1)], 20)
+    assert {r.step for r in rep.steps} == shown and len(shown) <= 20  # equal times: the first 10 slowest
+    assert {1, 2, *range(51, 61)} <= shown and 37 not in shown
+    assert len(rep.timelines) <= 10 and set(rep.timelines) <= shown
+    assert rep.totals.count == steps and rep.totals.seconds == pytest.approx(8.0 * steps)
+    assert len(rep.totals.columns.items()) <= 8
+    reward = rep.gauges[semconv.M_REWARD]
+    assert reward.thinned and len(reward) <= 2 * 8 + 2 * 4 + 20
+    assert all(reward[n] == pytest.approx(0.1 * n) for n in shown)  # the table rows' values exactly
+    assert reward[steps] == pytest.approx(0.1 * steps) and reward[1] == pytest.approx(0.1)
+    # the alert rule counts 5 steps above 0.2 from step 33: step 37, which no table shows
+    (hit,) = rep.health.alerts
+    assert (hit.alert, hit.step) == ("VerlKLDivergenceHigh", 37)
+    assert rep.overhead is not None and len(rep.overhead.per_step) == steps
+    text = "\n".join(lines(rep))
+    assert f": {steps} training steps, 480.0 s in steps" in text.splitlines()[0]
+    assert "VerlKLDivergenceHigh from step 37" in text
+    assert f"(steps 1-6 and 55-60 of {steps}; the report has more)" in text
+    assert f"({len(shown)} of {steps} steps: the first 2, the 8 slowest and the last 10;" in text
+    page = render(rep)
+    assert f"The tables show {len(shown)} of {steps} steps" in page
+    assert page.count('<tr data-step="') == len(shown)  # the stage table's rows (no other table here)
+
+
 def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
     """Each export repeats the whole cumulative count: the latest point per series is all the
     histogram needs, so a long run holds one point per series, not one per export; delta points
-    each hold their own part and are all kept."""
+    each hold their own part and are added up into one."""
     from otel_verl.offline.otlp_files import MetricPoint
     from otel_verl.offline.report.model import trajectory_histogram
     from otel_verl.offline.run_facts import OverheadFold
@@ -130,6 +174,6 @@ def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
         fold.add(p)
     fold.close()
     kept = [p for p in fold.kept if p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION]
-    assert len(kept) == 2 + 50  # one per cumulative series, every delta point
+    assert len(kept) == 2 + 1  # one per cumulative series, one for the delta points
     assert trajectory_histogram(kept) == trajectory_histogram(every)
     assert trajectory_histogram(kept).counts == [200 + 100 + 50, 400 + 200 + 100, 0]
