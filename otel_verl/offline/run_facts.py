@@ -153,15 +153,21 @@ class StepGauges:
     ``verl.training.step`` gauge of the same export names the step (the latest export of a step
     wins). Exports without it (validation before training, processes that log nothing) are left
     out of the series (``listeners`` see them, with no step). A process's points come in time order,
-    so one of a later time completes its earlier exports. ``keep``: the steps whose values every
-    series keeps exactly (the page's table rows).
+    so one of a later time completes its earlier exports. ``keep``: the steps whose values the
+    ``tabled`` series keep exactly (the tables' rows and columns).
     """
 
-    def __init__(self, keep: Collection[int] = (), listeners: Sequence[ExportListener] = ()) -> None:
+    def __init__(
+        self,
+        keep: Collection[int] = (),
+        listeners: Sequence[ExportListener] = (),
+        tabled: Collection[tuple[str, tuple]] = (),
+    ) -> None:
         # (process, export time) -> the export's points not yet placed
         self._open: dict[tuple[str, int], list[GroupPoint]] = {}
         self._series: dict[tuple[str, tuple], StepSeries] = {}
         self._keep = keep
+        self._tabled = tabled
         self._listeners = listeners
         self.holding = 0  # points not yet placed
 
@@ -198,7 +204,8 @@ class StepGauges:
             if kind == "gauge" and name != semconv.M_TRAINING_STEP:
                 series = self._series.get((name, attrs))
                 if series is None:
-                    series = self._series[(name, attrs)] = StepSeries(self._keep)
+                    keep = self._keep if (name, attrs) in self._tabled else ()
+                    series = self._series[(name, attrs)] = StepSeries(keep)
                 series.add(n, value, key[1])
 
     def close(self) -> dict[tuple[str, tuple], Series]:

@@ -1,20 +1,21 @@
 """A run folder read at any size, for ``summary`` and ``report``: what they hold stays bounded by
-a step's telemetry, not the run's.
+a step's telemetry and a few numbers per step, not by the run's spans and points.
 
 A multi-day run stores hundreds of thousands of spans and millions of metric points; holding them
 all as records takes gigabytes. So:
 
-- **spans are read twice.** The first reading (``index_spans``) keeps only what the whole run
-  needs: the step spans (sharing one copy of each resource), the guard's spans the health box
-  reads, each step's long tail from the workers' rollout batch and tail spans (folded as they are
-  read: ``run_facts.StepTails``), each trajectory's seconds, the slowest trajectory, the
-  processes and resources, and per trace its span count and the step it belongs to (its own
-  ``verl.step``, or for v1's rollout traces of their own the ``verl.rollout.submit_step`` of
-  their root). The second reading
-  (``step_spans``) reads the files side by side, each batch in the order of its spans' ends, and
-  hands over each step's spans (its trace and the rollout traces joined to it) as soon as the
-  count the first reading found is complete; the step's spans are let go after that. Whatever is
-  still open at the end (a file that changed in between) is handed over then.
+- **spans are read twice**, both times the files side by side, each batch in the order of its
+  spans' ends (``_merged``). Which step a trace belongs to (its own ``verl.step``, or for v1's
+  rollout traces of their own the ``verl.rollout.submit_step`` of their root) is decided as its
+  spans are read (``TraceSteps``), so neither reading holds a map of the run's traces. The first
+  reading (``index_spans``) keeps only what the whole run needs: per step its span's times and ids
+  and its span count, the guard's spans the health box reads, each step's long tail from the
+  workers' rollout batch and tail spans (folded as they are read: ``run_facts.StepTails``), the
+  trajectories' seconds (``bounded.Sample``), the slowest trajectory, the processes and resources.
+  The second reading (``step_spans``) hands over each step's spans (its trace and the rollout
+  traces joined to it) as soon as the count the first reading found is complete; the step's spans
+  are let go after that. Whatever is still open at the end (a file that changed in between) is
+  handed over then.
 - **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
   as its export completes (``run_facts.StepGauges``' rule: the export's ``verl.training.step``
   names the step, the latest value for a step wins), each series thinned as it grows
@@ -276,6 +277,7 @@ class SpanIndex:
                 self.expected[n] = self.expected.get(n, 0) + spans
         self.counts.clear()
         self.step_spans.clear()  # ``first`` holds what is read of them from now on
+        self.traces = TraceSteps()  # the second reading decides them again
 
     def step_of(self, key: TraceKey) -> int | None:
         """The step a trace key names, when the run has that step (a step's own trace: its first span's)."""
@@ -348,7 +350,8 @@ class MetricFold:
 
     overhead: OverheadFold
     health: HealthFold = field(default_factory=HealthFold)
-    keep: Collection[int] = ()  # steps whose gauge values are kept exactly (the page's table rows)
+    keep: Collection[int] = ()  # steps whose values the ``tabled`` series keep exactly (the tables' rows)
+    tabled: Collection[tuple[str, tuple]] = ()  # (name, attributes) of the series the tables show
     points: int = 0
     kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS
     gauges: StepGauges = field(init=False)
@@ -359,7 +362,7 @@ class MetricFold:
     _deltas: dict[tuple, MetricPoint] = field(default_factory=dict)  # delta trajectory histograms, added up
 
     def __post_init__(self) -> None:
-        self.gauges = StepGauges(self.keep, (self.health,))
+        self.gauges = StepGauges(self.keep, (self.health,), self.tabled)
 
     def add(self, p: MetricPoint) -> None:
         self.points += 1
@@ -411,13 +414,17 @@ class MetricFold:
 
 
 def fold_metrics(
-    folder: Path, skipped: Skipped, steps: list[tuple[int, int, int]], keep: Collection[int] = ()
+    folder: Path,
+    skipped: Skipped,
+    steps: list[tuple[int, int, int]],
+    keep: Collection[int] = (),
+    tabled: Collection[tuple[str, tuple]] = (),
 ) -> tuple[MetricFold, dict[tuple[str, tuple], Series]]:
     """The one reading of ``folder``'s metric points: the fold and its per-step gauge series;
     ``steps`` (step, span start, span end) bound otel-verl's cost per step (``run_facts.overhead``)
-    and place the validation before the first step; ``keep``: the steps whose values the series keep
-    exactly."""
-    fold = MetricFold(OverheadFold(steps), HealthFold(steps[0][1] if steps else None), keep)
+    and place the validation before the first step; ``keep``: the steps whose values the ``tabled``
+    series keep exactly."""
+    fold = MetricFold(OverheadFold(steps), HealthFold(steps[0][1] if steps else None), keep, tabled)
     reading = Reading()
     # the TaskRunner's files first (named by role: ``process.exporters``): its exports set the
     # step boundaries the other processes' cost waits for

@@ -346,7 +346,8 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     durations = [(n, st.seconds) for n, st in first.items()]
     chosen = pick_steps(durations, MAX_TIMELINE_STEPS)
     shown = pick_steps(durations, MAX_ROWS) | chosen
-    fold, series = fold_metrics(folder, skipped, [(n, st.start_ns, st.end_ns) for n, st in first.items()], shown)
+    at = [(n, st.start_ns, st.end_ns) for n, st in first.items()]
+    fold, series = fold_metrics(folder, skipped, at, shown, CURVE_SERIES)
     points = fold.kept
     records = log_records(folder, skipped)
     stalled, reports = stall_reports(records)  # the stall doctor's, if any
@@ -560,6 +561,14 @@ def in_step_order(values: dict[int, float]) -> dict[int, float]:
     return values if all(a < b for a, b in pairwise(values)) else dict(sorted(values.items()))
 
 
+def _series_key(name: str, attr: tuple[str, str] | None) -> tuple[str, tuple]:
+    """The (name, attributes) key of a ``CURVES`` line."""
+    return name, ((attr[0], attr[1]),) if attr else ()
+
+
+CURVE_SERIES = frozenset(_series_key(name, attr) for _, _, wanted in CURVES for name, attr, _ in wanted)
+
+
 def _curves(
     series: dict[tuple[str, tuple], dict[int, float]], validation: dict[str, dict[int, float]] | None = None
 ) -> list[tuple[str, str, list[tuple[str, dict[int, float]]]]]:
@@ -570,7 +579,7 @@ def _curves(
     for title, unit, wanted in CURVES:
         lines = []
         for name, attr, label in wanted:
-            values = series.get((name, ((attr[0], attr[1]),) if attr else ()))
+            values = series.get(_series_key(name, attr))
             lines.append((label, in_step_order(values) if values else {}))
         curves.append((title, unit, lines))
     if validation:

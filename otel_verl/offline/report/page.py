@@ -404,8 +404,9 @@ def _picked(report: Report) -> str:
     if picked is None:
         return ""
     return (
-        f'<p class="picked">The tables show {esc(picked)}; the stacked chart draws of each run of '
-        f"{report.totals.columns.width} steps its slowest. Every step counts in the figures above and below.</p>"
+        f'<p class="picked">The tables show {esc(picked)}; the chart draws the slowest step of each run of '
+        f"{report.totals.columns.width} steps. The health box, the step count, the curves and the telemetry "
+        "cost count every step.</p>"
     )
 
 

@@ -66,6 +66,7 @@ def _run(folder, steps: int, kl=lambda n: 0.01) -> None:
             [
                 gauge(semconv.M_TRAINING_STEP, n),
                 gauge(semconv.M_REWARD, 0.1 * n),
+                gauge(semconv.M_THROUGHPUT, 10.0 * n),
                 gauge(semconv.metric_name("actor/ppo_kl"), kl(n)),
                 _own(0.01 * n, t + 8.5),
             ],
@@ -132,10 +133,12 @@ def test_a_long_runs_tables_and_charts_are_bounded_and_its_checks_see_every_step
     assert len(rep.timelines) <= 10 and set(rep.timelines) <= shown
     assert rep.totals.count == steps and rep.totals.seconds == pytest.approx(8.0 * steps)
     assert len(rep.totals.columns.items()) <= 8
-    reward = rep.gauges[semconv.M_REWARD]
-    assert reward.thinned and len(reward) <= 2 * 8 + 2 * 4 + 20
-    assert all(reward[n] == pytest.approx(0.1 * n) for n in shown)  # the table rows' values exactly
-    assert reward[steps] == pytest.approx(0.1 * steps) and reward[1] == pytest.approx(0.1)
+    # a series the tables show keeps their rows' values exactly; another one only its runs' extremes
+    throughput, reward = rep.gauges[semconv.M_THROUGHPUT], rep.gauges[semconv.M_REWARD]
+    assert throughput.thinned and len(throughput) <= 2 * 8 + 2 * 4 + 20
+    assert all(throughput[n] == pytest.approx(10.0 * n) for n in shown)
+    assert reward.thinned and len(reward) <= 2 * 8 + 2 * 4 and not shown <= set(reward)
+    assert reward[steps] == pytest.approx(0.1 * steps) and reward[1] == pytest.approx(0.1)  # first and last
     # the alert rule counts 5 steps above 0.2 from step 33: step 37, which no table shows
     (hit,) = rep.health.alerts
     assert (hit.alert, hit.step) == ("VerlKLDivergenceHigh", 37)
@@ -147,7 +150,7 @@ def test_a_long_runs_tables_and_charts_are_bounded_and_its_checks_see_every_step
     assert f"({len(shown)} of {steps} steps: the first 2, the 8 slowest and the last 10;" in text
     page = render(rep)
     assert f"The tables show {len(shown)} of {steps} steps" in page
-    assert page.count('<tr data-step="') == len(shown)  # the stage table's rows (no other table here)
+    assert page.count('<tr data-step="') == len(shown) + len(throughput)  # the stage table's, the curves'
 
 
 def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
