@@ -108,6 +108,7 @@ class Senders:
 # neither.
 TraceKey = tuple[int, str] | None
 MAX_DECIDED = 16_384  # traces whose key is remembered for a span that comes after the trace's root
+LARGE_TRACE = 10_000  # spans of a trace held undecided past which the first reading names it to the second
 
 
 class TraceSteps(Generic[T]):
@@ -121,13 +122,21 @@ class TraceSteps(Generic[T]):
     the key its trace was given (the last ``MAX_DECIDED`` traces decided are remembered). A trace
     whose root never comes is decided at the end. ``add`` takes each span with what the reading
     keeps of it (``item``) and returns, once its trace is decided, the key and the items held.
+
+    The traces the first reading held long (more than ``LARGE_TRACE`` spans before their root, or
+    no root at all: ``named``) are given to the second as ``known``, which decides each of their
+    spans as it comes: the second reading never holds such a trace's spans undecided.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, known: dict[str, TraceKey] | None = None) -> None:
         self._open: dict[str, tuple[list[T], list[int | None]]] = {}  # trace -> (items, [submit step])
         self._decided: OrderedDict[str, TraceKey] = OrderedDict()
+        self._known = known or {}
+        self.named: dict[str, TraceKey] = {}  # the traces held long, for a second reading's ``known``
 
     def add(self, s: SpanRecord, item: T) -> tuple[TraceKey, list[T]] | None:
+        if s.trace_id in self._known:
+            return self._known[s.trace_id], [item]
         if s.trace_id in self._decided:
             return self._decided[s.trace_id], [item]
         held = self._open.get(s.trace_id)
@@ -151,8 +160,10 @@ class TraceSteps(Generic[T]):
     def _joined(submit: int | None) -> TraceKey:
         return None if submit is None else (submit, "")
 
-    def _decide(self, trace_id: str, key: TraceKey) -> list[T]:
+    def _decide(self, trace_id: str, key: TraceKey, rootless: bool = False) -> list[T]:
         items, _ = self._open.pop(trace_id)
+        if rootless or len(items) > LARGE_TRACE:
+            self.named[trace_id] = key
         self._decided[trace_id] = key
         if len(self._decided) > MAX_DECIDED:
             self._decided.popitem(last=False)
@@ -162,7 +173,7 @@ class TraceSteps(Generic[T]):
         """The traces whose root never came, decided by the submit step one of their spans carries."""
         for trace_id in list(self._open):
             key = self._joined(self._open[trace_id][1][0])
-            yield key, self._decide(trace_id, key)
+            yield key, self._decide(trace_id, key, rootless=True)
 
 
 def _merged(
@@ -224,6 +235,7 @@ class SpanIndex:
     start_ns: int | None = None
     end_ns: int | None = None
     traces: TraceSteps[None] = field(default_factory=TraceSteps)
+    long_traces: dict[str, TraceKey] = field(default_factory=dict)  # ``TraceSteps.named`` (after ``resolve``)
     # spans per trace key (``TraceKey``): a step's own trace, the rollout traces joined to a step
     counts: Counter[tuple[int, str]] = field(default_factory=Counter)
     expected: dict[int, int] = field(default_factory=dict)  # step -> spans (after ``resolve``)
@@ -277,6 +289,7 @@ class SpanIndex:
                 self.expected[n] = self.expected.get(n, 0) + spans
         self.counts.clear()
         self.step_spans.clear()  # ``first`` holds what is read of them from now on
+        self.long_traces = self.traces.named
         self.traces = TraceSteps()  # the second reading decides them again
 
     def step_of(self, key: TraceKey) -> int | None:
@@ -307,7 +320,7 @@ class Held:
 def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iterator[tuple[int, list[SpanRecord]]]:
     """The second reading: (step, its spans) for each step, as soon as all of them were read."""
     held = Held() if held is None else held
-    traces: TraceSteps[SpanRecord] = TraceSteps()
+    traces: TraceSteps[SpanRecord] = TraceSteps(index.long_traces)
     open_steps: dict[int, list[SpanRecord]] = {}
     holding = 0  # spans held: of traces not yet decided, and of steps not yet complete
 

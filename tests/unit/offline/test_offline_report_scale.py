@@ -180,3 +180,21 @@ def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
     assert len(kept) == 2 + 1  # one per cumulative series, one for the delta points
     assert trajectory_histogram(kept) == trajectory_histogram(every)
     assert trajectory_histogram(kept).counts == [200 + 100 + 50, 400 + 200 + 100, 0]
+
+
+def test_a_trace_whose_root_never_comes_is_not_held_by_the_second_reading(tmp_path, monkeypatch):
+    """A trace without a root (its root was never exported, a process killed) is decided at the end
+    of the first reading; the second one is told, and lets its spans go as they come."""
+    from otel_verl.offline import run_reader
+
+    monkeypatch.setattr(run_reader, "LARGE_TRACE", 5)
+    _run(tmp_path, 10)
+    for n in range(1, 11):  # a few spans each step, of one trace that belongs to no step
+        t = 10.0 * n
+        write_spans(
+            tmp_path, "agent_loop", 3, [span("orphan", "f" * 16, t, t + 1, "0" * 15 + "1")[1] for _ in range(8)]
+        )
+    rep = build(tmp_path)
+    per_step = 3 + TRAJECTORIES * 3
+    assert rep.spans == 10 * (per_step + 8) and [r.spans for r in rep.steps] == [per_step] * 10
+    assert rep.held.spans <= 2 * per_step + 8  # not the orphan trace's 80 spans
