@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Collection, Sequence
+from array import array
+from collections.abc import Collection, Iterator, Sequence
 from typing import Generic, TypeVar
 
 MAX_POINTS = 2000  # values a drawn series keeps at most (charts.line_svg, the page's "any metric")
@@ -43,39 +44,105 @@ def thinned(values: dict[int, float]) -> bool:
     return values.thinned if isinstance(values, Series) else len(values) > MAX_POINTS
 
 
-class _Run:
-    __slots__ = ("hi", "lo")
+class _Runs:
+    """Runs of consecutive steps, each its lowest and highest finite value (a run of only non-finite
+    values: its first), in four flat arrays: ``most`` runs at most, one step wide while the steps
+    span no more, twice as wide each time they would."""
 
-    def __init__(self, step: int, value: float) -> None:
-        self.lo = self.hi = (step, value)
+    __slots__ = ("_base", "_filled", "_hi", "_hi_step", "_lo", "_lo_step", "most", "width")
+
+    def __init__(self, most: int) -> None:
+        self.most = max(1, most)
+        self.width = 1
+        self._base = 0  # the run index of slot 0
+        self._lo_step, self._lo, self._hi_step, self._hi = array("q"), array("d"), array("q"), array("d")
+        self._filled = bytearray()
 
     def add(self, step: int, value: float) -> None:
-        if not math.isfinite(value):
-            return
-        if not math.isfinite(self.lo[1]):  # only non-finite values so far: the finite one replaces them
-            self.lo = self.hi = (step, value)
-        elif value < self.lo[1]:
-            self.lo = (step, value)
-        elif value > self.hi[1]:
-            self.hi = (step, value)
+        if not self._filled:
+            self._base = step // self.width
+        while max(self._top(), step // self.width) - min(self._base, step // self.width) >= self.most:
+            self._coarsen()
+        index = step // self.width
+        if index < self._base:
+            self._grow(self._base - index, front=True)
+            self._base = index
+        elif index >= self._base + len(self._filled):
+            self._grow(index - self._base - len(self._filled) + 1)
+        self._put(index - self._base, step, value)
 
-    def merge(self, other: _Run) -> None:
-        for step, value in (other.lo, other.hi):
-            self.add(step, value)
+    def _top(self) -> int:
+        return self._base + max(len(self._filled), 1) - 1
+
+    def _grow(self, n: int, front: bool = False) -> None:
+        for part, empty in (
+            (self._lo_step, array("q", [0]) * n),
+            (self._lo, array("d", [0.0]) * n),
+            (self._hi_step, array("q", [0]) * n),
+            (self._hi, array("d", [0.0]) * n),
+        ):
+            if front:
+                part[0:0] = empty
+            else:
+                part.extend(empty)
+        if front:
+            self._filled[0:0] = bytes(n)
+        else:
+            self._filled.extend(bytes(n))
+
+    def _put(self, slot: int, step: int, value: float) -> None:
+        if not self._filled[slot]:
+            self._filled[slot] = 1
+            self._lo_step[slot] = self._hi_step[slot] = step
+            self._lo[slot] = self._hi[slot] = value
+        elif not math.isfinite(value):
+            return
+        elif not math.isfinite(self._lo[slot]):  # only non-finite values so far: the finite one replaces them
+            self._lo_step[slot] = self._hi_step[slot] = step
+            self._lo[slot] = self._hi[slot] = value
+        elif value < self._lo[slot]:
+            self._lo_step[slot], self._lo[slot] = step, value
+        elif value > self._hi[slot]:
+            self._hi_step[slot], self._hi[slot] = step, value
+
+    def _coarsen(self) -> None:
+        """Twice as wide: each pair of runs becomes one."""
+        old = list(self.points_of_runs())
+        self.width *= 2
+        self._base = self._base // 2
+        self._lo_step, self._lo, self._hi_step, self._hi = array("q"), array("d"), array("q"), array("d")
+        self._filled = bytearray()
+        for step, value in old:
+            index = step // self.width
+            if not self._filled:
+                self._base = index
+            if index < self._base:
+                self._grow(self._base - index, front=True)
+                self._base = index
+            elif index >= self._base + len(self._filled):
+                self._grow(index - self._base - len(self._filled) + 1)
+            self._put(index - self._base, step, value)
+
+    def points_of_runs(self) -> Iterator[tuple[int, float]]:
+        """Each run's lowest then highest value (once when they are one), in run order."""
+        for slot, filled in enumerate(self._filled):
+            if filled:
+                yield self._lo_step[slot], self._lo[slot]
+                if self._hi_step[slot] != self._lo_step[slot]:
+                    yield self._hi_step[slot], self._hi[slot]
 
 
 class StepSeries:
     """One series folded a value at a time (see the module's docstring); ``close`` gives the ``Series``."""
 
-    __slots__ = ("_first", "_keep", "_kept", "_recent", "_runs", "_width")
+    __slots__ = ("_first", "_keep", "_kept", "_recent", "_runs")
 
     def __init__(self, keep: Collection[int] = ()) -> None:
         self._keep = keep  # steps kept exactly (shared by every series of a run: not copied)
         self._kept: dict[int, float] = {}
         self._first: dict[int, float] = {}  # the first EDGE steps folded
         self._recent: dict[int, tuple[int, float]] = {}  # the last EDGE steps: step -> (time, value)
-        self._runs: dict[int, _Run] = {}  # step // width -> its run
-        self._width = 1
+        self._runs = _Runs(MAX_RUNS)
 
     def add(self, step: int, value: float, time: int = 0) -> None:
         """``value`` at ``step``, exported at ``time`` (the later of two values of a recent step wins)."""
@@ -97,32 +164,16 @@ class StepSeries:
         elif step < max(self._first):  # an old step read late: the first ones are the lowest
             del self._first[max(self._first)]
             self._first[step] = value
-        run = self._runs.get(step // self._width)
-        if run is None:
-            self._runs[step // self._width] = _Run(step, value)
-        else:
-            run.add(step, value)
-        if len(self._runs) > MAX_RUNS:
-            self._width *= 2
-            merged: dict[int, _Run] = {}
-            for index, r in sorted(self._runs.items()):
-                into = merged.get(index // 2)
-                if into is None:
-                    merged[index // 2] = r
-                else:
-                    into.merge(r)
-            self._runs = merged
+        self._runs.add(step, value)
 
     def close(self) -> Series:
         """The values held, in step order."""
-        out: dict[int, float] = {}
-        for r in self._runs.values():
-            out[r.lo[0]], out[r.hi[0]] = r.lo[1], r.hi[1]
+        out = dict(self._runs.points_of_runs())
         out.update(self._first)
         out.update(self._kept)
         out.update((step, value) for step, (_, value) in self._recent.items())
         series = Series(sorted(out.items()))
-        series.thinned = self._width > 1
+        series.thinned = self._runs.width > 1
         return series
 
 
@@ -132,22 +183,10 @@ def thin(values: dict[int, float], most: int = MAX_POINTS) -> dict[int, float]:
     value kept exactly), in step order."""
     if len(values) <= most:
         return values
-    runs = max(1, most // 2)
-    width = 1
-    lo, hi = min(values), max(values)
-    while (hi - lo) // width + 1 > runs:
-        width *= 2
-    held: dict[int, _Run] = {}
+    runs = _Runs(most // 2)
     for step, value in values.items():
-        run = held.get((step - lo) // width)
-        if run is None:
-            held[(step - lo) // width] = _Run(step, value)
-        else:
-            run.add(step, value)
-    out: dict[int, float] = {}
-    for r in held.values():
-        out[r.lo[0]], out[r.hi[0]] = r.lo[1], r.hi[1]
-    return dict(sorted(out.items()))
+        runs.add(step, value)
+    return dict(sorted(runs.points_of_runs()))
 
 
 MAX_SAMPLE = 100_000  # values a ``Sample`` holds at most
