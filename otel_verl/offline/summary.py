@@ -21,7 +21,7 @@ from otel_verl.commands.errors import CommandError, say, warn
 from otel_verl.commands.text import printable
 from otel_verl.offline.bounded import Series
 from otel_verl.offline.otlp_files import SpanRecord, run_folder
-from otel_verl.offline.report.model import VALIDATION_KEYS, Report, StepRow, build
+from otel_verl.offline.report.model import VALIDATION_KEYS, Report, StepRow, build, slowest_row
 from otel_verl.offline.run_facts import as_number, category_words
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
@@ -109,7 +109,7 @@ def _where_the_time_went(rep: Report) -> list[str]:
     ]
     timed = [r for r in steps if r.time_by]
     if timed:
-        slow = max(timed, key=lambda r: (r.span.seconds, r.step))
+        slow = slowest_row(timed)
         parts = sorted(slow.time_by.items(), key=lambda kv: -kv[1])
         words = ", ".join(
             f"{category_words(c)} {v:.2f} s ({100 * v / slow.span.seconds:.0f}%)"

@@ -79,7 +79,7 @@ def report(
     out = sys.stdout if out is None else out
     path, rep = write_report(folder, output, include_validation)
     say(
-        f"wrote {path}: {len(rep.steps)} steps, {rep.spans} spans, {rep.points} metric points"
+        f"wrote {path}: {rep.totals.count} steps, {rep.spans} spans, {rep.points} metric points"
         + (f" (default timeline: step {rep.default_step}, the slowest)" if rep.default_step is not None else ""),
         out,
     )

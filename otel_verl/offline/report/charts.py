@@ -144,7 +144,8 @@ def stacked_svg(report: Report, colors: dict[str, str]) -> str:
                 f'x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.2f}" fill="{esc(colors[stage])}">'
                 f"<title>step {esc(r.step)} {esc(stage)}: {duration(seconds)}</title></rect>"
             )
-        if i % label_every == 0 or i == len(rows) - 1:
+        last = len(rows) - 1
+        if (i % label_every == 0 and last - i >= label_every / 2) or i == last:  # labels that do not overlap
             out.append(
                 f'<text class="tick" x="{x + bar_w / 2:.1f}" y="{top + plot_h + 16}" '
                 f'text-anchor="middle">{esc(r.step)}</text>'

@@ -386,7 +386,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         if n not in done:
             add(n, [])
     steps = [rows[n] for n in sorted(rows)]
-    default_step = max(steps, key=lambda r: (r.span.seconds, r.step)).step if steps else None
+    default_step = slowest_row(steps).step if steps else None
     checks = health(
         index.guards,
         records,
@@ -489,11 +489,16 @@ def _step_row(
     )
 
 
+def slowest_row(rows: Iterable[StepRow]) -> StepRow:
+    """ "The slowest step" of both tools: the longest step span, the later step of equal ones."""
+    return max(rows, key=lambda r: (r.span.seconds, r.step))
+
+
 def _slowest_findings(steps: list[StepRow], slowest: SpanRecord | None, include_validation: bool) -> list[Finding]:
     """The health box's slowest step (where its time went, in words) and slowest trajectory."""
     out: list[Finding] = []
     if steps:
-        slow = max(steps, key=lambda r: (r.span.seconds, r.step))
+        slow = slowest_row(steps)
         text = f"step {slow.step}, {slow.span.seconds:.2f} s"
         if slow.time_by and slow.span.seconds > 0:
             top = sorted(slow.time_by.items(), key=lambda kv: -kv[1])[:2]

@@ -32,7 +32,7 @@ from otel_verl.offline.report.charts import (
     timeline_svg,
 )
 from otel_verl.offline.report.markup import csp_meta, esc, script_json
-from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label
+from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label, slowest_row
 from otel_verl.offline.run_facts import category_words
 from otel_verl.version import __version__
 
@@ -223,7 +223,7 @@ def _time_section(report: Report) -> str:
     order: list[str] = []
     for r in rows:
         order += [c for c in r.time_by if c not in order]
-    slow = max(rows, key=lambda r: r.span.seconds)
+    slow = slowest_row(rows)
 
     def share(r: StepRow, c: str) -> str:
         v = r.time_by.get(c, 0.0)
@@ -539,8 +539,9 @@ def _rollout_section(report: Report) -> str:
         )
     out.append('<div class="row">')
     values = report.trajectory_seconds
+    every = report.trajectories
     if values:
-        hi = max(values)
+        hi = max(values) if every.largest is None else every.largest
         ticks = nice_ticks(0.0, hi, max(5, min(30, math.ceil(math.sqrt(len(values))))))
         width = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
         n_bins = max(1, math.floor(hi / width) + 1)
@@ -549,10 +550,13 @@ def _rollout_section(report: Report) -> str:
         for v in values:
             counts[min(int(v / width), n_bins - 1)] += 1
         p50, p90, p99 = (_quantile(values, q) for q in (0.5, 0.9, 0.99))
+        count = max(every.count, len(values))
+        mean = every.total / every.count if every.count else statistics.fmean(values)
+        sampled = f" (percentiles and bars: a uniform sample of {len(values):,})" if every.sampled else ""
         stats = (
-            f'<p class="stats" data-count="{len(values)}" data-max="{hi!r}">{len(values)} training trajectory spans; '
+            f'<p class="stats" data-count="{count}" data-max="{hi!r}">{count} training trajectory spans{sampled}; '
             f"p50 {duration(p50)}, p90 {duration(p90)}, p99 {duration(p99)}, max <b>{duration(hi)}</b>, mean "
-            f"{duration(statistics.fmean(values))}"
+            f"{duration(mean)}"
             + (
                 f"; {report.validation_trajectories} validation trajectories not counted"
                 if report.validation_trajectories
