@@ -34,9 +34,15 @@ THINNED = (
 
 class Series(dict[int, float]):
     """A series as held: step -> value in step order; ``thinned`` when runs of steps were folded
-    into their lowest and highest value."""
+    into their lowest and highest value; ``folded``: how many values were folded."""
 
     thinned: bool = False
+    folded: int = 0
+
+
+def folded(values: dict[int, float]) -> int:
+    """How many values ``values`` had before it was thinned (a plain dict: its length)."""
+    return values.folded if isinstance(values, Series) else len(values)
 
 
 def thinned(values: dict[int, float]) -> bool:
@@ -135,7 +141,7 @@ class _Runs:
 class StepSeries:
     """One series folded a value at a time (see the module's docstring); ``close`` gives the ``Series``."""
 
-    __slots__ = ("_first", "_keep", "_kept", "_recent", "_runs")
+    __slots__ = ("_first", "_folded", "_keep", "_kept", "_recent", "_runs")
 
     def __init__(self, keep: Collection[int] = ()) -> None:
         self._keep = keep  # steps kept exactly (shared by every series of a run: not copied)
@@ -143,6 +149,7 @@ class StepSeries:
         self._first: dict[int, float] = {}  # the first EDGE steps folded
         self._recent: dict[int, tuple[int, float]] = {}  # the last EDGE steps: step -> (time, value)
         self._runs = _Runs(MAX_RUNS)
+        self._folded = 0
 
     def add(self, step: int, value: float, time: int = 0) -> None:
         """``value`` at ``step``, exported at ``time`` (the later of two values of a recent step wins)."""
@@ -157,6 +164,7 @@ class StepSeries:
             self._fold(oldest, self._recent.pop(oldest)[1])
 
     def _fold(self, step: int, value: float) -> None:
+        self._folded += 1
         if step in self._keep:
             self._kept[step] = value
         if len(self._first) < EDGE:
@@ -174,6 +182,7 @@ class StepSeries:
         out.update((step, value) for step, (_, value) in self._recent.items())
         series = Series(sorted(out.items()))
         series.thinned = self._runs.width > 1
+        series.folded = self._folded + len(self._recent)
         return series
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from otel_verl import semconv
 from otel_verl.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
+from otel_verl.offline.bounded import StepSeries, folded
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
 from otel_verl.offline.run_facts import GroupPoint, StepGauges, as_number
 
@@ -96,8 +97,9 @@ class HealthFold:
 
     - ``nonfinite``: verl key -> {step -> NaN/inf values logged in that step} from
       ``verl.training.nonfinite`` (cumulative or delta; None: an export that names no step);
-    - ``validation``: verl's ``val-core/...`` values per step; the validation before training is
-      step 0 (its export names no step: it comes before ``first_step_ns``, the first step's span);
+    - ``validation``: verl's ``val-core/...`` values per step (``bounded.StepSeries``); the
+      validation before training is step 0 (its export names no step: it comes before
+      ``first_step_ns``, the first step's span);
     - the ops kit's alerts the values would have fired: its guard rules over every step in step
       order, with NaN for each key at the steps it was logged non-finite. A step is evaluated once
       ``ALERT_WINDOW`` later steps were placed, or at ``close``.
@@ -108,7 +110,7 @@ class HealthFold:
     def __init__(self, first_step_ns: int | None = None, rules: Sequence[Rule] | None = None) -> None:
         self.first_step_ns = first_step_ns
         self.nonfinite: dict[str, dict[int | None, int]] = defaultdict(lambda: defaultdict(int))
-        self.validation: dict[str, dict[int, float]] = defaultdict(dict)
+        self.validation: dict[str, StepSeries] = defaultdict(StepSeries)
         self._last: dict[tuple[str, str], float] = {}
         self._evaluator = Evaluator(tuple(r for r in (load_rules() if rules is None else rules) if r.alert))
         self._pending: dict[int, dict[str, float]] = {}  # step -> values not yet evaluated
@@ -125,9 +127,9 @@ class HealthFold:
                 continue
             elif name.startswith(VALIDATION_PREFIX):
                 if step is not None:
-                    self.validation[logged_key(name)][step] = value
+                    self.validation[logged_key(name)].add(step, value, time_ns)
                 elif self.first_step_ns is None or time_ns <= self.first_step_ns:
-                    self.validation[logged_key(name)][0] = value
+                    self.validation[logged_key(name)].add(0, value, time_ns)
                 # else: an export between steps that names none: not placeable
             if name not in _NAMED and name.startswith(semconv.METRIC_PREFIX) and step is not None:
                 values[logged_key(name)] = value
@@ -161,7 +163,7 @@ class HealthFold:
             self._evaluate(step)
         hits = [AlertHit(alert, f.rule.name, f.step, f.describe()) for alert, f in self._first.items()]
         counts = {k: dict(v) for k, v in self.nonfinite.items()}
-        scores = {k: dict(sorted(v.items())) for k, v in sorted(self.validation.items())}
+        scores = {k: v.close() for k, v in sorted(self.validation.items())}
         return counts, scores, hits
 
 
@@ -236,7 +238,7 @@ def _validation_finding(scores: Mapping[str, Mapping[int, float]]) -> Finding:
         first, last = steps[0], steps[-1]
         text = f"{key} {values[first]:.4g} at step {first}"
         if last != first:
-            text += f" -> {values[last]:.4g} at step {last} ({len(steps)} validations)"
+            text += f" -> {values[last]:.4g} at step {last} ({folded(values)} validations)"
         parts.append(text)
     more = f"; and {len(scores) - MAX_SHOWN} more" if len(scores) > MAX_SHOWN else ""
     return Finding("validation score", INFO, "; ".join(parts) + more, "curves")
