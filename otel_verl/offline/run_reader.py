@@ -111,6 +111,27 @@ MAX_DECIDED = 16_384  # traces whose key is remembered for a span that comes aft
 LARGE_TRACE = 10_000  # spans of a trace held undecided past which the first reading names it to the second
 
 
+class _Seen:
+    """Trace ids seen decided, approximately: a Bloom filter of fixed size (1 MiB). An id it does
+    not hold was never added; one it holds may have been."""
+
+    BITS = 1 << 23
+
+    def __init__(self) -> None:
+        self._bits = bytearray(self.BITS // 8)
+
+    def _slots(self, key: str) -> tuple[int, int, int]:
+        h = hash(key) & (2**64 - 1)
+        return h % self.BITS, (h >> 21) % self.BITS, (h >> 42) % self.BITS
+
+    def add(self, key: str) -> None:
+        for slot in self._slots(key):
+            self._bits[slot >> 3] |= 1 << (slot & 7)
+
+    def __contains__(self, key: str) -> bool:
+        return all(self._bits[slot >> 3] >> (slot & 7) & 1 for slot in self._slots(key))
+
+
 class TraceSteps(Generic[T]):
     """Which step each trace belongs to, decided while the spans are read, holding only the traces
     still open: both readings read the files side by side in the same order (``_merged``), so they
@@ -119,35 +140,45 @@ class TraceSteps(Generic[T]):
     A trace is decided when its ``verl.step`` span comes (its step), else when its root comes: the
     root's ``verl.rollout.submit_step``, or another span's when the root has none. Spans end before
     their parent, so a trace's root comes after the rest of it; a span that comes later still takes
-    the key its trace was given (the last ``MAX_DECIDED`` traces decided are remembered). A trace
-    whose root never comes is decided at the end. ``add`` takes each span with what the reading
-    keeps of it (``item``) and returns, once its trace is decided, the key and the items held.
+    the key its trace was given (the last ``MAX_DECIDED`` traces decided are remembered; a span
+    that comes later still opens its trace again). A trace whose root never comes is decided at the
+    end. ``add`` takes each span with what the reading keeps of it (``item``) and returns, once its
+    trace is decided, the key and the items held.
 
     The traces the first reading held long (more than ``LARGE_TRACE`` spans before their root, or
-    no root at all: ``named``) are given to the second as ``known``, which decides each of their
-    spans as it comes: the second reading never holds such a trace's spans undecided.
+    no root at all) and opened only once are ``named`` to the second as ``known``: it decides each
+    of their spans as it comes, never holding them undecided, and remembers them where the first
+    reading did, so that both forget the same traces at the same spans.
     """
 
     def __init__(self, known: dict[str, TraceKey] | None = None) -> None:
-        self._open: dict[str, tuple[list[T], list[int | None]]] = {}  # trace -> (items, [submit step])
+        self._open: dict[str, tuple[list[T], list[Any]]] = {}  # trace -> (items, [submit step, opened again])
         self._decided: OrderedDict[str, TraceKey] = OrderedDict()
-        self._known = known or {}
-        self.named: dict[str, TraceKey] = {}  # the traces held long, for a second reading's ``known``
+        self._known = known
+        self._seen = _Seen() if known is None else None  # the first reading's: which traces open again
+        self.named: dict[str, TraceKey] = {}  # for a second reading's ``known``
 
     def add(self, s: SpanRecord, item: T) -> tuple[TraceKey, list[T]] | None:
-        if s.trace_id in self._known:
-            return self._known[s.trace_id], [item]
+        step = s.attributes.get(semconv.ATTR_STEP)
+        steps = s.name == semconv.SPAN_STEP and isinstance(step, int) and not isinstance(step, bool)
+        if self._known is not None and s.trace_id in self._known:
+            key = self._known[s.trace_id]
+            if (steps or not s.parent_id) and s.trace_id not in self._decided:
+                self._remember(s.trace_id, key)  # as the first reading did when it decided it
+            return key, [item]
         if s.trace_id in self._decided:
             return self._decided[s.trace_id], [item]
         held = self._open.get(s.trace_id)
         if held is None:
-            held = self._open[s.trace_id] = ([], [None])
+            again = self._seen is not None and s.trace_id in self._seen
+            if again:  # opened again (or a false positive): the second reading must decide it as this one
+                self.named.pop(s.trace_id, None)
+            held = self._open[s.trace_id] = ([], [None, again])
         held[0].append(item)
-        step = s.attributes.get(semconv.ATTR_STEP)
         submit = s.attributes.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
         submit = submit if isinstance(submit, int) and not isinstance(submit, bool) else None
-        if s.name == semconv.SPAN_STEP and isinstance(step, int) and not isinstance(step, bool):
-            key: TraceKey = (step, s.span_id)
+        if steps:
+            key: TraceKey = (step, s.span_id)  # type: ignore[assignment]
         elif not s.parent_id:
             key = self._joined(submit if submit is not None else held[1][0])
         else:
@@ -161,13 +192,19 @@ class TraceSteps(Generic[T]):
         return None if submit is None else (submit, "")
 
     def _decide(self, trace_id: str, key: TraceKey, rootless: bool = False) -> list[T]:
-        items, _ = self._open.pop(trace_id)
-        if rootless or len(items) > LARGE_TRACE:
-            self.named[trace_id] = key
+        items, (_, again) = self._open.pop(trace_id)
+        if self._seen is not None:
+            if not again and (rootless or len(items) > LARGE_TRACE):
+                self.named[trace_id] = key
+            self._seen.add(trace_id)
+        if not rootless:
+            self._remember(trace_id, key)
+        return items
+
+    def _remember(self, trace_id: str, key: TraceKey) -> None:
         self._decided[trace_id] = key
         if len(self._decided) > MAX_DECIDED:
             self._decided.popitem(last=False)
-        return items
 
     def close(self) -> Iterator[tuple[TraceKey, list[T]]]:
         """The traces whose root never came, decided by the submit step one of their spans carries."""

@@ -8,6 +8,7 @@ import pytest
 from offline_otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
+from otel_verl.offline.otlp_files import Skipped
 from otel_verl.offline.report.model import build
 from otel_verl.offline.summary import lines
 
@@ -198,3 +199,26 @@ def test_a_trace_whose_root_never_comes_is_not_held_by_the_second_reading(tmp_pa
     per_step = 3 + TRAJECTORIES * 3
     assert rep.spans == 10 * (per_step + 8) and [r.spans for r in rep.steps] == [per_step] * 10
     assert rep.held.spans <= 2 * per_step + 8  # not the orphan trace's 80 spans
+
+
+def test_a_span_that_comes_after_its_trace_was_forgotten_is_counted_alike_by_both_readings(tmp_path, monkeypatch):
+    """A span that comes long after its trace was decided opens the trace again (the first reading
+    remembers only the last ``MAX_DECIDED`` traces); the second reading, told of the long traces,
+    must still decide every span as the first one did, or a step would never be complete."""
+    from otel_verl.offline import run_reader
+
+    monkeypatch.setattr(run_reader, "MAX_DECIDED", 2)
+    monkeypatch.setattr(run_reader, "LARGE_TRACE", 2)  # every trajectory trace (3 spans) is a long one
+    _run(tmp_path, 6)
+    # a late span of step 1's first trajectory trace, with the last step's spans
+    late = span("late", f"{10_000 * 1 + 0:016x}", 61.0, 62.0, "0" * 15 + "7")[1]
+    write_spans(tmp_path, "agent_loop", 2, [late])
+    per_step = 3 + TRAJECTORIES * 3
+    index = run_reader.index_spans(tmp_path, Skipped())
+    assert index.long_traces  # the mechanism is in play
+    seen: list[int] = []
+    for n, members in run_reader.step_spans(tmp_path, index):
+        seen.append(n)
+        assert len(members) == index.expected[n]
+    assert sorted(seen) == list(range(1, 7))  # each step once, complete
+    assert index.expected == dict.fromkeys(range(1, 7), per_step)  # the late span is of no step in both
