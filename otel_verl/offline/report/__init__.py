@@ -4,7 +4,8 @@ Reads what the ``otlp_json_file`` exporters wrote (``traces-*.jsonl``, ``metrics
 renders, with inline CSS, SVG and a few lines of JavaScript (no network, no dependency):
 
 - the stage breakdown of every step (``verl.<stage>`` children of each ``verl.step`` root span),
-  as stacked columns and as a table with the span durations;
+  as stacked columns and as a table with the span durations (a long run's: its picked steps,
+  ``offline.bounded``);
 - the timeline of one step (a waterfall of its spans: stages, ``verl.wg.*`` driver calls,
   ``verl.worker.*`` rank spans, ``verl.rollout.trajectory`` spans with their LLM calls drawn
   inside; the v1 driver's trajectories, which are traces of their own, are joined by
