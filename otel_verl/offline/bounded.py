@@ -69,7 +69,13 @@ class _Runs:
             self._base = step // self.width
         while max(self._top(), step // self.width) - min(self._base, step // self.width) >= self.most:
             self._coarsen()
+        self._place(step, value)
+
+    def _place(self, step: int, value: float) -> None:
+        """Into its run at the current width, the slots grown to reach it."""
         index = step // self.width
+        if not self._filled:
+            self._base = index
         if index < self._base:
             self._grow(self._base - index, front=True)
             self._base = index
@@ -119,15 +125,7 @@ class _Runs:
         self._lo_step, self._lo, self._hi_step, self._hi = array("q"), array("d"), array("q"), array("d")
         self._filled = bytearray()
         for step, value in old:
-            index = step // self.width
-            if not self._filled:
-                self._base = index
-            if index < self._base:
-                self._grow(self._base - index, front=True)
-                self._base = index
-            elif index >= self._base + len(self._filled):
-                self._grow(index - self._base - len(self._filled) + 1)
-            self._put(index - self._base, step, value)
+            self._place(step, value)
 
     def points_of_runs(self) -> Iterator[tuple[int, float]]:
         """Each run's lowest then highest value (once when they are one), in run order."""
