@@ -5,6 +5,9 @@
   ``OTEL_VERL_GUARD_EXIT_CODE=3``, rc 3), a checkpoint of step 2 through verl's own path, the stop
   marker next to it, the guard's span, log record and counter exported; resuming with
   ``trainer.resume_mode=auto`` continues at step 3 (and removes the marker).
+* the shipped alert rules, on the series the stopped run exported (``promreplay``): the NaN/Inf
+  alerts name exactly the keys verl logged as NaN, the guard's alert its rule, the heartbeat's
+  alert the run's end; all silent at step 1.
 * ``observe`` (v1): training goes on to the last step, each rule fires once per episode, and a
   user rules file (a KL rule with a tiny threshold, as for a drifting run) fires too.
 """
@@ -12,10 +15,18 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
 from otel_verl import semconv
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
+from opskit import require_tool  # noqa: E402
+from promreplay import Replay, run_series  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -87,6 +98,40 @@ def test_stop_exports_the_span_event_log_record_and_counter(stopped):
     assert all(r["severityText"] == "WARNING" for r in records)
     counted = [p for p in run.points if p.name == semconv.M_GUARD_TRIGGERED]
     assert counted and max(p.value for p in counted) == len(events)
+
+
+# The run replayed 60 times slower: its steps of about a second become minutes, as on GPUs.
+SLOWER = 60
+CRITICAL = re.compile(".*(loss|grad_norm).*")  # the rules' split of verl's keys (critical vs warning)
+
+
+def test_the_alerts_fire_on_the_series_this_run_exported(stopped, tmp_path):
+    require_tool("promtool")
+    _, _, run, _ = stopped
+    replay = Replay(run_series(run.telemetry_dir), slower=SLOWER)
+    run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
+    step1 = replay.after("verl_training_step")  # step 1 exported, step 2 not yet
+    step2 = replay.after("verl_guard_triggered_total")  # step 2's values and the guard's firing
+    gone = replay.end() + 6 * 60  # the run ended: the heartbeat has not been exported for 5 min
+    cleared = replay.end() + 16 * 60  # 10 min without a new NaN, plus the 5 min lookback
+    names = ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered", "VerlTrainingTelemetryLost")
+    got = replay.alerts(tmp_path, [(a, t) for a in names for t in (step1, step2, gone, cleared)])
+
+    def fired(alert, t, label):
+        alerts = got[(alert, t)]
+        assert {a["verl_run_id"] for a in alerts} <= {run_id}
+        return {a.get(label) for a in alerts}
+
+    nan = {k for k, v in run.console[2].items() if isinstance(v, float) and not math.isfinite(v)}  # verl's own
+    assert {"actor/pg_loss", "actor/grad_norm"} <= nan
+    for alert in names:
+        assert not got[(alert, step1)], (alert, got[(alert, step1)])
+    assert fired("VerlNonFiniteLossOrGradNorm", step2, "verl_metric_key") == {k for k in nan if CRITICAL.match(k)}
+    assert fired("VerlNonFiniteMetric", step2, "verl_metric_key") == {k for k in nan if not CRITICAL.match(k)}
+    assert fired("VerlGuardTriggered", step2, "verl_guard_rule") == {"nonfinite"}
+    assert fired("VerlTrainingTelemetryLost", gone, "verl_run_id") == {run_id}
+    for alert in ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered"):
+        assert not got[(alert, cleared)], alert  # all clear once the run's last NaN is 10 min old
 
 
 def test_resume_from_the_guards_checkpoint_starts_at_step_3(stopped):
