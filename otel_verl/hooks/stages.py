@@ -115,6 +115,7 @@ def _profiler_on(trainer: Any) -> bool:
 def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
     span_id = state[0].get_span_context().span_id
     seconds = pools = lag = None
+    PROCESS.stage_spans[name] = state[0].get_span_context()  # timing_s/<name>'s exemplar ("step": the step's)
     if name == STEP:
         seconds = ACCOUNT.step_ended(span_id)
         if seconds is not None:
@@ -124,7 +125,6 @@ def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | No
         ACCOUNT.stage_ended(span_id, name)
         if name in LONG_STAGES:
             STEP_CLOCK.stage_ended(name)
-        PROCESS.stage_spans[name] = state[0].get_span_context()
     close_span(state, error=error)
     if error is None and name == STEP:
         STEP_CLOCK.step_ended()

@@ -199,7 +199,7 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
     status = rs.status_of(error)
     inst = rs.metrics()
     attrs = {semconv.ATTR_ROLLOUT_VALIDATE: st.validate, semconv.GEN_AI_AGENT_NAME: st.agent}
-    exemplar = _exemplar_context(st)
+    exemplar = exemplar_context(st)
     inst.deferred.record(inst.trajectory, duration, {**attrs, semconv.ATTR_ROLLOUT_STATUS: status}, exemplar)
     if st.response_tokens is not None:
         inst.deferred.record(inst.response_tokens, st.response_tokens, attrs, exemplar)
@@ -239,15 +239,16 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
         _group_done(st.key, group)
 
 
-def _exemplar_context(st: rs.Trajectory) -> Callable[[], otel_context.Context]:
-    """The exemplar context of ``st``'s values: its own span once its tree was exported, else none.
+def exemplar_context(st: rs.Trajectory | None) -> Callable[[], otel_context.Context]:
+    """The exemplar context of the values of ``st`` (and of its LLM calls): its span once its tree was
+    exported, else none.
 
     Called when the values are recorded (at the next collection): a tree that was dropped, or is
-    not decided yet, has no span to click through to, so its values carry no exemplar (an empty
-    context: the SDK's trace-based filter then offers none)."""
+    not decided yet, has no span to click through to, and a value outside any trajectory none of
+    its own, so those carry no exemplar (an empty context: the SDK's trace-based filter offers none)."""
 
     def context() -> otel_context.Context:
-        if st.kept is None:
+        if st is None or st.kept is None:
             return otel_context.Context()
         trace_id, span_id = st.kept
         span = trace.NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED))

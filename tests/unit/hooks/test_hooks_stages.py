@@ -175,12 +175,12 @@ def test_each_stage_value_has_its_steps_stage_span_as_exemplar(captured, v0_trai
         tracking.log(data={f"timing_s/{k}": v for k, v in timing.items()}, step=step)
         points = captured.metric_points()  # a collection per step, as each step's export
         spans = {
-            s.attributes[semconv.ATTR_STAGE]: s
+            s.attributes.get(semconv.ATTR_STAGE, "step"): s
             for s in captured.finished()
-            if s.attributes.get(semconv.ATTR_STEP) == step and semconv.ATTR_STAGE in s.attributes
+            if s.attributes.get(semconv.ATTR_STEP) == step
         }
         hist = {p.attributes[semconv.ATTR_STAGE]: p for p in points[semconv.M_STAGE_DURATION]}
-        for stage in ("gen", "update_actor"):
+        for stage in ("step", "gen", "update_actor"):  # step: the step's root span
             exemplars = [e for e in hist[stage].exemplars if e.value == timing[stage]]
             assert exemplars, (step, stage, hist[stage].exemplars)
             ctx = spans[stage].context

@@ -445,3 +445,7 @@ def test_each_exemplar_is_its_own_trajectorys_exported_span(captured, clock, bud
     assert response.exemplars
     for e in response.exemplars:  # each the span of the trajectory with that many tokens
         assert tokens[(e.trace_id, e.span_id)] == e.value
+    (llm,) = points[semconv.M_ROLLOUT_LLM_CALL_DURATION]  # an LLM call's: the trajectory that made it
+    (slow_call,) = [e for e in llm.exemplars if e.value == pytest.approx(SLOW_S, abs=0.1)]
+    assert (slow_call.trace_id, slow_call.span_id) == (slowest.context.trace_id, slowest.context.span_id)
+    assert {(e.trace_id, e.span_id) for e in llm.exemplars} <= kept
