@@ -9,7 +9,8 @@ prove the PromQL, not that the series it reads exist. Here the series come from 
   attributes and the promoted resource attributes of ``collector/prometheus/prometheus.yml`` as
   labels, ``job``/``instance`` from ``service.name``/``service.instance.id``, a histogram as its
   ``_bucket``/``_sum``/``_count`` series;
-* ``Replay``: those series on promtool's clock. The run's first export is time 0; each export stays
+* ``Replay``: those series on promtool's clock. The run's first export of a series the rules read
+  is time 0; each export stays
   the series' value until the next one, as long as its process exported (what a periodic reader
   would have sent: gauges keep their last value, counters are cumulative), then the series ends (a
   process that exited or was killed). promtool's samples lie on a grid (``step_s``): each export
@@ -23,6 +24,7 @@ prove the PromQL, not that the series it reads exist. Here the series come from 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -180,7 +182,9 @@ class Replay:
         self.series = series
         self.slower = slower
         self.step_s = step_s
-        self.t0 = min(s.samples[0][0] for s in series)
+        names = _rule_names()
+        used = [s for s in series if s.name in names] or series
+        self.t0 = min(s.samples[0][0] for s in used)  # the first export the rules can see
         last: dict[str, float] = defaultdict(float)
         for s in series:
             last[s.process] = max(last[s.process], s.samples[-1][0])
@@ -259,7 +263,7 @@ class Replay:
             out = tmp / path.name
             out.write_text(yaml.safe_dump(doc, sort_keys=False))
             rules.append(out.name)
-        used = {s for r in _rule_exprs() for s in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", r)}
+        used = _rule_names()
         horizon = max(t for _, t in cases) + self.step_s
         points = int(horizon // self.step_s) + 2
         doc = {
@@ -301,6 +305,12 @@ def _seconds(text: str) -> float:
     parts = re.findall(r"(\d+)(ms|y|w|d|h|m|s)", text)
     assert parts and "".join(n + u for n, u in parts) == text, text
     return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+@functools.cache
+def _rule_names() -> frozenset[str]:
+    """Every word of the rules' expressions: the metric names among them are the series they read."""
+    return frozenset(w for r in _rule_exprs() for w in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", r))
 
 
 def _rule_exprs() -> list[str]:
