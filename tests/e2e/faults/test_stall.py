@@ -155,7 +155,7 @@ def test_the_stall_alerts_fire_on_the_series_this_run_exported(hung, tmp_path):
     """The stall doctor's alert once its gauge says so, and the heartbeat's fixed-threshold alert (30 min
     warning, 2 h critical) on the same series slowed down; neither at step 1."""
     require_tool("promtool")
-    replay = Replay(run_series(hung.telemetry_dir), slower=SLOWER)
+    replay = Replay(run_series(hung.telemetry_dir), slower=SLOWER, step_s=60)
     run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
     step1 = replay.after("verl_training_step")
     stalled = replay.after("verl_training_stalled")
