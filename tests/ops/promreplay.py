@@ -342,19 +342,25 @@ AS_IT_HAPPENED = {  # the run had the failure itself
     "VerlStallDoctorStalled": "tests/e2e/faults/test_stall.py (a rollout server that stops answering)",
     "VerlTrainingStalled": "tests/e2e/faults/test_stall.py (replayed slower: its stall lasts hours)",
 }
-WHAT_IF = {  # the failure put into the values of a healthy run's series: tests/e2e/test_alerts_replayed.py
-    "VerlKLDivergenceHigh",
-    "VerlRewardCollapse",
-    "VerlEntropyCollapse",
-    "VerlEntropyNearZero",
-    "VerlGradNormSpike",
-    "VerlThroughputDrop",
-    "VerlWeightSyncGrowing",
-    "VerlRolloutLongTail",
+WHAT_IF = {  # the failure put into the values of a healthy run's own series
+    **dict.fromkeys(
+        (
+            "VerlKLDivergenceHigh",
+            "VerlRewardCollapse",
+            "VerlEntropyCollapse",
+            "VerlEntropyNearZero",
+            "VerlGradNormSpike",
+            "VerlThroughputDrop",
+            "VerlWeightSyncGrowing",
+            "VerlRolloutLongTail",
+        ),
+        "tests/e2e/test_alerts_replayed.py (the shared v0 PPO run)",
+    ),
+    **dict.fromkeys(
+        ("VerlEngineKVCacheSaturated", "VerlEnginePreemptionStorm", "VerlEngineQueueGrowing"),
+        "tests/e2e/test_vllm_rollout.py (verl's vLLM rollout on vLLM's CPU build)",
+    ),
 }
 NOT_ON_CPU = {  # no real series on the CPU harness: hand-written promtool cases only
     "VerlGPUMemoryNearLimit": "hw.gpu.* needs a GPU",
-    "VerlEngineKVCacheSaturated": "vllm_* come from verl's vLLM rollout (tests/e2e/test_vllm_rollout.py)",
-    "VerlEnginePreemptionStorm": "vllm_* come from verl's vLLM rollout",
-    "VerlEngineQueueGrowing": "vllm_* come from verl's vLLM rollout",
 }
