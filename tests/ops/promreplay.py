@@ -10,10 +10,9 @@ prove the PromQL, not that the series it reads exist. Here the series come from 
   labels, ``job``/``instance`` from ``service.name``/``service.instance.id``, a histogram as its
   ``_bucket``/``_sum``/``_count`` series;
 * ``Replay``: those series on promtool's clock. The run's first export of a series the rules read
-  is time 0; each export stays
-  the series' value until the next one, as long as its process exported (what a periodic reader
-  would have sent: gauges keep their last value, counters are cumulative), then the series ends (a
-  process that exited or was killed). promtool's samples lie on a grid (``step_s``): each export
+  is time 0; each export stays the series' value until the next one, as long as its process
+  exported (what a periodic reader would have sent: gauges keep their last value, counters are
+  cumulative), then the series ends (a process that exited or was killed). promtool's samples lie on a grid (``step_s``): each export
   shows at the grid point at or after it. ``slower`` replays the run that many times slower, its
   clock-valued gauges (``*_timestamp_seconds``) with it: a 40 s stall of a CPU run is the 2 h stall
   of a real one. ``what_if`` changes one series' values from a time on: a failure (KL blow-up,
