@@ -110,25 +110,29 @@ def test_the_alerts_fire_on_the_series_this_run_exported(stopped, tmp_path):
     _, _, run, _ = stopped
     replay = Replay(run_series(run.telemetry_dir), slower=SLOWER)
     run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
-    step1 = replay.after("verl_training_step")  # step 1 exported, step 2 not yet
-    step2 = replay.after("verl_guard_triggered_total")  # step 2's values and the guard's firing
+    step1 = replay.after("verl_training_step")  # step 1 exported, the next step not yet
+    fired_at = replay.after("verl_guard_triggered_total")  # the NaN step's values and the guard's firing
     gone = replay.end() + 6 * 60  # the run ended: the heartbeat has not been exported for 5 min
     cleared = replay.end() + 16 * 60  # 10 min without a new NaN, plus the 5 min lookback
     names = ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered", "VerlTrainingTelemetryLost")
-    got = replay.alerts(tmp_path, [(a, t) for a in names for t in (step1, step2, gone, cleared)])
+    got = replay.alerts(tmp_path, [(a, t) for a in names for t in (step1, fired_at, gone, cleared)])
 
     def fired(alert, t, label):
         alerts = got[(alert, t)]
         assert {a["verl_run_id"] for a in alerts} <= {run_id}
         return {a.get(label) for a in alerts}
 
-    nan = {k for k, v in run.console[2].items() if isinstance(v, float) and not math.isfinite(v)}  # verl's own
-    assert {"actor/pg_loss", "actor/grad_norm"} <= nan
+    bad = {
+        n: {k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)}
+        for n, values in run.console.items()
+    }
+    (nan,) = [keys for keys in bad.values() if keys]  # verl's own console: the one step it logged NaN at
+    assert {"actor/pg_loss", "actor/grad_norm"} <= nan and not bad[1]
     for alert in names:
         assert not got[(alert, step1)], (alert, got[(alert, step1)])
-    assert fired("VerlNonFiniteLossOrGradNorm", step2, "verl_metric_key") == {k for k in nan if CRITICAL.match(k)}
-    assert fired("VerlNonFiniteMetric", step2, "verl_metric_key") == {k for k in nan if not CRITICAL.match(k)}
-    assert fired("VerlGuardTriggered", step2, "verl_guard_rule") == {"nonfinite"}
+    assert fired("VerlNonFiniteLossOrGradNorm", fired_at, "verl_metric_key") == {k for k in nan if CRITICAL.match(k)}
+    assert fired("VerlNonFiniteMetric", fired_at, "verl_metric_key") == {k for k in nan if not CRITICAL.match(k)}
+    assert fired("VerlGuardTriggered", fired_at, "verl_guard_rule") == {"nonfinite"}
     assert fired("VerlTrainingTelemetryLost", gone, "verl_run_id") == {run_id}
     for alert in ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered"):
         assert not got[(alert, cleared)], alert  # all clear once the run's last NaN is 10 min old
