@@ -486,8 +486,10 @@ NEEDS_GPU = {
     "hw_temperature_celsius",
     "verl_process_gpu_memory_usage_bytes",
 }
-# created by the first NaN/Inf verl logs, the guard's first firing, the stall doctor's first stall
-FAILURE_ONLY = {"verl_training_nonfinite_total", "verl_guard_triggered_total", "verl_training_stalled"}
+# created by the first NaN/Inf verl logs, the guard's first firing (its built-in nonfinite rule fires on
+# a NaN), the stall doctor's first stall
+STALL_ONLY = {"verl_training_stalled"}
+FAILURE_ONLY = {"verl_training_nonfinite_total", "verl_guard_triggered_total"} | STALL_ONLY
 ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus only while a rule fires
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 ENGINE_PREFIXES = ("vllm_", "sglang_")  # the rollout engine's own metrics (otel_verl.instruments.engine_metrics)

@@ -12,11 +12,12 @@ prove the PromQL, not that the series it reads exist. Here the series come from 
 * ``Replay``: those series on promtool's clock. The run's first export of a series the rules read
   is time 0; each export stays the series' value until the next one, as long as its process
   exported (what a periodic reader would have sent: gauges keep their last value, counters are
-  cumulative), then the series ends (a process that exited or was killed). promtool's samples lie on a grid (``step_s``): each export
-  shows at the grid point at or after it. ``slower`` replays the run that many times slower, its
-  clock-valued gauges (``*_timestamp_seconds``) with it: a 40 s stall of a CPU run is the 2 h stall
-  of a real one. ``what_if`` changes one series' values from a time on: a failure (KL blow-up,
-  reward collapse) that a few CPU steps do not have, on the series the run did export;
+  cumulative), then the series ends (a process that exited or was killed). promtool's samples lie
+  on a grid (``step_s``): each export shows at the grid point at or after it. ``slower`` replays
+  the run that many times slower, its clock-valued gauges (``*_timestamp_seconds``) with it: a
+  40 s stall of a CPU run is the 2 h stall of a real one. ``what_if`` changes one series' values
+  from a time on: a failure (KL blow-up, reward collapse) that a few CPU steps do not have, on the
+  series the run did export;
 * ``Replay.alerts``: the alerts promtool's rule engine fires at given times (the shipped rules,
   their annotations left out: the hand-written cases check those), as label sets.
 """
