@@ -286,6 +286,8 @@ def test_at_exit_a_hung_endpoint_costs_the_bound_and_every_batch_reaches_the_dis
     # Nothing lost: what the exit could not send is in the spool, handed back for the next process.
     root = spool.current().root
     nxt = spool.Spool(root, spool.MIB)
+    traces = next(s for s in telemetry._spoolers if s.signal == "traces")
+    nxt.folder_name("traces", traces._sender.destination())  # the next process of that job
     assert nxt.adopt("traces") >= 1
     found = []
     while (entry := nxt.head("traces", "traces")) is not None:
