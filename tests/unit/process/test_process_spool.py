@@ -7,6 +7,7 @@ locks until the test lets it go.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -335,3 +336,101 @@ def test_host_labels_are_folder_names(monkeypatch):
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):
     monkeypatch.setattr(_safe, "_seen", set())
+
+
+# A process with few descriptors (RLIMIT_NOFILE 64) that takes ROOT's dead folders and sends them:
+# prints the most descriptors it ever held open, whether it could still open files while it held
+# what it adopted, and how many batches it sent.
+FEW_FDS = textwrap.dedent(
+    """
+    import json, os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    from otel_verl import semconv
+    from otel_verl.process import spool
+    s = spool.Spool(sys.argv[1], 64 * spool.MIB, host=sys.argv[2])
+    s.folder_name("traces", spool.Destination("http", sys.argv[3], sys.argv[4].encode()))
+    most, could_open, sent = 0, True, 0
+    while True:
+        s.adopt("traces")
+        most = max(most, len(os.listdir("/proc/self/fd")))
+        try:
+            spare = [os.open("/dev/null", os.O_RDONLY) for _ in range(16)]  # the process's own work
+            for fd in spare:
+                os.close(fd)
+        except OSError:
+            could_open = False
+        entry = s.head("traces", "traces")
+        if entry is None:
+            break
+        while entry is not None:
+            s.done(entry, semconv.SPOOL_RESENT, 1)
+            sent += 1
+            entry = s.head("traces", "traces")
+    print(json.dumps({"most": most, "could_open": could_open, "sent": sent}))
+    """
+)
+
+
+def test_hundreds_of_dead_folders_are_taken_a_few_at_a_time_within_few_descriptors(tmp_path):
+    root = tmp_path / "spool"
+    for i in range(150):  # 150 processes that ended with one batch each
+        s = _spool(root, 64 * spool.MIB)
+        assert s.put("traces", "traces", b"batch %d" % i)
+        s.close()
+    got = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", FEW_FDS, str(root), HOST, DEST.endpoint, DEST.credentials.decode()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=True,
+    )
+    result = json.loads(got.stdout.splitlines()[-1])
+    assert result["sent"] == 150 and result["could_open"], result
+    assert result["most"] <= 64 - 16, result
+    assert not list(root.glob("*/traces"))
+
+
+# A process that makes its spool folders while its descriptors run out (EMFILE at each step of
+# making them, in turn), then has descriptors again: prints whether each later batch was written.
+EMFILE = textwrap.dedent(
+    """
+    import errno, json, os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    from otel_verl.process import spool
+    results = []
+    for free in range(0, 6):
+        s = spool.Spool(os.path.join(sys.argv[1], str(free)), spool.MIB, host="h")
+        s.folder_name("traces", spool.Destination("http", "http://c:4318/v1/traces", b"[]"))
+        held = []
+        try:
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE
+        for fd in held[len(held) - free:]:
+            os.close(fd)
+        held = held[: len(held) - free]
+        first = s.put("traces", "traces", b"while out of descriptors")
+        for fd in held:
+            os.close(fd)
+        later = [s.put("traces", "traces", b"later %d" % i) for i in range(2)]
+        results.append([free, first, later])
+    print(json.dumps(results))
+    """
+)
+
+
+def test_running_out_of_descriptors_while_a_folder_is_made_does_not_turn_the_spool_off(tmp_path):
+    got = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", EMFILE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=True,
+    )
+    results = json.loads(got.stdout.splitlines()[-1])
+    assert [r[0] for r in results] == [0, 1, 2, 3, 4, 5]
+    assert any(not first for _, first, _ in results)  # some step of making the folders did fail
+    assert all(later == [True, True] for _, _, later in results), results
