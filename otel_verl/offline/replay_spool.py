@@ -179,10 +179,10 @@ def _destination_problem(proc_fd: int, sub: str, url: str, ignore: bool) -> str 
         spool.close_fd(dir_fd)
     if record is None:
         return "no recorded endpoint (kept; --ignore-recorded-endpoint sends it to the endpoint given)"
-    if record.kind == "http" and record.endpoint == url:
+    if record.kind == "http" and record.goes_to(url):
         return None
     return (
-        f"recorded for {endpoints.shown(record.endpoint)} ({record.kind}), not {endpoints.shown(url)} "
+        f"recorded for {record.endpoint} ({record.kind}), not {endpoints.shown(url)} "
         "(kept; --ignore-recorded-endpoint sends it to the endpoint given)"
     )
 

@@ -112,8 +112,9 @@ def _mac(salt: bytes, credentials: bytes) -> str:
 @dataclass(frozen=True)
 class Destination:
     """Where the batches of one exporter go: its kind (``http``, ``grpc``), its endpoint as the
-    exporter resolved it, and what it sends to be let in (headers, in a canonical form: held in
-    memory only; a folder records a salted HMAC of it, ``record``)."""
+    exporter resolved it, and what it sends to be let in (headers, in a canonical form). Held in
+    memory only: a folder records the endpoint with any credentials in the URL redacted, and salted
+    HMACs of the whole endpoint and of the headers (``record``)."""
 
     kind: str
     endpoint: str
@@ -126,8 +127,9 @@ class Destination:
             {
                 "version": 1,
                 "kind": self.kind,
-                "endpoint": self.endpoint,
+                "endpoint": shown_endpoint(self.endpoint),
                 "salt": salt.hex(),
+                "endpoint_mac": _mac(salt, self.endpoint.encode()),
                 "credentials": _mac(salt, self.credentials),
             },
             sort_keys=True,
@@ -135,9 +137,12 @@ class Destination:
 
     def matches(self, record: Record | None) -> bool:
         """Whether a folder's ``record`` names exactly this destination (credentials included)."""
-        if record is None or record.kind != self.kind or record.endpoint != self.endpoint:
-            return False
-        return hmac.compare_digest(record.credentials, _mac(record.salt, self.credentials))
+        return (
+            record is not None
+            and record.kind == self.kind
+            and record.goes_to(self.endpoint)
+            and hmac.compare_digest(record.credentials, _mac(record.salt, self.credentials))
+        )
 
 
 @dataclass(frozen=True)
@@ -145,9 +150,23 @@ class Record:
     """A signal folder's ``destination`` file, as read."""
 
     kind: str
-    endpoint: str
+    endpoint: str  # as shown: credentials in the URL redacted
     salt: bytes
+    endpoint_mac: str
     credentials: str
+
+    def goes_to(self, endpoint: str) -> bool:
+        """Whether this folder's batches go to ``endpoint`` (exactly, credentials of the URL included)."""
+        return self.endpoint == shown_endpoint(endpoint) and hmac.compare_digest(
+            self.endpoint_mac, _mac(self.salt, endpoint.encode())
+        )
+
+
+def shown_endpoint(url: str) -> str:
+    """``url`` with the credentials it may hold (``user:pass@``, a query) redacted."""
+    from otel_verl.commands.endpoints import shown
+
+    return shown(url)
 
 
 def read_record(dir_fd: int) -> Record | None:
@@ -157,11 +176,13 @@ def read_record(dir_fd: int) -> Record | None:
         return None
     try:
         data = json.loads(raw)
-        fields = (data["kind"], data["endpoint"], data["salt"], data["credentials"])
-        if data.get("version") != 1 or not all(isinstance(f, str) for f in fields):
+        keys = ("kind", "endpoint", "salt", "endpoint_mac", "credentials")
+        if data.get("version") != 1 or not all(isinstance(data.get(k), str) for k in keys):
             return None
-        return Record(data["kind"], data["endpoint"], bytes.fromhex(data["salt"]), data["credentials"])
-    except (ValueError, TypeError, KeyError, AttributeError):
+        return Record(
+            data["kind"], data["endpoint"], bytes.fromhex(data["salt"]), data["endpoint_mac"], data["credentials"]
+        )
+    except (ValueError, TypeError, AttributeError):
         return None
 
 
@@ -936,8 +957,7 @@ class Spool:
 
     def _tell_left(self, proc: str, sub: str, record: Record | None, mine: Destination) -> None:
         """Say (once per folder, no secret) that a dead process's folder is left for its own destination."""
-        from otel_verl.commands.endpoints import shown
-
+        shown = shown_endpoint
         where = os.path.join(self.root, proc, sub)
         if record is None:
             _log.info("otel-verl: spool folder %s has no destination record: kept, not sent", where)
@@ -950,13 +970,11 @@ class Spool:
                 self.root,
             )
             return
-        if record.kind == mine.kind and record.endpoint == mine.endpoint:
-            wanted = f"{shown(record.endpoint)} ({record.kind}) with other headers"
-        else:
-            wanted = f"{shown(record.endpoint)} ({record.kind})"
+        same_place = record.kind == mine.kind and record.goes_to(mine.endpoint)
+        wanted = f"{record.endpoint} ({record.kind}){' with other headers' if same_place else ''}"
         _log.info("otel-verl: spool folder %s waits for %s, not this process's: left for it", where, wanted)
         warn_once(
-            f"spool elsewhere {record.kind} {record.endpoint} {record.endpoint == mine.endpoint}",
+            f"spool elsewhere {wanted}",
             "spooled batches of ended processes in %s wait for %s, not where this process sends "
             "(%s): they are left for a process of their own job, or `otel-verl replay --spool`",
             self.root,

@@ -434,3 +434,30 @@ def test_running_out_of_descriptors_while_a_folder_is_made_does_not_turn_the_spo
     assert [r[0] for r in results] == [0, 1, 2, 3, 4, 5]
     assert any(not first for _, first, _ in results)  # some step of making the folders did fail
     assert all(later == [True, True] for _, _, later in results), results
+
+
+def test_a_folder_records_its_destination_without_a_secret_and_only_that_destination_takes_it(tmp_path, caplog):
+    root = tmp_path / "spool"
+    url = "https://user:hunter2@collector:4318/v1/traces?api_key=k3y"
+    dest = spool.Destination("http", url, b'[["authorization", "Bearer s3cret"]]')
+    s = _spool(root, dest=dest)
+    assert s.put("traces", "traces", b"batch")
+    folder = root / s.name / "traces"
+    record = folder / spool.RECORD
+    text = record.read_text()
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    assert not any(secret in text for secret in ("hunter2", "k3y", "s3cret", "Bearer")), text
+    s.close()  # ended
+    others = [
+        spool.Destination("http", url.replace("hunter2", "other"), dest.credentials),  # another user's URL
+        spool.Destination("http", url, b'[["authorization", "Bearer other"]]'),  # another token
+        spool.Destination("grpc", url, dest.credentials),  # another protocol
+    ]
+    with caplog.at_level(logging.INFO, logger="otel_verl"):
+        for other in others:
+            assert _spool(root, dest=other).adopt("traces") == 0
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "collector:4318" in said and not any(x in said for x in ("hunter2", "k3y", "s3cret")), said
+    assert (folder / "0000000000000001.pb").exists()  # untouched
+    same = _spool(root, dest=spool.Destination("http", url, dest.credentials))
+    assert same.adopt("traces") == 1 and _drain(same) == [b"batch"]
