@@ -806,10 +806,13 @@ class Spool:
     def read(self, entry: Entry) -> bytes | None:
         return read_batch(entry.folder.dir_fd, entry.name)
 
-    def release(self, entry: Entry) -> None:
-        """``entry`` could not be sent now: it stays, oldest first."""
+    def release(self, entry: Entry, reset: bool = False) -> None:
+        """``entry`` could not be sent now: it stays, oldest first (``reset``: its row of ``strike`` ends)."""
         with self._lock:
-            self._busy.discard(_key(entry.folder, entry.name))
+            key = _key(entry.folder, entry.name)
+            self._busy.discard(key)
+            if reset:
+                self._strikes.pop(key, None)
 
     def strike(self, entry: Entry) -> int:
         """``entry`` was not taken again (released); how many times in a row now."""

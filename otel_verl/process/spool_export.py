@@ -17,10 +17,12 @@ thread (``otel-verl-export-<signal>``, started with the first batch) makes every
   for this exporter's destination (``Spool.adopt``: when the thread starts, then every ``RESCAN_S``,
   and as soon as adopted ones are sent) go after this process's own. An authentication or routing
   answer (``spool_send.HOLD``) keeps the batch: said once, counted (``refused``), backed off.
-* **Order, and no head-of-line blocking.** Batches go oldest first. One the endpoint does not take
-  ``ROTATE_AFTER`` times in a row is tried once more behind the next one: when that next one is
-  accepted (the endpoint works, that batch does not), the first goes after every other batch of
-  this exporter (``Spool.defer``); when it is not, order is kept and the thread backs off. So a
+* **Order, and no head-of-line blocking.** Batches go oldest first. One the endpoint answers
+  ``ROTATE_AFTER`` times in a row without taking it (``spool_send.RETRY``: a throttling or server
+  error; an endpoint that is away, ``AWAY``, says nothing about the batch) is followed by one try
+  of the next batch: when that one is accepted (the endpoint works, that batch does not), the
+  first goes after every other batch of this exporter (``Spool.defer``); when it is not, order is
+  kept and the thread backs off. So a
   metric series' points arrive in time order, except those of a batch the endpoint kept refusing
   while it took later ones (a backend without an out-of-order window, Prometheus by default,
   then refuses those points).
@@ -284,7 +286,7 @@ class Spooler:
         outcome, nbytes = self._attempt(entry)
         if outcome in _KEPT:
             strikes = self._not_taken(entry, outcome, nbytes)
-            if strikes >= ROTATE_AFTER and outcome != spool_send.HOLD and self._probe_past(entry):
+            if strikes >= ROTATE_AFTER and self._probe_past(entry):
                 return MIN_BACKOFF_S  # the endpoint takes others: that one waits behind them
             with self._cv:
                 self._down = True
@@ -302,7 +304,8 @@ class Spooler:
             return spool_send.RETRY, 0
 
     def _not_taken(self, entry: spool_store.Entry, outcome: str, nbytes: int) -> int:
-        """``entry`` stays (``RETRY``, ``LATE``, ``HOLD``): released, counted; strikes in a row."""
+        """``entry`` stays (``AWAY``, ``RETRY``, ``LATE``, ``HOLD``): released, counted; how many
+        ``RETRY`` answers in a row it had (the others end a row: they say nothing against the batch)."""
         if outcome == spool_send.HOLD:
             spool_stats.count(self.signal, semconv.SPOOL_REFUSED, nbytes)
             warn_once(
@@ -321,7 +324,10 @@ class Spooler:
                 spool_store.MAX_LATE,
             )
             return 0
-        return self._store.strike(entry)
+        if outcome == spool_send.RETRY:
+            return self._store.strike(entry)
+        self._store.release(entry, reset=True)
+        return 0
 
     def _probe_past(self, stuck: spool_store.Entry) -> bool:
         """Send the batch after ``stuck`` once; True when it was taken (then ``stuck`` is deferred)."""
@@ -411,7 +417,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-_KEPT = frozenset({spool_send.RETRY, spool_send.LATE, spool_send.HOLD})  # the batch stays
+_KEPT = frozenset({spool_send.AWAY, spool_send.RETRY, spool_send.LATE, spool_send.HOLD})  # the batch stays
 _OUTCOMES = {
     spool_send.SENT: semconv.SPOOL_RESENT,
     spool_send.REJECTED: semconv.SPOOL_REJECTED,

@@ -16,8 +16,10 @@ the SDK's version when it is gone: that exporter then gets no spool and behaves 
 Each attempt ends:
 
 * ``SENT``: accepted; the batch is removed.
-* ``RETRY``: no answer (connection refused, reset), throttling or a server error (HTTP 408, 429,
-  5xx; gRPC ``UNAVAILABLE``, ``RESOURCE_EXHAUSTED``, ``INTERNAL``, ``UNKNOWN``, ...): the batch stays.
+* ``AWAY``: no answer (connection refused or reset, no route; gRPC ``UNAVAILABLE``): the endpoint
+  is away; the batch stays.
+* ``RETRY``: the endpoint answered, throttling or with a server error (HTTP 408, 429, 5xx; gRPC
+  ``RESOURCE_EXHAUSTED``, ``INTERNAL``, ``UNKNOWN``, ...): the batch stays.
 * ``LATE``: sent, and no answer came within the exporter's timeout (HTTP read timeout, gRPC
   ``DEADLINE_EXCEEDED``): the endpoint may have it; the batch stays, and such sends are counted
   (``spool.MAX_LATE``: the bound on copies).
@@ -48,6 +50,7 @@ from otel_verl.process.spool import Destination
 _log = logging.getLogger(__name__)
 
 SENT = "sent"
+AWAY = "away"
 RETRY = "retry"
 LATE = "late"
 HOLD = "hold"
@@ -120,7 +123,7 @@ class HttpSender:
             return SENT
         code = result.status_code
         if code is None:
-            return LATE if _read_timeout(result.error) else RETRY
+            return LATE if _read_timeout(result.error) else AWAY
         if code in _HTTP_REJECTED:
             return REJECTED
         if 400 <= code < 500 and code not in _HTTP_RETRY:
@@ -149,7 +152,7 @@ class GrpcSender:
         e = self._exporter
         client = e._client
         if client is None:
-            return RETRY
+            return AWAY
         try:
             client.Export(request=request, metadata=e._headers, timeout=e._timeout)
         except grpc.RpcError as error:
@@ -157,6 +160,7 @@ class GrpcSender:
             name = getattr(code, "name", "")
             if name == "UNAVAILABLE":
                 self._reconnect()
+                return AWAY
             if name in _GRPC_REJECTED:
                 return REJECTED
             if name in _GRPC_HOLD:

@@ -527,17 +527,24 @@ def test_late_sends_are_counted_durably_across_processes(tmp_path):
 
 
 class _Picky:
-    """An endpoint that refuses (RETRY) the batches named in ``refuse`` and takes the others, in order."""
+    """An endpoint that answers ``answer`` to the batches named in ``refuse`` and takes the others;
+    ``after``: it is back (takes everything) after that many more attempts."""
 
-    def __init__(self, refuse: set[bytes]) -> None:
+    def __init__(self, refuse: set[bytes], answer: str = spool_send.RETRY) -> None:
         self.refuse = refuse
+        self.answer = answer
+        self.after: int | None = None
         self.sent: list[bytes] = []
         self.attempts: list[bytes] = []
 
     def send(self, body: bytes) -> str:
         self.attempts.append(body)
+        if self.after is not None:
+            self.after -= 1
+            if self.after < 0:
+                self.refuse = set()
         if body in self.refuse:
-            return spool_send.RETRY
+            return self.answer
         self.sent.append(body)
         return spool_send.SENT
 
@@ -560,12 +567,15 @@ def test_one_batch_the_endpoint_keeps_refusing_does_not_hold_up_the_others(monke
         spool_export.finish([spooler])
 
 
-def test_while_the_endpoint_refuses_everything_the_order_is_kept(monkeypatch):
+@pytest.mark.parametrize("answer", [spool_send.RETRY, spool_send.AWAY])
+def test_while_the_endpoint_refuses_everything_the_order_is_kept(monkeypatch, answer):
+    """Refused (an answer) or away (none) for many tries, then back: the batches go in their order,
+    also when the endpoint comes back just as the oldest had its tries."""
     monkeypatch.setattr(spool_export, "MIN_BACKOFF_S", 0.01)
     monkeypatch.setattr(spool_export, "MAX_BACKOFF_S", 0.02)
     inner = _Inner()
     bodies = [b"point %d" % i for i in range(5)]
-    sender = _Picky(set(bodies))
+    sender = _Picky(set(bodies), answer)
     spooler = spool_export.Spooler("metrics", inner, sender, encode=lambda b: b)
     try:
         for body in bodies:
@@ -574,6 +584,12 @@ def test_while_the_endpoint_refuses_everything_the_order_is_kept(monkeypatch):
         sender.refuse.clear()
         _until("all sent", lambda: spooler.pending == 0)
         assert sender.sent == bodies  # a metric series' points in time order
+        if answer == spool_send.AWAY:  # back just after the oldest's third try: still in order
+            sender.refuse, sender.after = {b"late 0", b"late 1"}, spool_export.ROTATE_AFTER
+            for body in (b"late 0", b"late 1"):
+                spooler.export(body, inner.send)
+            _until("all sent", lambda: spooler.pending == 0)
+            assert sender.sent[-2:] == [b"late 0", b"late 1"]
     finally:
         spool_export.finish([spooler])
 
