@@ -136,11 +136,9 @@ def replay_spool(
     try:
         with Poster(RETRIES, RETRY_STATUS) as poster:
             for proc, proc_fd, sub, sig in spool.signal_folders(root_fd, names):
-                where = _destination_problem(proc_fd, sub, plan[sig][0], ignore_recorded_endpoint)
-                if where is not None:
-                    results[sig].elsewhere.append(f"{proc}/{sub}: {where}")
-                    continue
-                _replay_signal_folder(poster, proc, proc_fd, sub, plan[sig], results[sig], dead, timeout)
+                _replay_signal_folder(
+                    poster, proc, proc_fd, sub, plan[sig], results[sig], dead, timeout, ignore_recorded_endpoint
+                )
     finally:
         spool.close_fd(root_fd)
     for r in results.values():
@@ -165,18 +163,9 @@ def replay_spool(
     return 0
 
 
-def _destination_problem(proc_fd: int, sub: str, url: str, ignore: bool) -> str | None:
-    """Why signal folder ``sub`` is not sent to ``url`` (the endpoint it waits for), or None."""
-    if ignore:
-        return None
-    try:
-        dir_fd = spool.open_dir(sub, proc_fd)
-    except OSError:
-        return None  # not readable: the send below skips it too
-    try:
-        record = spool.read_record(dir_fd)
-    finally:
-        spool.close_fd(dir_fd)
+def _destination_problem(dir_fd: int, url: str) -> str | None:
+    """Why a signal folder is not sent to ``url`` (the endpoint it waits for), or None."""
+    record = spool.read_record(dir_fd)
     if record is None:
         return "no recorded endpoint (kept; --ignore-recorded-endpoint sends it to the endpoint given)"
     if record.kind == "http" and record.goes_to(url):
@@ -196,7 +185,9 @@ def _replay_signal_folder(
     r: SpoolResult,
     dead: set[str],
     timeout: float,
+    ignore_recorded_endpoint: bool,
 ) -> None:
+    """Send one signal folder of an ended process, when it may go to ``target``."""
     try:
         dir_fd = spool.open_dir(sub, proc_fd)
     except OSError:
@@ -205,6 +196,12 @@ def _replay_signal_folder(
     if lock_fd is None:
         spool.close_fd(dir_fd)
         r.busy.append(f"{proc}/{sub}")
+        return
+    problem = None if ignore_recorded_endpoint else _destination_problem(dir_fd, target[0])
+    if problem is not None:
+        spool.close_fd(dir_fd)
+        spool.close_fd(lock_fd)
+        r.elsewhere.append(f"{proc}/{sub}: {problem}")
         return
     r.folders += 1
     left = _replay_folder(poster, dir_fd, r.signal, target, r, dead, timeout)
