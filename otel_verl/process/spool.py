@@ -549,7 +549,7 @@ class Spool:
         if full:
             warn_once(
                 "spool full",
-                "the telemetry spool %s is full (%.0f MiB for every process there, OTEL_VERL_SPOOL_MAX_MB) with "
+                "the telemetry spool %s is full (%.3g MiB for every process there, OTEL_VERL_SPOOL_MAX_MB) with "
                 "batches this process may not remove (of running processes or other jobs): a batch of %s is dropped",
                 self.root,
                 self.max_bytes / MIB,
@@ -560,7 +560,7 @@ class Spool:
             warn_once(
                 "spooling",
                 "the OTLP endpoint did not take a batch of %s; spooling to %s until it answers again "
-                "(at most %.0f MiB for every process there; OTEL_VERL_SPOOL_MAX_MB)",
+                "(at most %.3g MiB for every process there; OTEL_VERL_SPOOL_MAX_MB)",
                 signal,
                 self.root,
                 self.max_bytes / MIB,
