@@ -660,10 +660,11 @@ def test_two_jobs_on_one_host_each_spool_goes_only_to_its_own_endpoint_with_its_
     assert not list((tmp_path / "spool").glob("*/traces/*.pb"))
 
 
-# A verl process under the requests and urllib3 instrumentations of ``opentelemetry-bootstrap``
-# (their spans recorded in memory): its endpoint is away, then back (direct sends, spooled batches
-# re-sent), it ends, and a spool an ended process left is replayed; then the user's own request.
-# Prints the instrumentations' spans before and after the user's request.
+# A verl process under the requests, urllib3 and grpc instrumentations of ``opentelemetry-bootstrap``
+# (their spans recorded in memory): its endpoint (PROTOCOL) is away, then back (direct sends, spooled
+# batches re-sent), it ends, and a spool an ended process left is replayed (OTLP/HTTP); then the
+# user's own calls: an SDK exporter of that protocol and a ``requests`` POST. Prints the
+# instrumentations' spans before and after the user's calls.
 TRACED = textwrap.dedent(
     """
     import json, os, sys, time
@@ -671,20 +672,26 @@ TRACED = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.instrumentation.grpc import GrpcInstrumentorClient
     from opentelemetry.instrumentation.requests import RequestsInstrumentor
     from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
+    from opentelemetry import trace
+    trace.set_tracer_provider(provider)  # the grpc instrumentation takes the global one
     RequestsInstrumentor().instrument(tracer_provider=provider)
     URLLib3Instrumentor().instrument(tracer_provider=provider)
+    GrpcInstrumentorClient().instrument(tracer_provider=provider)
     import requests
+    from otlp_grpc_receiver import GrpcReceiver
     from otlp_http_receiver import OtlpReceiver
     from otel_verl import semconv
     from otel_verl.offline.replay_spool import replay_spool
-    from otel_verl.process import spool, spool_stats
+    from otel_verl.process import exporters, spool, spool_stats
     from otel_verl.process.resource import Identity
     from otel_verl.process.telemetry import build_own
+    grpc_protocol = os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
 
     def until(probe):
         deadline = time.monotonic() + 60
@@ -701,29 +708,43 @@ TRACED = textwrap.dedent(
     t = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
     steps(t, 2)
     until(lambda: spool_stats.counts().get(("traces", "spooled")))
-    rx = OtlpReceiver(port=int(sys.argv[2])).__enter__()
+    port = int(sys.argv[2])
+    rx = GrpcReceiver(port) if grpc_protocol else OtlpReceiver(port=port).__enter__()
     until(lambda: all(s.pending == 0 for s in t._spoolers) and rx.span_ids())
     steps(t, 2)  # straight out again
     t.shutdown(5.0)
+    http = OtlpReceiver().__enter__()
     dead = spool.Spool(sys.argv[3], spool.MIB)
-    dead.folder_name("traces", spool.Destination("http", rx.url + "/v1/traces", b"[]"))
+    dead.folder_name("traces", spool.Destination("http", http.url + "/v1/traces", b"[]"))
     body = open(sys.argv[4], "rb").read()
     dead.put("traces", "traces", body)
     dead.close()
-    replay_spool(sys.argv[3], endpoint=rx.url, env={}, out=open(os.devnull, "w"))
-    ours = len(memory.get_finished_spans())
-    requests.post(rx.url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}, timeout=5)
-    print(json.dumps({"ours": ours, "with_users": len(memory.get_finished_spans()), "received": len(rx.requests)}))
+    replay_spool(sys.argv[3], endpoint=http.url, env={}, out=open(os.devnull, "w"))
+    ours = [s.name for s in memory.get_finished_spans()]
+    received = len(rx.requests) + len(http.requests)
+    users_spans = InMemorySpanExporter()
+    users_provider = TracerProvider()
+    users_provider.add_span_processor(SimpleSpanProcessor(users_spans))
+    with users_provider.get_tracer("user").start_as_current_span("user's"):
+        pass
+    exporter = next(iter(exporters.exporter_classes("traces").values()))()  # the user's own, not otel-verl's
+    exporter.export(users_spans.get_finished_spans())
+    requests.post(http.url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}, timeout=5)
+    users = [s.name for s in memory.get_finished_spans()][len(ours):]
+    print(json.dumps({"ours": ours, "users": users, "received": received}))
     """
 )
 
 
-def test_no_export_resend_flush_or_replay_is_ever_traced_by_the_bootstrap_instrumentations(otlp_env, tmp_path):
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_no_export_resend_flush_or_replay_is_ever_traced_by_the_bootstrap_instrumentations(
+    otlp_env, tmp_path, protocol
+):
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from verl_cpu_harness import bootstrap_site
 
     site, _ = bootstrap_site.build()  # what `opentelemetry-bootstrap -a install` adds (cached)
-    port = otlp_env("http/protobuf", OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+    port = otlp_env(protocol, OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
     request = ExportTraceServiceRequest()
     request.resource_spans.add().scope_spans.add().spans.add(name="s", trace_id=b"\1" * 16, span_id=b"\1" * 8)
     (tmp_path / "body.pb").write_bytes(request.SerializeToString())
@@ -742,6 +763,7 @@ def test_no_export_resend_flush_or_replay_is_ever_traced_by_the_bootstrap_instru
     )
     assert got.returncode == 0, got.stderr[-3000:]
     result = json.loads(got.stdout.splitlines()[-1])
-    assert result["received"] >= 4, result  # spooled, re-sent, sent, replayed: it all went out
-    assert result["ours"] == 0, result  # not one span of an export
-    assert result["with_users"] >= 1, result  # the instrumentations were live: the user's call is traced
+    assert result["received"] >= 3, result  # spooled and re-sent, sent, replayed: it all went out
+    assert result["ours"] == [], result  # not one span of an export
+    # the instrumentations were live: the user's own exporter call and POST are traced
+    assert len(result["users"]) >= 2 and "POST" in result["users"], result
