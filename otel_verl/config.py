@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import re
+import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -60,8 +61,9 @@ DEFAULT_FILE_DIR = "otel-verl-telemetry"
 GUARD_MARKER_NAME = "otel-verl-guard-stop.json"  # in trainer.default_local_dir, next to verl's checkpoints
 GUARD_EXIT_CODE_MAX = 125  # above: the shell's "not executable", "not found" and 128 + signal
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
-DEFAULT_SPOOL_SUBDIR = "spool"  # OTEL_VERL_SPOOL_DIR unset: <OTEL_VERL_FILE_DIR>/spool
-SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB of spooled batches per process
+# OTEL_VERL_SPOOL_DIR unset: /var/tmp/otel-verl-spool-<uid> (node-local, kept across reboots, one per user)
+DEFAULT_SPOOL_PARENT = "/var/tmp"
+SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB on disk of the whole spool folder
 
 # The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
 DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
@@ -384,19 +386,21 @@ VARIABLES: tuple[Variable, ...] = (
         "spool_dir",
         None,
         env_str,
-        "Folder of the spools of this host's verl processes (created 0700 when a first batch must wait; on "
-        "local disk). A process's spool left behind when it died is sent by the next verl process of the same "
-        "host that uses this folder, or by `otel-verl replay --spool DIR`.",
+        "Folder of the spools of this user's verl processes on this host (created 0700 when a first batch must "
+        "wait; keep it on local disk and per user). A process's spool left behind when it died is sent by the "
+        "next verl process of the host that uses this folder and sends to the same endpoint with the same "
+        "headers, or by `otel-verl replay --spool DIR`.",
         GROUP_EXPORT,
-        "`<OTEL_VERL_FILE_DIR>/spool`",
+        "`/var/tmp/otel-verl-spool-<uid>`",
     ),
     Variable(
         SPOOL_MAX_MB,
         "spool_max_mb",
         512.0,
         partial(env_float, minimum=SPOOL_MAX_MB_RANGE[0], maximum=SPOOL_MAX_MB_RANGE[1]),
-        f"MiB ({SPOOL_MAX_MB_RANGE[0]:g} to {SPOOL_MAX_MB_RANGE[1]:.0f}) of spooled batches per process, all "
-        "signals together; when full, the oldest go first (counted in "
+        f"MiB ({SPOOL_MAX_MB_RANGE[0]:g} to {SPOOL_MAX_MB_RANGE[1]:.0f}) on disk for the whole spool folder "
+        "(every process that uses it, all signals); when full, the oldest batches a process may remove go "
+        "first, then new ones are dropped (counted in "
         '`otel_verl.spool.batches{outcome="dropped"}`, one warning).',
         GROUP_EXPORT,
     ),
@@ -642,9 +646,15 @@ def settings() -> Settings:
 
 def spool_root(s: Settings | None = None) -> str:
     """The folder of the on-disk spools (``otel_verl.process.spool``), absolute: ``OTEL_VERL_SPOOL_DIR``,
-    else ``spool`` in ``OTEL_VERL_FILE_DIR`` (whose default is relative to the working folder)."""
+    else ``/var/tmp/otel-verl-spool-<uid>``: node-local disk that survives a reboot (a job's launch
+    folder is often on a shared file system, ``/tmp`` often a tmpfs), one per user (never another
+    user's), and a single name in ``/var/tmp`` (a name there made by another user, or a symlink,
+    turns the spool off rather than being used)."""
     s = settings() if s is None else s
-    return os.path.abspath(s.spool_dir or os.path.join(s.file_dir, DEFAULT_SPOOL_SUBDIR))
+    if s.spool_dir:
+        return os.path.abspath(s.spool_dir)
+    parent = DEFAULT_SPOOL_PARENT if os.path.isdir(DEFAULT_SPOOL_PARENT) else tempfile.gettempdir()
+    return os.path.join(parent, f"otel-verl-spool-{os.geteuid()}")
 
 
 def ensure_run_id() -> str:

@@ -1,5 +1,5 @@
 """An in-process OTLP/gRPC receiver (the opentelemetry-proto services on a real grpc server): records
-``(signal, request)`` of every export, answers each with success."""
+``(signal, request)`` of every export, answers each with success (``abort``: with that status instead)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,16 @@ class GrpcReceiver:
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
         self.requests: list[tuple[str, object]] = []
+        self.abort: object = None  # a grpc.StatusCode to answer every request with, instead of OK
+        self.attempts = 0  # requests, answered or aborted
         receiver = self
 
         def servicer(base: type, signal: str, response: type) -> object:
             class Servicer(base):  # type: ignore[misc, valid-type]
                 def Export(self, request, context):  # noqa: N802 - gRPC's name
+                    receiver.attempts += 1
+                    if receiver.abort is not None:
+                        context.abort(receiver.abort, "told to")
                     receiver.requests.append((signal, request))
                     return response()
 

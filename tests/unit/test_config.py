@@ -49,11 +49,11 @@ def test_bool_values(monkeypatch, raw, expected):
     assert config.settings().step_export is expected
 
 
-def test_the_spool_folder_is_in_the_file_folder_unless_set(monkeypatch, tmp_path):
+def test_the_spool_folder_is_per_user_on_node_local_disk_unless_set(monkeypatch, tmp_path):
     monkeypatch.delenv(config.SPOOL_DIR, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(config.FILE_DIR, "out")
-    assert config.spool_root() == str(tmp_path / "out" / "spool")  # absolute: workers' folders differ
+    assert config.spool_root() == f"/var/tmp/otel-verl-spool-{os.geteuid()}"  # not in the launch folder
     config.settings.cache_clear()
     monkeypatch.setenv(config.SPOOL_DIR, "elsewhere")
     assert config.spool_root() == str(tmp_path / "elsewhere")
