@@ -25,6 +25,7 @@ from typing import Any
 _log = logging.getLogger(__name__)
 
 RUN_ID = "OTEL_VERL_RUN_ID"
+UNTESTED_VERL = "OTEL_VERL_UNTESTED_VERL"
 PROJECT = "OTEL_VERL_PROJECT"
 EXPERIMENT = "OTEL_VERL_EXPERIMENT"
 FILE_DIR = "OTEL_VERL_FILE_DIR"
@@ -199,6 +200,7 @@ def env_str(name: str, default: str | None) -> str | None:
 @dataclass(frozen=True)
 class Settings:
     run_id: str | None
+    untested_verl: bool
     project: str | None
     experiment: str | None
     file_dir: str
@@ -286,6 +288,17 @@ VARIABLES: tuple[Variable, ...] = (
         "Run id shared by every process of a job (`verl.run.id`).",
         GROUP_RUN,
         "generated in the launcher",
+    ),
+    Variable(
+        UNTESTED_VERL,
+        "untested_verl",
+        True,
+        env_bool,
+        "On a verl outside the range otel-verl was tested with (`opentelemetry-instrument` then skips the "
+        "instrumentor, one ERROR line): start anyway, each hook applied only where its target exists, what "
+        "is skipped said once per hook with the versions (`otel-verl doctor` lists them before a job). "
+        "`false`: otel-verl stays off on such a verl, said once.",
+        GROUP_RUN,
     ),
     Variable(
         PROJECT,

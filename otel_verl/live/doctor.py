@@ -132,8 +132,16 @@ def check_verl(r: Checks) -> bool:
         return False
     if req.specifier.contains(version, prereleases=True):
         r.ok(f"verl {version} (supported: {req.specifier})")
+    elif config.settings().untested_verl:
+        r.note(
+            f"verl {version} is outside the tested range {req.specifier}: otel-verl starts anyway, each hook "
+            f"below where its target exists ({config.UNTESTED_VERL}=false: off)"
+        )
     else:
-        r.bad(f"verl {version} is outside the supported range {req.specifier}; hooks may not apply")
+        r.bad(
+            f"verl {version} is outside the tested range {req.specifier} and {config.UNTESTED_VERL}=false: "
+            "otel-verl is off"
+        )
     return True
 
 

@@ -84,6 +84,7 @@ def _defined_variables() -> dict[str, str]:
 
 # variable -> (an invalid value, Settings field, the default it falls back to, how the warning shows it)
 INVALID = {
+    config.UNTESTED_VERL: ("if you must", "untested_verl", True, "True"),
     config.SHUTDOWN_TIMEOUT: ("soon", "shutdown_timeout_s", 5.0, "5.0"),
     config.FORWARD_METRICS: ("maybe", "forward_metrics", True, "True"),
     config.STEP_EXPORT: ("2", "step_export", True, "True"),

@@ -247,13 +247,23 @@ def test_missing_hook_target_names_the_verl_version(env):
     assert "ERROR 2 problem(s) found: hook verl.utils.tracking.Tracking.log_v2: " in text
 
 
-def test_unsupported_verl_version_is_a_problem(env, monkeypatch):
+def test_an_untested_verl_version_is_said_and_otel_verl_starts(env, monkeypatch):
     env.setenv("OTEL_TRACES_EXPORTER", "none")
     env.setenv("OTEL_METRICS_EXPORTER", "none")
     monkeypatch.setattr(doctor, "_version", lambda dist: "0.11.0")
     rc, text = _run()
+    assert rc == 0
+    assert "--  verl 0.11.0 is outside the tested range <0.10,>=0.9.1: otel-verl starts anyway" in text
+
+
+def test_an_untested_verl_version_is_a_problem_when_otel_verl_stays_off_there(env, monkeypatch):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    env.setenv("OTEL_VERL_UNTESTED_VERL", "false")
+    monkeypatch.setattr(doctor, "_version", lambda dist: "0.11.0")
+    rc, text = _run()
     assert rc == 1
-    assert "!!  verl 0.11.0 is outside the supported range <0.10,>=0.9.1" in text
+    assert "!!  verl 0.11.0 is outside the tested range <0.10,>=0.9.1 and OTEL_VERL_UNTESTED_VERL=false" in text
 
 
 def test_disabled_switch_is_reported(env):
