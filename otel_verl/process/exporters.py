@@ -112,6 +112,8 @@ def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
     """The exporter ``name`` of ``signal``; an OTLP one behind the on-disk spool (``spool_export``)."""
     if name == JSON_FILE_EXPORTER:
         return cls(stream=LazyFile(file_path(signal, identity)))  # writes every batch: nothing to spool
+    if otlp_headers.applies(cls):
+        otlp_headers.hide_header_values()  # the SDK's parse of OTEL_EXPORTER_OTLP_*HEADERS quotes them
     headers = otlp_headers.headers_for(signal) if otlp_headers.applies(cls) else None
     # OTEL_VERL_OTLP_HEADERS_FILE (None: not set)
     return spool_export.wrap(cls() if headers is None else cls(headers=headers), signal)
