@@ -99,7 +99,7 @@ def test_no_shape_of_headers_file_puts_the_token_in_a_log_line(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sent = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name, (path, _, expected) in cases.items():
+    for name, (_, _, expected) in cases.items():
         assert sent[name] == [expected, expected], name  # HTTP and gRPC alike
     log = proc.stderr
     assert TOKEN not in log, [line for line in log.splitlines() if TOKEN in line]
