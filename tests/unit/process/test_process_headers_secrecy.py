@@ -111,3 +111,33 @@ def test_no_shape_of_headers_file_puts_the_token_in_a_log_line(tmp_path):
     assert "chmod 600" in by_case["readable by all"]
     assert "Header format invalid" in by_case["bad environment, no file"]  # the SDK's warning, its value hidden
     assert "OTEL_EXPORTER_OTLP_HEADERS has 1 entries" in by_case["bad environment, file set"]
+
+
+def test_the_exporters_own_log_lines_name_no_credentials_of_the_endpoint(caplog):
+    """The SDK's gRPC exporter names its endpoint in every failure line, ``user:pass@`` included;
+    otel-verl's filter on the exporters' loggers (``sdk_log_throttle``) strips it."""
+    import logging
+    import socket
+
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from otel_verl.process import sdk_log_throttle
+
+    with socket.socket() as s:  # a port nothing listens on: the export fails at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exporter = OTLPSpanExporter(endpoint=f"http://user:{TOKEN}@127.0.0.1:{port}", insecure=True, timeout=1)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sdk_log_throttle.attach()
+    try:
+        with caplog.at_level(logging.DEBUG):
+            provider.get_tracer("t").start_span("s").end()
+    finally:
+        provider.shutdown()
+        sdk_log_throttle.detach()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+    assert any(f"127.0.0.1:{port}" in line for line in lines), lines  # it did say where it failed
+    assert not [line for line in lines if TOKEN in line]
