@@ -40,6 +40,7 @@ import logging
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from otel_verl._safe import warn_once
@@ -74,43 +75,51 @@ def _problem(path: str, why: str) -> None:
     )
 
 
-def _read(path: str) -> str | None:
-    """The file's text, or None after one warning (see the module's rules)."""
+@dataclass(frozen=True)
+class Loaded:
+    """What a headers file gave: its headers, or why none (a sentence without its content)."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    problem: str | None = None
+    readable_by_all: bool = False
+
+
+def _read(path: str) -> tuple[str | None, str | None, bool]:
+    """The file's text or why not, and whether every user can read it (the module's rules)."""
     try:
         # O_NONBLOCK: a FIFO at that path must not block this process's start
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        _problem(path, f"cannot be opened ({exc.strerror or type(exc).__name__})")
-        return None
+        return None, f"cannot be opened ({exc.strerror or type(exc).__name__})", False
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            _problem(path, "is not a regular file")
-            return None
+            return None, "is not a regular file", False
         data = os.read(fd, MAX_BYTES + 1)
     except OSError as exc:
-        _problem(path, f"cannot be read ({exc.strerror or type(exc).__name__})")
-        return None
+        return None, f"cannot be read ({exc.strerror or type(exc).__name__})", False
     finally:
         os.close(fd)
     if len(data) > MAX_BYTES:
-        _problem(path, f"is larger than {MAX_BYTES} bytes")
-        return None
+        return None, f"is larger than {MAX_BYTES} bytes", False
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8"), None, bool(info.st_mode & stat.S_IROTH)
     except UnicodeDecodeError:
-        _problem(path, "is not UTF-8 text")
-        return None
-    if info.st_mode & stat.S_IROTH:
-        warn_once(
-            "otlp headers file readable",
-            "OTEL_VERL_OTLP_HEADERS_FILE=%s can be read by every user of this node (chmod 600 it)",
-            path,
-        )
-    return text
+        return None, "is not UTF-8 text", False
 
 
-def _env_entries(text: str) -> tuple[dict[str, str], int]:
+def load(path: str) -> Loaded:
+    """The headers of the file at ``path``, or why it gives none; logs nothing (``doctor``)."""
+    text, why, readable_by_all = _read(path)
+    if text is None:
+        return Loaded(problem=why)
+    found = parse(text)
+    if isinstance(found, str):
+        return Loaded(problem=found, readable_by_all=readable_by_all)
+    return Loaded(headers=found, readable_by_all=readable_by_all)
+
+
+def env_entries(text: str) -> tuple[dict[str, str], int]:
     """The ``key=value`` entries of ``text`` (comma-separated) by the SDK's rule, and how many
     entries did not fit it (left out: the SDK would have left them out too, with a warning that
     quotes them)."""
@@ -164,31 +173,31 @@ def parse(text: str) -> dict[str, str] | str:
         if colon:
             headers[colon.group(1).lower()] = colon.group(2).strip()
             continue
-        found, bad = _env_entries(line)
+        found, bad = env_entries(line)
         if bad:
             return f"line {n} is neither `name=value` entries, `Name: value`, JSON nor a lone token"
         headers.update(found)
     return headers
 
 
-def _file_problem(path: str, why: str) -> dict[str, str]:
-    _problem(path, why)
-    return {}
-
-
 @lru_cache(maxsize=1)
 def file_headers() -> dict[str, str] | None:
     """The headers of ``OTEL_VERL_OTLP_HEADERS_FILE`` (read once per process), or None when it is not set.
 
-    An unusable file gives ``{}``: the setting is there, its headers are not."""
+    An unusable file gives ``{}`` after one warning: the setting is there, its headers are not."""
     path = settings().otlp_headers_file
     if not path:
         return None
-    text = _read(path)
-    if text is None:
-        return {}
-    found = parse(text)
-    return _file_problem(path, found) if isinstance(found, str) else found
+    loaded = load(path)
+    if loaded.readable_by_all:
+        warn_once(
+            "otlp headers file readable",
+            "OTEL_VERL_OTLP_HEADERS_FILE=%s can be read by every user of this node (chmod 600 it)",
+            path,
+        )
+    if loaded.problem is not None:
+        _problem(path, loaded.problem)
+    return loaded.headers
 
 
 def applies(cls: type) -> bool:
@@ -205,7 +214,7 @@ def headers_for(signal: str) -> dict[str, str] | None:
         return None
     var = f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS"
     var = var if os.environ.get(var) else GENERIC_VAR
-    headers, bad = _env_entries(os.environ.get(var) or "")
+    headers, bad = env_entries(os.environ.get(var) or "")
     if bad:
         warn_once(
             f"otlp headers {var}",
