@@ -17,7 +17,8 @@ ends ``\n`` or ``\r\n``):
 * a JSON object of header names to string values (``{"authorization": "Bearer <token>"}``);
 * the token alone on one line, as ``otel-verl stack --token-file`` and the Collector's
   ``bearertokenauth`` take it: sent as ``authorization: Bearer <token>``. A token is RFC 6750's
-  ``b64token``: letters, digits and ``-._~+/``, then any number of ``=``.
+  ``b64token``: letters, digits and ``-._~+/``, then any number of ``=``. A lone
+  ``Bearer <token>`` or ``Basic <credentials>`` line is that ``authorization`` value.
 
 Its headers are added to those of ``OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS`` (or, without it,
 ``OTEL_EXPORTER_OTLP_HEADERS``); a name in both takes the file's value. They go to the OTLP
@@ -63,6 +64,7 @@ _ENTRY = re.compile(rf"[ \t]*{_NAME}[ \t]*=[ \t]*[\x20\x21\x23-\x2b\x2d-\x3a\x3c
 _ENTRY_SEPARATOR = re.compile(r"[ \t]*,[ \t]*")
 _COLON_LINE = re.compile(rf"({_NAME})[ \t]*:[ \t]*(.*)")  # Name: value, the HTTP shape
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")  # RFC 6750's b64token: what a bearer token is made of
+_CREDENTIALS = re.compile(r"(?i:bearer|basic)[ \t]+[A-Za-z0-9._~+/-]+=*")  # an Authorization value alone
 _NAME_ONLY = re.compile(_NAME)
 
 
@@ -167,6 +169,8 @@ def parse(text: str) -> dict[str, str] | str:
     if len(entries) == 1 and _TOKEN.fullmatch(entries[0][1]):
         # a lone word: the bearer token itself, as `stack --token-file` and bearertokenauth take it
         return {"authorization": f"Bearer {entries[0][1]}"}
+    if len(entries) == 1 and _CREDENTIALS.fullmatch(entries[0][1]):
+        return {"authorization": entries[0][1]}
     headers: dict[str, str] = {}
     for n, line in entries:
         colon = _COLON_LINE.fullmatch(line)

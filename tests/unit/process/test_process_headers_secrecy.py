@@ -67,6 +67,7 @@ def test_no_shape_of_headers_file_puts_the_token_in_a_log_line(tmp_path):
         "bare token, CRLF, no final newline": (_file(tmp_path / "crlf", f"# ours\r\n{TOKEN}"), None, BEARER),
         "bare base64 token": (_file(tmp_path / "b64", TOKEN + "==\n"), None, {"authorization": f"Bearer {TOKEN}=="}),
         "symlink to a bare token": (str(link), None, BEARER),
+        "Bearer x alone": (_file(tmp_path / "value", f"Bearer {TOKEN}\n"), None, BEARER),
         "Authorization: Bearer": (_file(tmp_path / "colon", f"Authorization: Bearer {TOKEN}\r\n"), None, BEARER),
         "Authorization=Bearer x": (_file(tmp_path / "eq", f"Authorization=Bearer {TOKEN}\n"), None, BEARER),
         "SDK shape": (
