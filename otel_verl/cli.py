@@ -171,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
         "--bind",
         default="127.0.0.1",
         metavar="ADDR",
-        help="address of the OTLP receivers (default 127.0.0.1); another than loopback needs --tls-cert, "
-        "--tls-key and --token-file",
+        help="address of the OTLP receivers (default 127.0.0.1); another than loopback, or an IPv6 one, needs "
+        "--tls-cert, --tls-key and --token-file",
     )
     p_stack.add_argument("--tls-cert", type=Path, metavar="FILE", help="PEM certificate of the OTLP receivers")
     p_stack.add_argument("--tls-key", type=Path, metavar="FILE", help="its PEM key")

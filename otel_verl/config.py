@@ -458,7 +458,9 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         env_str,
         "Path of a file of OTLP headers (what `OTEL_EXPORTER_OTLP_HEADERS` holds: `authorization=Bearer%20<token>`, "
-        "comma- or line-separated), read by every verl process when it builds its OTLP exporters and added to "
+        "comma- or line-separated; or `Name: value` lines, a JSON object, or the token alone, sent as "
+        "`authorization: Bearer <token>` as `otel-verl stack --token-file` has it; [Security](security.md)), "
+        "read by every verl process when it builds its OTLP exporters and added to "
         "the `OTEL_EXPORTER_OTLP_*HEADERS` ones. The path travels in Ray's `runtime_env`, the token stays in the "
         "file: readable on every node, a regular file of at most 64 KiB ([Multi-node](multi-node.md)).",
         GROUP_RAY,

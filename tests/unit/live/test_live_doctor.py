@@ -190,7 +190,10 @@ def _non_default(variable: config.Variable) -> str:
     return "custom"
 
 
-def test_the_settings_line_shows_every_setting_that_differs_from_its_default(env):
+def test_the_settings_line_shows_every_setting_that_differs_from_its_default(env, tmp_path):
+    env.chdir(tmp_path)
+    (tmp_path / "custom").write_text("x-team=rl\n")  # OTEL_VERL_OTLP_HEADERS_FILE=custom: a usable file
+    (tmp_path / "custom").chmod(0o600)
     env.setenv("OTEL_TRACES_EXPORTER", "none")
     env.setenv("OTEL_METRICS_EXPORTER", "none")
     rc, text = _run()
@@ -426,3 +429,28 @@ def test_the_default_endpoint_nobody_asked_for_is_not_judged(env, tmp_path):
     env.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9")
     rc, text = _run()
     assert rc == 1 and "!!  metrics: otlp_proto_grpc -> " in text and "!!  traces" not in text
+
+
+def test_the_otlp_headers_are_checked_by_name_and_no_value_is_printed(env, tmp_path):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    token = "s3cr3t-T0ken-9f8e7d"
+    good = tmp_path / "token"
+    good.write_text(token + "\n")  # the token alone, as `otel-verl stack --token-file` takes it
+    good.chmod(0o600)
+    env.setenv(config.OTLP_HEADERS_FILE, str(good))
+    env.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"x-tenant={token}")
+    rc, text = _run()
+    assert rc == 0, text
+    assert f"ok  OTLP headers from {good}: authorization (values not shown)" in text
+    assert "ok  OTEL_EXPORTER_OTLP_HEADERS: x-tenant (values not shown)" in text
+    bad = tmp_path / "headers"
+    bad.write_text(f"{token}\n{token}\n")
+    bad.chmod(0o600)
+    env.setenv(config.OTLP_HEADERS_FILE, str(bad))
+    env.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"Authorization: Bearer {token}")
+    rc, text = _run()
+    assert rc == 1
+    assert f"!!  {config.OTLP_HEADERS_FILE}={bad} line 1 is neither" in text
+    assert "!!  OTEL_EXPORTER_OTLP_TRACES_HEADERS has 1 entries that are not `name=value`" in text
+    assert token not in text
