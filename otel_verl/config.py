@@ -49,6 +49,7 @@ GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 OTLP_HEADERS_FILE = "OTEL_VERL_OTLP_HEADERS_FILE"
 GUARD_EXIT_CODE = "OTEL_VERL_GUARD_EXIT_CODE"
 GUARD_MARKER = "OTEL_VERL_GUARD_MARKER"
+GUARD_RESUME = "OTEL_VERL_GUARD_RESUME"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 SPOOL = "OTEL_VERL_SPOOL"
 SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
@@ -56,10 +57,12 @@ SPOOL_MAX_MB = "OTEL_VERL_SPOOL_MAX_MB"
 ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
+GUARD_RESUMES = ("last_good", "guard")  # what trainer.resume_mode=auto picks after a guard checkpoint
 ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 GUARD_MARKER_NAME = "otel-verl-guard-stop.json"  # in trainer.default_local_dir, next to verl's checkpoints
+GUARD_CHECKPOINT_DIR = "otel-verl-guard"  # in trainer.default_local_dir: the guard's own checkpoints
 GUARD_EXIT_CODE_MAX = 125  # above: the shell's "not executable", "not found" and 128 + signal
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
 # OTEL_VERL_SPOOL_DIR unset: /var/tmp/otel-verl-spool-<uid> (node-local, kept across reboots, one per user)
@@ -225,6 +228,7 @@ class Settings:
     guard_rules: str | None
     guard_exit_code: int  # 0: a guard stop ends the job with rc 0, as a finished run
     guard_marker: str | None  # None: GUARD_MARKER_NAME in the run's checkpoint folder
+    guard_resume: str  # "last_good": the guard's checkpoint is kept apart from verl's; "guard": saved as verl's
     stall_after_s: float | None  # None: auto; 0: off
     spool: bool
     spool_dir: str | None  # None: <file_dir>/spool (``spool_root``)
@@ -555,6 +559,17 @@ VARIABLES: tuple[Variable, ...] = (
         "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
         GROUP_GUARD,
         f"`<trainer.default_local_dir>/{GUARD_MARKER_NAME}`",
+    ),
+    Variable(
+        GUARD_RESUME,
+        "guard_resume",
+        "last_good",
+        partial(env_choice, choices=GUARD_RESUMES),
+        "What `trainer.resume_mode=auto` resumes from after the guard checkpointed a step: `last_good`, verl's "
+        f"last own checkpoint before that step (the guard's goes to `<trainer.default_local_dir>/"
+        f"{GUARD_CHECKPOINT_DIR}/`), or `guard`, the guard's (saved as verl's own); verl's checkpoints are "
+        "never removed for it ([Guard](guard.md#what-happens-to-verls-checkpoints)).",
+        GROUP_GUARD,
     ),
     Variable(
         STALL_AFTER,

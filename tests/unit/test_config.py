@@ -102,6 +102,7 @@ INVALID = {
     config.SAMPLES_PER_STEP: ("four", "samples_per_step", 4, "4"),
     config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
     config.GUARD_ACTION: ("pause", "guard_action", "observe", "'observe'"),
+    config.GUARD_RESUME: ("latest", "guard_resume", "last_good", "'last_good'"),
     config.STALL_AFTER: ("soon", "stall_after_s", None, "'auto'"),
     config.SPOOL: ("disk", "spool", True, "True"),
     config.SPOOL_MAX_MB: ("lots", "spool_max_mb", 512.0, "512.0"),
@@ -252,6 +253,8 @@ def _check(s: config.Settings) -> None:
             assert isinstance(value, bool), (v.name, value)
         elif v.name == config.GUARD_ACTION:
             assert value in config.GUARD_ACTIONS
+        elif v.name == config.GUARD_RESUME:
+            assert value in config.GUARD_RESUMES
         else:  # free-form text: bounded, printable (it goes into file names and every span's resource)
             assert value == v.default or (len(value) <= config.MAX_VALUE_CHARS and value.isprintable()), v.name
             assert value is None or value.encode("utf-8")

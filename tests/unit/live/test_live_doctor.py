@@ -177,6 +177,8 @@ def _non_default(variable: config.Variable) -> str:
         return "INFO"
     if variable.name == config.GUARD_ACTION:
         return "stop"
+    if variable.name == config.GUARD_RESUME:
+        return "guard"
     if variable.name == config.STALL_AFTER:
         return "120"
     if variable.name == config.ENGINE_TRACING:
