@@ -93,7 +93,14 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="instead: send the batches ended processes left in this spool folder (OTEL_VERL_SPOOL_DIR, "
-        "default FILE_DIR/spool), removing each once accepted",
+        "default /var/tmp/otel-verl-spool-UID), removing each once accepted; a folder goes only to the "
+        "OTLP/HTTP endpoint its process recorded (others are kept and named)",
+    )
+    p_play.add_argument(
+        "--ignore-recorded-endpoint",
+        action="store_true",
+        help="with --spool: send every spooled batch to the endpoint given, also those a process recorded for "
+        "another endpoint (or an OTLP/gRPC one) and those with no record",
     )
     p_play.add_argument(
         "--endpoint", help="OTLP/HTTP base URL, e.g. http://collector:4318 (default: OTEL_EXPORTER_OTLP_*ENDPOINT)"
@@ -164,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
         "--bind",
         default="127.0.0.1",
         metavar="ADDR",
-        help="address of the OTLP receivers (default 127.0.0.1); another than loopback needs --tls-cert, "
-        "--tls-key and --token-file",
+        help="address of the OTLP receivers (default 127.0.0.1); another than loopback, or an IPv6 one, needs "
+        "--tls-cert, --tls-key and --token-file",
     )
     p_stack.add_argument("--tls-cert", type=Path, metavar="FILE", help="PEM certificate of the OTLP receivers")
     p_stack.add_argument("--tls-key", type=Path, metavar="FILE", help="its PEM key")
@@ -216,7 +223,9 @@ def _run(ns: argparse.Namespace) -> int:
         if ns.spool is not None:
             from otel_verl.offline.replay_spool import replay_spool
 
-            return replay_spool(ns.spool, ns.endpoint, ns.headers, ns.timeout)
+            return replay_spool(
+                ns.spool, ns.endpoint, ns.headers, ns.timeout, ignore_recorded_endpoint=ns.ignore_recorded_endpoint
+            )
         limit = ns.max_request_bytes or MAX_REQUEST_BYTES
         return replay(ns.folder, ns.endpoint, ns.headers, ns.timeout, max_request_bytes=limit)
     if ns.command == "stack":

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import re
+import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 _log = logging.getLogger(__name__)
 
 RUN_ID = "OTEL_VERL_RUN_ID"
+UNTESTED_VERL = "OTEL_VERL_UNTESTED_VERL"
 PROJECT = "OTEL_VERL_PROJECT"
 EXPERIMENT = "OTEL_VERL_EXPERIMENT"
 FILE_DIR = "OTEL_VERL_FILE_DIR"
@@ -47,6 +49,7 @@ GUARD_RULES = "OTEL_VERL_GUARD_RULES"
 OTLP_HEADERS_FILE = "OTEL_VERL_OTLP_HEADERS_FILE"
 GUARD_EXIT_CODE = "OTEL_VERL_GUARD_EXIT_CODE"
 GUARD_MARKER = "OTEL_VERL_GUARD_MARKER"
+GUARD_RESUME = "OTEL_VERL_GUARD_RESUME"
 STALL_AFTER = "OTEL_VERL_STALL_AFTER"
 SPOOL = "OTEL_VERL_SPOOL"
 SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
@@ -54,14 +57,17 @@ SPOOL_MAX_MB = "OTEL_VERL_SPOOL_MAX_MB"
 ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
 GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
+GUARD_RESUMES = ("last_good", "guard")  # what trainer.resume_mode=auto picks after a guard checkpoint
 ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
 DEFAULT_FILE_DIR = "otel-verl-telemetry"
 GUARD_MARKER_NAME = "otel-verl-guard-stop.json"  # in trainer.default_local_dir, next to verl's checkpoints
+GUARD_CHECKPOINT_DIR = "otel-verl-guard"  # in trainer.default_local_dir: the guard's own checkpoints
 GUARD_EXIT_CODE_MAX = 125  # above: the shell's "not executable", "not found" and 128 + signal
 SHUTDOWN_TIMEOUT_MAX_S = 300.0  # what telemetry may add to a process's end, at most
-DEFAULT_SPOOL_SUBDIR = "spool"  # OTEL_VERL_SPOOL_DIR unset: <OTEL_VERL_FILE_DIR>/spool
-SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB of spooled batches per process
+# OTEL_VERL_SPOOL_DIR unset: /var/tmp/otel-verl-spool-<uid> (node-local, kept across reboots, one per user)
+DEFAULT_SPOOL_PARENT = "/var/tmp"
+SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB on disk of the whole spool folder
 
 # The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
 DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
@@ -197,6 +203,7 @@ def env_str(name: str, default: str | None) -> str | None:
 @dataclass(frozen=True)
 class Settings:
     run_id: str | None
+    untested_verl: bool
     project: str | None
     experiment: str | None
     file_dir: str
@@ -221,6 +228,7 @@ class Settings:
     guard_rules: str | None
     guard_exit_code: int  # 0: a guard stop ends the job with rc 0, as a finished run
     guard_marker: str | None  # None: GUARD_MARKER_NAME in the run's checkpoint folder
+    guard_resume: str  # "last_good": the guard's checkpoint is kept apart from verl's; "guard": saved as verl's
     stall_after_s: float | None  # None: auto; 0: off
     spool: bool
     spool_dir: str | None  # None: <file_dir>/spool (``spool_root``)
@@ -284,6 +292,17 @@ VARIABLES: tuple[Variable, ...] = (
         "Run id shared by every process of a job (`verl.run.id`).",
         GROUP_RUN,
         "generated in the launcher",
+    ),
+    Variable(
+        UNTESTED_VERL,
+        "untested_verl",
+        True,
+        env_bool,
+        "On a verl outside the range otel-verl was tested with (`opentelemetry-instrument` then skips the "
+        "instrumentor, one ERROR line): start anyway, each hook applied only where its target exists, what "
+        "is skipped said once per hook with the versions (`otel-verl doctor` lists them before a job). "
+        "`false`: otel-verl stays off on such a verl, said once.",
+        GROUP_RUN,
     ),
     Variable(
         PROJECT,
@@ -384,19 +403,21 @@ VARIABLES: tuple[Variable, ...] = (
         "spool_dir",
         None,
         env_str,
-        "Folder of the spools of this host's verl processes (created 0700 when a first batch must wait; on "
-        "local disk). A process's spool left behind when it died is sent by the next verl process of the same "
-        "host that uses this folder, or by `otel-verl replay --spool DIR`.",
+        "Folder of the spools of this user's verl processes on this host (created 0700 when a first batch must "
+        "wait; keep it on local disk and per user). A process's spool left behind when it died is sent by the "
+        "next verl process of the host that uses this folder and sends to the same endpoint with the same "
+        "headers, or by `otel-verl replay --spool DIR`.",
         GROUP_EXPORT,
-        "`<OTEL_VERL_FILE_DIR>/spool`",
+        "`/var/tmp/otel-verl-spool-<uid>`",
     ),
     Variable(
         SPOOL_MAX_MB,
         "spool_max_mb",
         512.0,
         partial(env_float, minimum=SPOOL_MAX_MB_RANGE[0], maximum=SPOOL_MAX_MB_RANGE[1]),
-        f"MiB ({SPOOL_MAX_MB_RANGE[0]:g} to {SPOOL_MAX_MB_RANGE[1]:.0f}) of spooled batches per process, all "
-        "signals together; when full, the oldest go first (counted in "
+        f"MiB ({SPOOL_MAX_MB_RANGE[0]:g} to {SPOOL_MAX_MB_RANGE[1]:.0f}) on disk for the whole spool folder "
+        "(every process that uses it, all signals); when full, the oldest batches a process may remove go "
+        "first, then new ones are dropped (counted in "
         '`otel_verl.spool.batches{outcome="dropped"}`, one warning).',
         GROUP_EXPORT,
     ),
@@ -441,7 +462,9 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         env_str,
         "Path of a file of OTLP headers (what `OTEL_EXPORTER_OTLP_HEADERS` holds: `authorization=Bearer%20<token>`, "
-        "comma- or line-separated), read by every verl process when it builds its OTLP exporters and added to "
+        "comma- or line-separated; or `Name: value` lines, a JSON object, or the token alone, sent as "
+        "`authorization: Bearer <token>` as `otel-verl stack --token-file` has it; [Security](security.md)), "
+        "read by every verl process when it builds its OTLP exporters and added to "
         "the `OTEL_EXPORTER_OTLP_*HEADERS` ones. The path travels in Ray's `runtime_env`, the token stays in the "
         "file: readable on every node, a regular file of at most 64 KiB ([Multi-node](multi-node.md)).",
         GROUP_RAY,
@@ -536,6 +559,17 @@ VARIABLES: tuple[Variable, ...] = (
         "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
         GROUP_GUARD,
         f"`<trainer.default_local_dir>/{GUARD_MARKER_NAME}`",
+    ),
+    Variable(
+        GUARD_RESUME,
+        "guard_resume",
+        "last_good",
+        partial(env_choice, choices=GUARD_RESUMES),
+        "What `trainer.resume_mode=auto` resumes from after the guard checkpointed a step: `last_good`, verl's "
+        f"last own checkpoint before that step (the guard's goes to `<trainer.default_local_dir>/"
+        f"{GUARD_CHECKPOINT_DIR}/`), or `guard`, the guard's (saved as verl's own); verl's checkpoints are "
+        "never removed for it ([Guard](guard.md#what-happens-to-verls-checkpoints)).",
+        GROUP_GUARD,
     ),
     Variable(
         STALL_AFTER,
@@ -642,9 +676,15 @@ def settings() -> Settings:
 
 def spool_root(s: Settings | None = None) -> str:
     """The folder of the on-disk spools (``otel_verl.process.spool``), absolute: ``OTEL_VERL_SPOOL_DIR``,
-    else ``spool`` in ``OTEL_VERL_FILE_DIR`` (whose default is relative to the working folder)."""
+    else ``/var/tmp/otel-verl-spool-<uid>``: node-local disk that survives a reboot (a job's launch
+    folder is often on a shared file system, ``/tmp`` often a tmpfs), one per user (never another
+    user's), and a single name in ``/var/tmp`` (a name there made by another user, or a symlink,
+    turns the spool off rather than being used)."""
     s = settings() if s is None else s
-    return os.path.abspath(s.spool_dir or os.path.join(s.file_dir, DEFAULT_SPOOL_SUBDIR))
+    if s.spool_dir:
+        return os.path.abspath(s.spool_dir)
+    parent = DEFAULT_SPOOL_PARENT if os.path.isdir(DEFAULT_SPOOL_PARENT) else tempfile.gettempdir()
+    return os.path.join(parent, f"otel-verl-spool-{os.geteuid()}")
 
 
 def ensure_run_id() -> str:

@@ -340,6 +340,8 @@ ATTR_SPOOL_OUTCOME = "otel_verl.spool.outcome"
 SPOOL_SPOOLED = "spooled"  # an export batch the endpoint did not take, written to the spool
 SPOOL_RESENT = "resent"  # a spooled batch the endpoint took later (this process's or one it adopted)
 SPOOL_DROPPED = "dropped"  # a spooled batch lost: the spool was full (oldest first), unwritable or unreadable
-SPOOL_REJECTED = "rejected"  # a spooled batch the endpoint refused for good when re-sent (4xx, INVALID_ARGUMENT)
-SPOOL_OUTCOMES = (SPOOL_SPOOLED, SPOOL_RESENT, SPOOL_DROPPED, SPOOL_REJECTED)
+SPOOL_REJECTED = "rejected"  # a spooled batch the endpoint refused for good when re-sent (400, 413, INVALID_ARGUMENT)
+# a re-send the endpoint refused for a configuration reason (401, 403, 404, UNAUTHENTICATED, ...): the batch is kept
+SPOOL_REFUSED = "refused"
+SPOOL_OUTCOMES = (SPOOL_SPOOLED, SPOOL_RESENT, SPOOL_DROPPED, SPOOL_REJECTED, SPOOL_REFUSED)
 SIGNALS = ("traces", "metrics", "logs")

@@ -143,6 +143,7 @@ def telemetry_env(folder: Path) -> dict[str, str]:
         "OTEL_METRICS_EXPORTER": "otlp_json_file",
         "OTEL_LOGS_EXPORTER": "otlp_json_file",  # logs-*.jsonl: python logging and samples
         "OTEL_VERL_FILE_DIR": str(folder),
+        "OTEL_VERL_SPOOL_DIR": str(folder / "spool"),  # a run's own, not the user's default of the host
         "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # only step-boundary exports in these runs
         "OTEL_SERVICE_NAME": "verl-e2e",
     }

@@ -11,6 +11,7 @@ Where things are made (the full list of names: docs/reference.md):
 * ``replicas``: ``verl.replicas.*`` spans where the trainer sleeps, wakes, syncs and resumes the replicas;
 * ``samples``: opt-in sampled generations as log records;
 * ``guard``: rules over each step's values, and the action (observe, checkpoint, stop);
+  ``guard_checkpoint`` its checkpoint (never at the cost of one of verl's), ``guard_exit`` its stop's marker;
 * ``ray_launch``: ``ray.init`` hands the ``OTEL_*`` settings to the job's Ray workers.
 
 ``hookset`` applies them on import, ``spans`` is the one traced-call shape they share,
@@ -24,7 +25,19 @@ from otel_verl.hooks.hookset import Hook
 
 def all_hooks() -> list[Hook]:
     """Every hook otel-verl installs (the instrumentor's list, and what ``doctor`` checks)."""
-    from otel_verl.hooks import guard, ray_launch, replicas, rollout, samples, stages, tracking, trainer, waits, workers
+    from otel_verl.hooks import (
+        guard,
+        guard_checkpoint,
+        ray_launch,
+        replicas,
+        rollout,
+        samples,
+        stages,
+        tracking,
+        trainer,
+        waits,
+        workers,
+    )
 
     return [
         *stages.HOOKS,
@@ -36,5 +49,6 @@ def all_hooks() -> list[Hook]:
         *ray_launch.HOOKS,
         *samples.HOOKS,
         *rollout.HOOKS,
+        *guard_checkpoint.HOOKS,
         *guard.HOOKS,  # last: its fit wrapper is the outermost (the others' flush runs inside it)
     ]

@@ -8,11 +8,13 @@ WARNING log record, the ``verl.guard.triggered`` counter and one console line) a
 
 * ``observe`` (default): report only;
 * ``checkpoint``: also save a checkpoint through verl's own ``_save_checkpoint`` at the end of that
-  step (once per firing);
+  step (once per firing), which never removes one of verl's and which ``trainer.resume_mode=auto``
+  does not pick unless ``OTEL_VERL_GUARD_RESUME=guard`` (``guard_checkpoint``);
 * ``stop``: also checkpoint, then end training after that step: v1's loop ends through its own
   condition (``total_training_steps``), v0's at the start of the next step (``GuardStop`` from the
   ``step`` timer); ``fit`` then returns normally, so verl's end of training, the final flush and
-  rc 0 follow, and ``trainer.resume_mode=auto`` resumes from that checkpoint. When that checkpoint
+  rc 0 follow (v0: after verl's pending asynchronous checkpoint saves are finished, as at verl's own
+  last step). When that checkpoint
   cannot be saved, training still stops (the values that fired are bad), and the console line and
   a WARNING say that it stopped without one. A stop also writes a marker file and can end the job
   with an exit code of its own (``guard_exit``), for a scheduler to tell it from a finished run.
@@ -23,21 +25,19 @@ A guard error never stops training: it is logged once and the step goes on.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import trace
 
-from otel_verl import private_api, semconv
+from otel_verl import config, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules
-from otel_verl.hooks import guard_exit, targets
+from otel_verl.hooks import guard_checkpoint, guard_exit, targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
-from otel_verl.package import package_version
 from otel_verl.process.state import PROCESS
 
 _log = logging.getLogger("otel_verl")
@@ -64,6 +64,7 @@ def reset() -> None:
     """Forget rules, history and a requested stop (tests; a new trainer)."""
     global _GUARD
     _GUARD = _Guard()
+    guard_checkpoint.reset()
 
 
 # How long the first training step may wait, once, for the rules file (its read starts with fit).
@@ -145,34 +146,11 @@ def _report(firings: list[Firing], action: str, checkpoint: str | None) -> None:
     span.end()
 
 
-def _checkpoint(trainer: Any, step: int) -> tuple[str | None, str | None]:
-    """verl's own checkpoint of this step (skipped when verl just saved it itself): ``(folder, None)``,
-    or ``(None, why not)`` when it could not be saved. Never raises: whatever fails here (verl's
-    ``_save_checkpoint``, or a verl config without the folder it names) must not reach ``Tracking.log``."""
-    try:
-        folder = os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{step}")
-        if not os.path.isdir(folder):
-            # verl's checkpoint path, as its fit loop calls it (a private name: said with verl's version)
-            save = private_api.attribute(
-                trainer,
-                "_save_checkpoint",
-                name=f"{type(trainer).__name__}._save_checkpoint",
-                dists=("verl",),
-                effect="the guard saves no checkpoint",
-            )
-            if save is None:
-                return None, f"verl {package_version('verl')} has no {type(trainer).__name__}._save_checkpoint"
-            save()
-        return folder, None
-    except Exception as exc:  # noqa: BLE001 - the guard must not end training by itself
-        warn_once("guard checkpoint", "the guard could not save a checkpoint at step %s", step, exc_info=True)
-        return None, f"{type(exc).__name__}: {exc}"
-
-
 @safe("guard stop request")
-def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None, failure: str | None) -> None:
+def _request_stop(trainer: Any, firings: list[Firing], saved: guard_checkpoint.Saved) -> None:
     """End training after this step, and say so, with the checkpoint or clearly without one."""
     step = firings[0].step
+    checkpoint, failure = saved.folder, saved.failure
     try:
         # v1's loop runs while global_steps <= total_training_steps: after this step it ends by itself
         trainer.total_training_steps = step
@@ -186,19 +164,14 @@ def _request_stop(trainer: Any, firings: list[Firing], checkpoint: str | None, f
     if checkpoint is None:
         _GUARD.without_checkpoint = failure or "not saved"
     rules = list(dict.fromkeys(f.rule.name for f in firings))
-    guard_exit.stopped(trainer, step, rules, _GUARD.stop_reason, checkpoint, _GUARD.without_checkpoint)
+    guard_exit.stopped(trainer, step, rules, _GUARD.stop_reason, saved, _GUARD.without_checkpoint)
     if checkpoint is not None:
-        print(
-            f"otel-verl guard: stopping training after step {step}; checkpoint {checkpoint}",
-            file=sys.stdout,
-            flush=True,
-        )
+        print(f"otel-verl guard: stopping training after step {step}; checkpoint {checkpoint}", flush=True)
         return
     # The values that fired are bad either way: stop, and say that no checkpoint of this step exists.
     text = (
         f"otel-verl guard: stopping training after step {step} WITHOUT a checkpoint of that step "
-        f"(saving it failed: {_GUARD.without_checkpoint}); trainer.resume_mode=auto resumes from "
-        "verl's last own checkpoint, if any"
+        f"(saving it failed: {_GUARD.without_checkpoint})"
     )
     print(text, file=sys.stdout, flush=True)
     _log.warning(text)
@@ -213,11 +186,24 @@ def _guard_after_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     evaluated = _evaluate(kwargs["data"] if "data" in kwargs else (args[0] if args else {}))
     if evaluated and evaluated[1]:
         step, firings = evaluated
-        checkpoint, failure = _checkpoint(trainer, step) if action in ("checkpoint", "stop") else (None, None)
-        _report(firings, action, checkpoint)
-        if action == "stop":
-            _request_stop(trainer, firings, checkpoint, failure)
+        saved = guard_checkpoint.save(trainer, step) if action in ("checkpoint", "stop") else None
+        _report(firings, action, saved.folder if saved else None)
+        if saved is not None:
+            _say_resume(saved)
+        if action == "stop" and saved is not None:
+            _request_stop(trainer, firings, saved)
     return result
+
+
+@safe("guard resume line")
+def _say_resume(saved: guard_checkpoint.Saved) -> None:
+    """One console line: what ``trainer.resume_mode=auto`` resumes from now, and why."""
+    where = f"resumes from {saved.resumes_from}" if saved.resumes_from else "starts from scratch (no checkpoint)"
+    print(
+        f"otel-verl guard: trainer.resume_mode=auto {where} "
+        f"({config.GUARD_RESUME}={settings().guard_resume}; verl's checkpoints are all kept)",
+        flush=True,
+    )
 
 
 def _stop_before_step(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -235,9 +221,22 @@ def _fit_until_guard_stop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     try:
         return wrapped(*args, **kwargs)
     except GuardStop as stop:
+        _finish_v0(instance)
         without = f" (no checkpoint of that step: {_GUARD.without_checkpoint})" if _GUARD.without_checkpoint else ""
         print(f"otel-verl guard: training stopped after step {_GUARD.stopped_after}{without}: {stop}", flush=True)
         return None
+
+
+def _finish_v0(trainer: Any) -> None:
+    """What v0's ``fit`` does at its own last step, skipped by the ``GuardStop`` that ends it: wait
+    for verl's asynchronous checkpoint saves (a checkpoint whose writing the job's end would
+    otherwise cut short), then end its rollout dump executor. verl's errors pass through."""
+    wg = getattr(trainer, "actor_rollout_wg", None)
+    if hasattr(wg, "async_calls_finalize_fn_exec"):
+        wg.async_calls_finalize_fn_exec(blocking=True)
+    shutdown = getattr(trainer, "_shutdown_dump_executor", None)
+    if callable(shutdown):
+        shutdown()
 
 
 HOOKS = [

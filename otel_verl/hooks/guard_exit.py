@@ -6,7 +6,8 @@ that finished. Two ways for Slurm, a KubeRay ``RayJob`` or a wrapper script to t
 * the marker: at the stop, the TaskRunner writes ``OTEL_VERL_GUARD_MARKER`` (default
   ``otel-verl-guard-stop.json`` in ``trainer.default_local_dir``, next to the checkpoint the guard
   saved), whole or not at all (``commands.atomic``): JSON with the run id, the step, the rules
-  that fired, the checkpoint and the exit code asked for. A later run that starts training with
+  that fired, the checkpoint, what ``trainer.resume_mode=auto`` resumes from and the exit code
+  asked for. A later run that starts training with
   the same marker path removes it (only a file that holds such a marker);
 * the exit code (opt-in, ``OTEL_VERL_GUARD_EXIT_CODE``, default 0: rc 0 as before): the
   TaskRunner also puts the stop on the stall board (``stall.board``, topic ``guard``); in the
@@ -51,8 +52,9 @@ def marker_path(trainer: Any) -> str:
 
 
 @safe("guard stop marker")
-def stopped(trainer: Any, step: int, rules: list[str], reason: str, checkpoint: str | None, why: str | None) -> None:
-    """The guard stops training after ``step``: write the marker, tell the launcher."""
+def stopped(trainer: Any, step: int, rules: list[str], reason: str, saved: Any, why: str | None) -> None:
+    """The guard stops training after ``step``: write the marker, tell the launcher. ``saved`` is the
+    guard's ``guard_checkpoint.Saved``: the checkpoint of that step, and what resuming picks."""
     code = settings().guard_exit_code
     doc = {
         "kind": MARKER_KIND,
@@ -60,8 +62,10 @@ def stopped(trainer: Any, step: int, rules: list[str], reason: str, checkpoint: 
         "step": step,
         "rules": rules,
         "reason": reason,
-        "checkpoint": checkpoint,
+        "checkpoint": saved.folder,
         "without_checkpoint": why,
+        "resume": settings().guard_resume,
+        "resumes_from": saved.resumes_from,
         "exit_code": code,
         "time": time.time(),
     }
@@ -81,20 +85,26 @@ def stopped(trainer: Any, step: int, rules: list[str], reason: str, checkpoint: 
 @safe("stale guard marker")
 def clear_stale_marker(trainer: Any) -> None:
     """A new run starts training: an earlier run's stop marker at the same path is removed (only a
-    regular file that holds one: the path may be the user's own)."""
+    regular file that holds one, and only that very file: the path may be the user's own, and the
+    folder shared, so what is removed is checked to be what was read, never a link's target)."""
     path = marker_path(trainer)
     try:
-        info = os.lstat(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
-        return
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read(MAX_MARKER_BYTES))
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
+            return
+        doc = json.loads(os.read(fd, MAX_MARKER_BYTES))
     except (OSError, ValueError):
         return
-    if isinstance(doc, dict) and doc.get("kind") == MARKER_KIND:
+    finally:
+        os.close(fd)
+    if not (isinstance(doc, dict) and doc.get("kind") == MARKER_KIND):
+        return
+    now = os.lstat(path)
+    if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):
         os.unlink(path)
 
 

@@ -21,6 +21,7 @@ TOOL_AGENT_LOOP = "verl.experimental.agent_loop.tool_agent_loop"  # ToolAgentLoo
 LLM_SERVER = "verl.workers.rollout.llm_server"  # LLMServerClient: every engine call
 RAY = "ray"  # ray.init
 RAY_FUNCTION_MANAGER = "ray._private.function_manager"  # _inject_tracing_into_class (private)
+CHECKPOINT_MANAGER = "verl.utils.checkpoint.checkpoint_manager"  # BaseCheckpointManager: the workers' retention
 CHECKPOINT_ENGINE = "verl.checkpoint_engine.base"  # CheckpointEngineManager: replicas sleep/wake/sync
 PROTOCOL = "verl.protocol"  # DataProto.concat: v0's agent-loop replies merged (their start times taken out)
 RAY_UTILS = "verl.utils.ray_utils"  # auto_await, re-applied around AgentLoopManager.generate_sequences

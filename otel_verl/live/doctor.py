@@ -21,7 +21,9 @@ first, and by default only they and a count of the rest (``--verbose``: every li
   signal that is asked for over OTLP: its exporter variable set, or an endpoint; OTLP as the
   distro's mere default with no endpoint set is a note when nothing answers); for
   ``otlp_json_file`` the folder, checked writable; for ``prometheus`` the ports
-  (``OTEL_EXPORTER_PROMETHEUS_PORT``: a whole number from 1 to 65535);
+  (``OTEL_EXPORTER_PROMETHEUS_PORT``: a whole number from 1 to 65535); the OTLP headers of
+  ``OTEL_VERL_OTLP_HEADERS_FILE`` and ``OTEL_EXPORTER_OTLP_*HEADERS`` read as the exporters read
+  them (``otel_verl.process.otlp_headers``), their names shown, never a value;
 * what ``opentelemetry-instrument`` sets up in each kind of process: the distro and configurator
   it loads in the launcher, none in the job's Ray workers (``otel_verl.process.worker_bootstrap``)
   unless ``OTEL_PYTHON_CONFIGURATOR`` names one, and the instrumentations it loads (those switched
@@ -132,8 +134,16 @@ def check_verl(r: Checks) -> bool:
         return False
     if req.specifier.contains(version, prereleases=True):
         r.ok(f"verl {version} (supported: {req.specifier})")
+    elif config.settings().untested_verl:
+        r.note(
+            f"verl {version} is outside the tested range {req.specifier}: otel-verl starts anyway, each hook "
+            f"below where its target exists ({config.UNTESTED_VERL}=false: off)"
+        )
     else:
-        r.bad(f"verl {version} is outside the supported range {req.specifier}; hooks may not apply")
+        r.bad(
+            f"verl {version} is outside the tested range {req.specifier} and {config.UNTESTED_VERL}=false: "
+            "otel-verl is off"
+        )
     return True
 
 
@@ -333,6 +343,29 @@ def check_guard_rules(r: Checks, s: config.Settings) -> None:
     r.ok(f"guard rules: {len(rules)} from {s.guard_rules}")
 
 
+def check_headers(r: Checks, s: config.Settings) -> None:
+    """The OTLP headers of ``OTEL_VERL_OTLP_HEADERS_FILE`` and ``OTEL_EXPORTER_OTLP_*HEADERS``, read
+    as the exporters read them: their names only, never a value."""
+    from otel_verl.process import otlp_headers
+
+    for var in sorted(v for v in os.environ if v.startswith("OTEL_EXPORTER_OTLP_") and v.endswith("_HEADERS")):
+        found, bad = otlp_headers.env_entries(os.environ[var])
+        if bad:
+            r.bad(f"{var} has {bad} entries that are not `name=value` (not shown): they are not sent")
+        else:
+            r.ok(f"{var}: {', '.join(sorted(found)) or 'no headers'} (values not shown)")
+    path = s.otlp_headers_file
+    if not path:
+        return
+    loaded = otlp_headers.load(path)
+    if loaded.problem is not None:
+        r.bad(f"{config.OTLP_HEADERS_FILE}={path} {loaded.problem}; the OTLP exporters would send no headers from it")
+        return
+    if loaded.readable_by_all:
+        r.bad(f"{config.OTLP_HEADERS_FILE}={path} can be read by every user of this node (chmod 600 it)")
+    r.ok(f"OTLP headers from {path}: {', '.join(sorted(loaded.headers))} (values not shown)")
+
+
 def _check_writable(r: Checks, folder: str) -> None:
     probe = folder
     while not os.path.exists(probe):
@@ -436,6 +469,7 @@ def doctor(out: TextIO | None = None, hooks: Sequence[Hook] | None = None, verbo
     check_extras(r, s)
     check_guard_rules(r, s)
     r.section = "exporters"
+    check_headers(r, s)
     check_exporters(r)
     r.section = "opentelemetry-instrument"
     check_opentelemetry_setup(r, s)

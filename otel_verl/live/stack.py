@@ -16,8 +16,11 @@ Three roles (``--role``):
 
 ``--bind`` other than loopback needs ``--tls-cert``, ``--tls-key`` and ``--token-file``: a
 Collector that other nodes reach takes OTLP only over TLS with the token. Health check and
-self-metrics stay on 127.0.0.1. ``--collector-config FILE`` adds config files merged after the
-role's (``otelcol-debug.yaml``: a line per span).
+self-metrics stay on 127.0.0.1. An IPv6 address (``--bind fd00::5``, ``::1``) is taken with TLS
+only: the OTLP receivers alone listen there (``[fd00::5]:4317`` in the Collector's config); without
+TLS every Collector port shares ``--bind``, and the self-metrics reader and Prometheus's scrape of it
+take an IPv4 address or a name, so ``--bind`` is then refused unless it is IPv4 or a host name.
+``--collector-config FILE`` adds config files merged after the role's (``otelcol-debug.yaml``: a line per span).
 
 The kit is ``collector/`` and ``scripts/backends.sh`` of a clone; the wheel carries the same files
 as ``otel_verl/_ops_kit/`` (``pyproject.toml``'s force-include), so an installed otel-verl needs no
@@ -28,7 +31,8 @@ Alertmanager have no such substitution, so ``up`` writes a copy of theirs with t
 into the data folder. Binaries come from ``--bin-dir``, ``PATH``, then the folder
 ``scripts/backends.sh`` builds into; the official release binaries of each project work as well.
 
-``up`` returns once every component answers its readiness endpoint; ``down`` stops what ``up``
+``up`` returns once every component answers its readiness endpoint (asked directly, never through
+a proxy of ``$http_proxy``: ``_answers``); ``down`` stops what ``up``
 started (the pids it recorded, checked against their command line); ``status`` tells which parts
 answer. State lives in ``DATA_DIR/stack.json``; one data folder per stack (an agent, a gateway and
 an all-in-one stack on one host each need their own, and their own ``--port`` numbers).
@@ -192,6 +196,13 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def _is_ipv6(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == 6
+    except ValueError:
+        return False
+
+
 def _host_port(item: str, what: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for an IPv6 address) of ``--gateway``; CommandError(USAGE) otherwise."""
     host, sep, port = item.strip().rpartition(":")
@@ -234,6 +245,12 @@ def check_setup(setup: CollectorSetup) -> None:
         raise CommandError("--tls-cert needs --token-file: with TLS, the receivers take only the bearer token", USAGE)
     if not _valid_host(setup.bind):
         raise CommandError(f"--bind {setup.bind!r}: not an address or host name", USAGE)
+    if _is_ipv6(setup.bind) and _is_loopback(setup.bind) and not setup.tls:
+        raise CommandError(
+            f"--bind {setup.bind}: an IPv6 address is taken with --tls-cert, --tls-key and --token-file only "
+            "(then the OTLP receivers alone listen there); without TLS use 127.0.0.1 or localhost",
+            USAGE,
+        )
     if not setup.tls and not _is_loopback(setup.bind):
         raise CommandError(
             f"--bind {setup.bind} needs --tls-cert, --tls-key and --token-file: a Collector that other nodes "
@@ -390,7 +407,7 @@ def _collector(
     if setup.tls:
         assert setup.tls_cert is not None and setup.tls_key is not None
         configs.append(config_dir / REMOTE_OVERLAY)
-        env["OTELCOL_REMOTE_LISTEN_HOST"] = setup.bind
+        env["OTELCOL_REMOTE_LISTEN_HOST"] = _url_host(setup.bind)  # in "HOST:PORT" endpoints: [v6] bracketed
         env["OTELCOL_TLS_CERT_FILE"] = str(setup.tls_cert.resolve())
         env["OTELCOL_TLS_KEY_FILE"] = str(setup.tls_key.resolve())
     configs += [c.resolve() for c in setup.extra_configs]
@@ -496,9 +513,13 @@ def plan(
 # Processes
 
 
+# The stack's own readiness URLs are on this host: asked directly, never through $http_proxy.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _answers(url: str, timeout: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - our own 127.0.0.1 URLs
+        with _DIRECT.open(url, timeout=timeout) as resp:  # our own 127.0.0.1 URLs
             return 200 <= resp.status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -606,7 +627,7 @@ def _next_steps(setup: CollectorSetup, ports: dict[str, int]) -> list[str]:
             "for the training job (on every node that reaches it):",
             f"  export OTEL_EXPORTER_OTLP_ENDPOINT=https://{_url_host(setup.bind)}:{grpc}",
             "  export OTEL_EXPORTER_OTLP_CERTIFICATE=<the CA of its certificate>",
-            "  export OTEL_VERL_OTLP_HEADERS_FILE=<a file: authorization=Bearer%20<the token>>",
+            "  export OTEL_VERL_OTLP_HEADERS_FILE=<the --token-file: the token alone is sent as Bearer>",
         ]
     host = "localhost" if setup.role == "agent" else _url_host(setup.bind)
     return ["for the training job:", f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{host}:{grpc}"]

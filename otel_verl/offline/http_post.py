@@ -20,6 +20,8 @@ lives here, once:
   started: that answer is returned (a ``Retry-After`` in ``Answer.retry_after``). Nothing else is
   retried: a request that failed once sent may have been received.
 * Proxies as ``urllib.request`` finds them (``http_proxy``, ``https_proxy``, ``no_proxy``).
+* **Never traced.** Each POST runs with OpenTelemetry's instrumentation suppressed: under
+  ``opentelemetry-instrument`` an instrumented ``urllib3`` makes no span of a replay.
 
 ``printable`` is how text from an answer is shown: control characters escaped, length bounded.
 """
@@ -37,6 +39,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import urllib3
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import (
@@ -264,6 +267,10 @@ class Poster:
 
     def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Answer:
         """POST ``body`` to ``url``: the final answer, or ``NoAnswer``, within ``timeout`` seconds."""
+        with suppress_instrumentation():
+            return self._post(url, body, headers, timeout)
+
+    def _post(self, url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Answer:
         deadline = time.monotonic() + timeout
         token = _DEADLINE.set(deadline)
         retry = self._retry

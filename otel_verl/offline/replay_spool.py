@@ -4,17 +4,24 @@ A verl process keeps the OTLP batches its endpoint did not take in a spool folde
 (``otel_verl.process.spool``) and re-sends them itself; what a process that died left there is sent
 by the next verl process of the same host. This command does it by hand, from any machine that
 sees the folder: ``DIR`` is a spool root (``OTEL_VERL_SPOOL_DIR``, default
-``<OTEL_VERL_FILE_DIR>/spool``) or one process folder in it.
+``/var/tmp/otel-verl-spool-<uid>``) or one process folder in it.
 
 Each signal folder is taken as a verl process would take it: only when its lock can be taken (its
 process has ended, and no other process is sending it); one still in use is left alone and named.
+**Only to its own endpoint:** a folder records where its process sent (``spool.Destination``); its
+batches go only when the endpoint of ``--endpoint`` / ``OTEL_EXPORTER_OTLP_*ENDPOINT`` is exactly
+that one (an OTLP/HTTP endpoint: a folder of an OTLP/gRPC exporter needs the next option).
+Any other folder, and one with no record, is kept and named with the endpoint it waits for,
+unless ``--ignore-recorded-endpoint`` says to send everything to the endpoint given. The headers
+are the ones given (``--headers`` / ``OTEL_EXPORTER_OTLP_*HEADERS``), not compared with the record.
 Each batch file (a regular file of this user, the spool's names only, at most 64 MiB: read as the
 spool reads it) is checked to be its signal's OTLP request and POSTed unchanged to ``<URL>/v1/<signal>``
 with ``Content-Type: application/x-protobuf`` through ``otel_verl.offline.http_post`` (deadline,
 bounded answer, no redirect followed, throttling answers retried); endpoint and headers as for
 ``otel-verl replay``. A file is removed only once the endpoint accepted it, and an emptied folder
 with it; whatever was not accepted stays for a later try. No answer at all stops that signal.
-Exit 0 only when every batch found was accepted and none of its items rejected.
+Exit 0 only when every batch found was accepted and none of its items rejected (a folder kept for
+another endpoint is not).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class SpoolResult:
     url: str
     folders: int = 0  # signal folders taken
     busy: list[str] = field(default_factory=list)  # folders whose lock a live process holds
+    elsewhere: list[str] = field(default_factory=list)  # folders recorded for another endpoint (kept)
     batches: int = 0  # accepted (and removed)
     items: int = 0  # spans / metrics / log records in them
     bytes: int = 0
@@ -69,7 +77,7 @@ class SpoolResult:
 
     @property
     def ok(self) -> bool:
-        return not (self.failed or self.unreadable or self.rejected)
+        return not (self.failed or self.unreadable or self.rejected or self.elsewhere)
 
 
 def _items(signal: str, message: object) -> int:
@@ -114,8 +122,10 @@ def replay_spool(
     env: Mapping[str, str] | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    ignore_recorded_endpoint: bool = False,
 ) -> int:
-    """The ``otel-verl replay --spool`` command: 0 when every batch was accepted, else a ``CommandError``."""
+    """The ``otel-verl replay --spool`` command: 0 when every batch was accepted, else a ``CommandError``.
+    ``ignore_recorded_endpoint``: send every folder to the endpoint given, whatever it recorded."""
     out = sys.stdout if out is None else out
     env = os.environ if env is None else env
     root = Path(root)
@@ -125,8 +135,10 @@ def replay_spool(
     dead: set[str] = set()  # signals whose endpoint gave no answer
     try:
         with Poster(RETRIES, RETRY_STATUS) as poster:
-            for proc in names:
-                _replay_process(poster, root_fd, proc, plan, results, dead, timeout)
+            for proc, proc_fd, sub, sig in spool.signal_folders(root_fd, names):
+                _replay_signal_folder(
+                    poster, proc, proc_fd, sub, plan[sig], results[sig], dead, timeout, ignore_recorded_endpoint
+                )
     finally:
         spool.close_fd(root_fd)
     for r in results.values():
@@ -143,6 +155,7 @@ def replay_spool(
             ("batches not accepted", sum(r.failed for r in problems)),
             ("files unreadable", sum(r.unreadable for r in problems)),
             ("items rejected", sum(r.rejected for r in problems)),
+            ("spool folders kept for another endpoint", sum(len(r.elsewhere) for r in problems)),
         ):
             what += [f"{n} {label}"] if n else []
         raise CommandError(f"{' and '.join(what)} ({batches} batches replayed from {root}; details above)")
@@ -150,47 +163,53 @@ def replay_spool(
     return 0
 
 
-def _replay_process(
+def _destination_problem(dir_fd: int, url: str) -> str | None:
+    """Why a signal folder is not sent to ``url`` (the endpoint it waits for), or None."""
+    record = spool.read_record(dir_fd)
+    if record is None:
+        return "no recorded endpoint (kept; --ignore-recorded-endpoint sends it to the endpoint given)"
+    if record.kind == "http" and record.goes_to(url):
+        return None
+    return (
+        f"recorded for {record.endpoint} ({record.kind}), not {endpoints.shown(url)} "
+        "(kept; --ignore-recorded-endpoint sends it to the endpoint given)"
+    )
+
+
+def _replay_signal_folder(
     poster: Poster,
-    root_fd: int,
     proc: str,
-    plan: dict[str, tuple[str, dict[str, str]]],
-    results: dict[str, SpoolResult],
+    proc_fd: int,
+    sub: str,
+    target: tuple[str, dict[str, str]],
+    r: SpoolResult,
     dead: set[str],
     timeout: float,
+    ignore_recorded_endpoint: bool,
 ) -> None:
+    """Send one signal folder of an ended process, when it may go to ``target``."""
     try:
-        proc_fd = spool.open_dir(proc, root_fd)
+        dir_fd = spool.open_dir(sub, proc_fd)
     except OSError:
         return
-    try:
-        for sub in sorted(os.listdir(proc_fd)):
-            sig = spool.signal_of(sub)
-            if sig is None:
-                continue
-            r = results[sig]
-            try:
-                dir_fd = spool.open_dir(sub, proc_fd)
-            except OSError:
-                continue
-            lock_fd = spool.try_lock(dir_fd)
-            if lock_fd is None:
-                spool.close_fd(dir_fd)
-                r.busy.append(f"{proc}/{sub}")
-                continue
-            r.folders += 1
-            left = _replay_folder(poster, dir_fd, sig, plan[sig], r, dead, timeout)
-            if left:
-                spool.close_fd(dir_fd)
-                spool.close_fd(lock_fd)
-            else:
-                spool.remove_folder(proc_fd, sub, dir_fd, lock_fd)
-        if not os.listdir(proc_fd):
-            os.rmdir(proc, dir_fd=root_fd)
-    except OSError:
-        pass
-    finally:
-        spool.close_fd(proc_fd)
+    lock_fd = spool.try_lock(dir_fd)
+    if lock_fd is None:
+        spool.close_fd(dir_fd)
+        r.busy.append(f"{proc}/{sub}")
+        return
+    problem = None if ignore_recorded_endpoint else _destination_problem(dir_fd, target[0])
+    if problem is not None:
+        spool.close_fd(dir_fd)
+        spool.close_fd(lock_fd)
+        r.elsewhere.append(f"{proc}/{sub}: {problem}")
+        return
+    r.folders += 1
+    left = _replay_folder(poster, dir_fd, r.signal, target, r, dead, timeout)
+    if left:
+        spool.close_fd(dir_fd)
+        spool.close_fd(lock_fd)
+    else:
+        spool.remove_folder(proc_fd, sub, dir_fd, lock_fd)
 
 
 def _replay_folder(
@@ -240,7 +259,7 @@ def _replay_folder(
 
 
 def _print(r: SpoolResult, out: TextIO) -> None:
-    if not (r.folders or r.busy):
+    if not (r.folders or r.busy or r.elsewhere):
         print(f"{r.signal:8s} nothing spooled", file=out)
         return
     line = (
@@ -255,8 +274,10 @@ def _print(r: SpoolResult, out: TextIO) -> None:
         line += f"; {r.rejected} {ITEMS[r.signal]} rejected by the endpoint"
     if r.busy:
         line += f"; {len(r.busy)} folders in use by a running process (left alone)"
+    if r.elsewhere:
+        line += f"; {len(r.elsewhere)} folders recorded for another endpoint (kept)"
     print(line, file=out)
-    print_errors(r.errors, out)
+    print_errors(r.errors + r.elsewhere, out)
 
 
 def spool_size(n: int) -> str:

@@ -4,7 +4,9 @@ A verl job runs ~25 Python processes (the launcher, the Ray TaskRunner, worker r
 and reward workers, and Ray's own daemons). In each:
 
 0. **Interpreter start.** ``otel_verl.pth`` turns gRPC's fork handlers off before gRPC is imported,
-   in processes that run OpenTelemetry's bootstrap (``grpc_fork``); the others inherit it.
+   in a verl job's processes that run OpenTelemetry's bootstrap (``grpc_fork``); the others inherit
+   it. Programs that are not verl are left as they are; the workers' ``sitecustomize`` then runs
+   the one it shadows (``worker_bootstrap``).
 1. **Activation.** ``opentelemetry-instrument`` calls ``VerlInstrumentor`` in the launcher; in every
    other process ``import verl`` loads the ``verl.plugins`` entry point (``otel_verl._verl_plugin``),
    which instruments only when the job's run id (``OTEL_VERL_RUN_ID``) is set and no kill switch

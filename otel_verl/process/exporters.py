@@ -4,7 +4,8 @@
 with ``opentelemetry-distro``; ``otlp`` becomes gRPC or HTTP by ``OTEL_EXPORTER_OTLP_PROTOCOL``),
 looked up through the SDK's exporter entry points. ``otlp_json_file`` writes one JSON-lines file
 per signal and process into ``OTEL_VERL_FILE_DIR``, created at its first line (``LazyFile``: a
-process that exports no spans leaves no empty traces file). ``prometheus`` is a pull reader on
+process that exports no spans leaves no empty traces file), mode 0600 in a folder made 0700, never
+through a link or other file planted at its predictable name (``open_own_file``). ``prometheus`` is a pull reader on
 ``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` (default ``127.0.0.1:9464``, loopback only) whose series
 carry the run's resource attributes as labels; each process of a host takes the next free port
 (at most ``PROMETHEUS_PORTS``), so scrape that range. A port setting that is not a whole number
@@ -16,9 +17,11 @@ the on-disk spool until it does (``spool_export``; ``OTEL_VERL_SPOOL=off``: as t
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import stat
 import threading
 from collections.abc import Mapping
 from typing import IO, Any
@@ -75,14 +78,63 @@ def exporter_classes(signal: str) -> dict[str, type]:
     return found[SIGNALS.index(signal)]
 
 
+FILE_MODE = 0o600  # telemetry holds the run's config, hosts, errors: the user's own
+DIR_MODE = 0o700  # OTEL_VERL_FILE_DIR when otel-verl creates it
+
+
 def file_path(signal: str, identity: Identity) -> str:
     folder = settings().file_dir
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=DIR_MODE, exist_ok=True)  # the mode of a folder made here; umask untouched
     return os.path.join(folder, f"{signal}-{identity.label}-{os.getpid()}.jsonl")
 
 
+_CREATE = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_REOPEN = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_own_file(path: str) -> IO[str] | None:
+    """``path`` opened to append, created ``FILE_MODE`` by this call, else one of this user's that is
+    already there (a reused pid's: the earlier process's lines stay); None, after one warning, when
+    what is there is not: a symlink (never followed), not a regular file, another user's, or
+    hard-linked elsewhere. Other errors (a full disk, no permission) raise as ``open`` would."""
+    try:
+        fd = os.open(path, _CREATE, FILE_MODE)
+    except FileExistsError:
+        fd = None
+    if fd is None:
+        try:
+            fd = os.open(path, _REOPEN)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # ELOOP: a symlink, O_NOFOLLOW
+                raise
+            why = "is a symbolic link or not a regular file"
+        else:
+            info = os.fstat(fd)
+            why = (
+                "is not a regular file"
+                if not stat.S_ISREG(info.st_mode)
+                else "belongs to another user"
+                if info.st_uid != os.geteuid()
+                else "has other hard links"
+                if info.st_nlink != 1
+                else ""
+            )
+            if why:
+                os.close(fd)
+        if why:
+            warn_once(
+                f"json file {path}",
+                "%s %s, so this process writes no telemetry to it (it was not created by otel-verl for this process)",
+                path,
+                why,
+            )
+            return None
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
 class LazyFile:
-    """The stream of a JSON-lines file exporter: the file is opened (to append) at the first write.
+    """The stream of a JSON-lines file exporter: the file is opened (to append) at the first write,
+    as ``open_own_file`` does; a file it refuses takes no lines (dropped, said once).
 
     The exporter writes whole lines and flushes after each export, so nothing waits in here; it
     does not close a stream it was given, so the file closes with the process."""
@@ -90,6 +142,7 @@ class LazyFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self._file: IO[str] | None = None
+        self._refused = False
         self._lock = threading.Lock()
 
     @property
@@ -98,8 +151,13 @@ class LazyFile:
 
     def write(self, text: str) -> int:
         with self._lock:
+            if self._refused:
+                return len(text)
             if self._file is None:
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for later lines
+                self._file = open_own_file(self.path)
+                if self._file is None:
+                    self._refused = True
+                    return len(text)
             return self._file.write(text)
 
     def flush(self) -> None:
@@ -112,6 +170,8 @@ def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
     """The exporter ``name`` of ``signal``; an OTLP one behind the on-disk spool (``spool_export``)."""
     if name == JSON_FILE_EXPORTER:
         return cls(stream=LazyFile(file_path(signal, identity)))  # writes every batch: nothing to spool
+    if otlp_headers.applies(cls):
+        otlp_headers.hide_header_values()  # the SDK's parse of OTEL_EXPORTER_OTLP_*HEADERS quotes them
     headers = otlp_headers.headers_for(signal) if otlp_headers.applies(cls) else None
     # OTEL_VERL_OTLP_HEADERS_FILE (None: not set)
     return spool_export.wrap(cls() if headers is None else cls(headers=headers), signal)

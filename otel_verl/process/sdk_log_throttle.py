@@ -12,6 +12,10 @@ pipeline is built. The first record of a kind (its logger and message template) 
 user still learns at once that the endpoint is unreachable; after it at most one per
 ``INTERVAL_S``, saying how many like it were held back. What is held back is dropped before any
 handler formats or writes it. Other loggers, and records of other kinds, are not touched.
+
+What passes is stripped of credentials first (``otel_verl.redact.redact_text`` on each argument):
+the gRPC exporter names its endpoint with any ``user:pass@`` in it, and an error's text may hold a
+URL's ``?api_key=`` or an ``Authorization`` value.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
+
+from otel_verl import redact
 
 INTERVAL_S = 300.0
 # The loggers that log once per export attempt (exporters 1.45; the HTTP exporters' transport logs
@@ -33,8 +40,16 @@ LOGGERS = (
 )
 
 
+def _redacted(arg: Any) -> Any:
+    """``arg``, or its text with credentials replaced when it holds any (numbers stay numbers)."""
+    if arg is None or isinstance(arg, (int, float)):
+        return arg
+    text = str(arg)
+    return redact.redact_text(text) if redact.has_secret(text) else arg
+
+
 class Throttle(logging.Filter):
-    """Passes the first record of each kind, then at most one per ``interval_s``."""
+    """Passes the first record of each kind, then at most one per ``interval_s``; without credentials."""
 
     def __init__(self, interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
@@ -57,6 +72,10 @@ class Throttle(logging.Filter):
         if held and last is not None and isinstance(record.msg, str):
             # Appended to the template, not formatted: the record's own args still apply.
             record.msg += f" [otel-verl: {held} more like this in the last {now - last:.0f} s not shown]"
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redacted(arg) for arg in record.args)
+        elif isinstance(record.msg, str) and not record.args and redact.has_secret(record.msg):
+            record.msg = redact.redact_text(record.msg)  # a template's `%s` may look like a value
         return True
 
 

@@ -14,7 +14,21 @@ thread (``otel-verl-export-<signal>``, started with the first batch) makes every
 * **Back:** the same thread re-sends the oldest batch through the exporter's own client
   (``spool_send``), every ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` while the endpoint is away, and
   removes each one only once it was accepted. Spools that ended processes of this host left behind
-  (``Spool.adopt``: when the thread starts, then every ``RESCAN_S``) go after this process's own.
+  for this exporter's destination (``Spool.adopt``: when the thread starts, then every ``RESCAN_S``,
+  and as soon as adopted ones are sent) go after this process's own. An authentication or routing
+  answer (``spool_send.HOLD``) keeps the batch: said once, counted (``refused``), backed off.
+* **Order, and no head-of-line blocking.** Batches go oldest first. One the endpoint answers
+  ``ROTATE_AFTER`` times in a row without taking it (``spool_send.RETRY``: a throttling or server
+  error; an endpoint that is away, ``AWAY``, says nothing about the batch) is followed by one try
+  of the next batch: when that one is accepted (the endpoint works, that batch does not), the
+  first goes after every other batch of this exporter (``Spool.defer``); when it is not, order is
+  kept and the thread backs off. So a
+  metric series' points arrive in time order, except those of a batch the endpoint kept refusing
+  while it took later ones (a backend without an out-of-order window, Prometheus by default,
+  then refuses those points).
+* **Bounded copies.** A re-send with no answer in time (``spool_send.LATE``: it may have arrived)
+  is counted in the batch's file name; after ``spool.MAX_LATE`` of them the batch is dropped,
+  counted and said once.
 * **The end** (``Telemetry.flush`` at the end of training and ``Telemetry.shutdown``, bounded
   together by ``OTEL_VERL_SHUTDOWN_TIMEOUT``): from ``closing`` on, a caller waits at most
   ``closing``'s limit for a send, then its batch is spooled and every later one goes to disk at
@@ -26,7 +40,10 @@ thread (``otel-verl-export-<signal>``, started with the first batch) makes every
 
 Nothing here runs on a training thread. At-least-once: a batch that reached the endpoint but whose
 answer did not (a timeout, a kill at the wrong moment, a send given up on at exit) is sent again
-(README, "Faults and security", says what each backend does with the duplicate).
+(docs/faults.md says what each backend does with the duplicate), at most ``spool.MAX_LATE`` times
+from the spool. Every send, re-send and shutdown here runs with OpenTelemetry's instrumentation
+suppressed (``suppress_instrumentation``), as the SDK's own export threads do: an instrumented
+``requests``, ``urllib3`` or ``grpc`` never makes a span of an export.
 """
 
 from __future__ import annotations
@@ -39,6 +56,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
@@ -48,7 +66,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.process import spool as spool_store
-from otel_verl.process import spool_send
+from otel_verl.process import spool_send, spool_stats
 
 _log = logging.getLogger(__name__)
 
@@ -56,6 +74,7 @@ MIN_BACKOFF_S = 0.5  # between two re-send attempts while the endpoint is away: 
 MAX_BACKOFF_S = 5.0  # ... this, so a Collector that is back is used within seconds
 RESCAN_S = 60.0  # a spooler looks for ended processes' spools this often (a listing of the root)
 CLOSING_ATTEMPT_S = 2.0  # at exit a send may take this long (less of a short budget) before it is spooled
+ROTATE_AFTER = 3  # re-sends of one batch not taken in a row before the next one is tried past it
 _SDK = ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-common")
 
 
@@ -76,6 +95,15 @@ def _encoder(signal: str) -> Callable[[Any], bytes] | None:
     if encode is None:
         return None
     return lambda batch: encode(batch).SerializeToString()
+
+
+def _destination_of(sender: Any) -> spool_store.Destination | None:
+    """Where ``sender``'s batches go; None when it cannot say (then nothing is adopted for it)."""
+    try:
+        return sender.destination()
+    except Exception:  # noqa: BLE001 - a sender without one (or a private attribute gone)
+        _log.debug("no destination for a spool sender", exc_info=True)
+        return None
 
 
 class _Job:
@@ -103,7 +131,7 @@ class Spooler:
         store = spool_store.current()
         assert store is not None  # wrap() checked
         self._store = store
-        self.folder = store.folder_name(signal)
+        self.folder = store.folder_name(signal, _destination_of(sender))
         self._export_lock = threading.Lock()  # one caller at a time (the SDK's processors serialize already)
         self._cv = threading.Condition()
         self._job: _Job | None = None
@@ -137,7 +165,8 @@ class Spooler:
     def export(self, batch: Any, send: Callable[[Any], bool]) -> bool:
         """Send ``batch`` with ``send`` (the SDK exporter), or spool it; True once it is sent or on disk."""
         if self._stopped:
-            return send(batch)  # after ``finish``: as the SDK alone
+            with suppress_instrumentation():
+                return send(batch)  # after ``finish``: as the SDK alone
         with self._export_lock:
             if self._gave_up or self.pending:
                 return self._spool(batch)  # behind what already waits, without an attempt
@@ -207,7 +236,7 @@ class Spooler:
                     job.taken = True
                     return job
                 now = time.monotonic()
-                if now >= self._next_scan:
+                if now >= self._next_scan or self._store.wants_adoption(self.signal):
                     return False  # look for ended processes' spools
                 waiting = self._store.waiting(self.signal, self.folder)
                 if waiting and now >= self._next_try:
@@ -219,6 +248,10 @@ class Spooler:
                 self._cv.wait(max(0.0, wake - now))
 
     def _run(self) -> None:
+        with suppress_instrumentation():  # no span of an export, whatever is instrumented
+            self._loop()
+
+    def _loop(self) -> None:
         backoff = MIN_BACKOFF_S
         while True:
             what = self._next()
@@ -228,7 +261,7 @@ class Spooler:
                 self._send(what)
             elif what is False:
                 self._next_scan = time.monotonic() + RESCAN_S
-                self._store.adopt(self.signal)
+                self._store.adopt(self.signal, self.folder)
             else:
                 backoff = self._resend_oldest(backoff)
 
@@ -250,18 +283,67 @@ class Spooler:
         entry = self._store.head(self.signal, self.folder)
         if entry is None:
             return backoff  # another handle took it
-        try:
-            outcome, nbytes = self._resend(entry)
-        except Exception:  # noqa: BLE001 - never lose the thread; the batch stays
-            _log.debug("spool re-send failed", exc_info=True)
-            outcome, nbytes = spool_send.RETRY, 0
-        if outcome == spool_send.RETRY:
-            self._store.release(entry)
+        outcome, nbytes = self._attempt(entry)
+        if outcome in _KEPT:
+            strikes = self._not_taken(entry, outcome, nbytes)
+            if strikes >= ROTATE_AFTER and self._probe_past(entry):
+                return MIN_BACKOFF_S  # the endpoint takes others: that one waits behind them
             with self._cv:
                 self._down = True
                 self._next_try = time.monotonic() + backoff
                 self._cv.notify_all()
             return min(backoff * 2, MAX_BACKOFF_S)
+        self._finished(entry, outcome, nbytes)
+        return MIN_BACKOFF_S
+
+    def _attempt(self, entry: spool_store.Entry) -> tuple[str, int]:
+        try:
+            return self._resend(entry)
+        except Exception:  # noqa: BLE001 - never lose the thread; the batch stays
+            _log.debug("spool re-send failed", exc_info=True)
+            return spool_send.RETRY, 0
+
+    def _not_taken(self, entry: spool_store.Entry, outcome: str, nbytes: int) -> int:
+        """``entry`` stays (``AWAY``, ``RETRY``, ``LATE``, ``HOLD``): released, counted; how many
+        ``RETRY`` answers in a row it had (the others end a row: they say nothing against the batch)."""
+        if outcome == spool_send.HOLD:
+            spool_stats.count(self.signal, semconv.SPOOL_REFUSED, nbytes)
+            warn_once(
+                f"spool refused {self.signal}",
+                "the OTLP endpoint refused a spooled %s batch (authentication or routing: a configuration "
+                "fault, not the data's); it is kept and sent again until the endpoint takes it",
+                self.signal,
+            )
+        elif outcome == spool_send.LATE and self._store.late(entry) >= spool_store.MAX_LATE:
+            self._store.done(entry, semconv.SPOOL_DROPPED, nbytes)
+            warn_once(
+                f"spool late {self.signal}",
+                "a spooled %s batch was sent %d times without an answer in time (the endpoint may have it); "
+                "it is not sent again (dropped, counted)",
+                self.signal,
+                spool_store.MAX_LATE,
+            )
+            return 0
+        if outcome == spool_send.RETRY:
+            return self._store.strike(entry)
+        self._store.release(entry, reset=True)
+        return 0
+
+    def _probe_past(self, stuck: spool_store.Entry) -> bool:
+        """Send the batch after ``stuck`` once; True when it was taken (then ``stuck`` is deferred)."""
+        probe = self._store.head(self.signal, self.folder, skip=stuck)
+        if probe is None:
+            return False
+        outcome, nbytes = self._attempt(probe)
+        if outcome in _KEPT:
+            self._not_taken(probe, outcome, nbytes)
+            return False
+        if outcome == spool_send.SENT:
+            self._store.defer(stuck)
+        self._finished(probe, outcome, nbytes)
+        return outcome == spool_send.SENT
+
+    def _finished(self, entry: spool_store.Entry, outcome: str, nbytes: int) -> None:
         self._store.done(entry, _OUTCOMES[outcome], nbytes)
         if outcome == spool_send.REJECTED:
             warn_once(
@@ -275,7 +357,6 @@ class Spooler:
                 self._gave_up = self._gave_up and self._closing_at is not None  # back, and not at exit
             self._next_try = 0.0
             self._cv.notify_all()
-        return MIN_BACKOFF_S
 
     def _resend(self, entry: spool_store.Entry) -> tuple[str, int]:
         body = self._store.read(entry)
@@ -322,7 +403,8 @@ class Spooler:
                 return
             self._inner_shut = True
         try:
-            self.inner.shutdown()
+            with suppress_instrumentation():
+                self.inner.shutdown()
         except Exception:  # noqa: BLE001
             _log.debug("exporter shutdown failed", exc_info=True)
 
@@ -335,6 +417,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_KEPT = frozenset({spool_send.AWAY, spool_send.RETRY, spool_send.LATE, spool_send.HOLD})  # the batch stays
 _OUTCOMES = {
     spool_send.SENT: semconv.SPOOL_RESENT,
     spool_send.REJECTED: semconv.SPOOL_REJECTED,

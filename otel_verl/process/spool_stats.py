@@ -2,7 +2,8 @@
 
 Every batch the on-disk spool (``otel_verl.process.spool``) takes, re-sends or loses is counted here
 by signal (``otel_verl.signal``) and outcome (``otel_verl.spool.outcome``: ``spooled``, ``resent``,
-``dropped``, ``rejected``), in batches and in bytes of the OTLP request. Both are observable counters
+``dropped``, ``rejected``; and ``refused``: each re-send the endpoint refused for a configuration
+reason such as a credential, the batch kept), in batches and in bytes of the OTLP request. Both are observable counters
 read at every export, so once the endpoint answers again the outage is there to see: how much waited
 on disk, how much was re-sent, and whether anything was lost. A ``dropped`` batch is also counted in
 ``otel_verl.telemetry.dropped{kind=spool}`` and said once (``drops``).

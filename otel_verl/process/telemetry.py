@@ -24,6 +24,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry._logs import get_logger_provider
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -158,7 +159,8 @@ class Telemetry:
                 self._flush_now.wait(wait)  # coalesced requests meanwhile join this flush
         self._flush_now.clear()
         self._flush_began = time.monotonic()
-        self.tracer_provider.force_flush()  # type: ignore[attr-defined]
+        with suppress_instrumentation():  # an export is never traced, whatever is instrumented
+            self.tracer_provider.force_flush()  # type: ignore[attr-defined]
 
     def _wait(self, fn: Any, timeout_s: float | None, ending: bool) -> None:
         """Run ``fn`` bounded. By default the end-of-training flush and the exit shutdown share
@@ -225,7 +227,8 @@ def run_bounded(fn: Any, timeout_s: float) -> bool:
 
     def run() -> None:
         try:
-            fn()
+            with suppress_instrumentation():  # flush and shutdown export: never traced
+                fn()
         except Exception:  # noqa: BLE001
             _log.debug("telemetry flush failed", exc_info=True)
         finally:

@@ -18,12 +18,22 @@ builds each verl process's pipeline from the same ``OTEL_*`` environment once it
 process is and installs it as the global providers (``global_providers``). A distro or
 configurator the user chose by name (``OTEL_PYTHON_DISTRO`` / ``OTEL_PYTHON_CONFIGURATOR`` set)
 still runs: a named configurator's providers are then left as they are, and otel-verl says so.
+
+Like OpenTelemetry's own bootstrap, this folder is off ``PYTHONPATH`` while the bootstrap runs (a
+process an instrumentor starts meanwhile does not run it again, which could recurse) and back on
+it after, for the worker's own children. The folder's ``sitecustomize`` shadows any other one on
+the path (a user's, a distribution's): :func:`run_next_sitecustomize` runs the next one after the
+bootstrap, once, as Python would have without this folder; never a copy of this folder's, nor
+``opentelemetry-instrument``'s (whose distro and configurator are what the workers leave out).
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import logging
 import os
+import sys
 
 CONFIGURATOR_VAR = "OTEL_PYTHON_CONFIGURATOR"
 DISTRO_VAR = "OTEL_PYTHON_DISTRO"
@@ -40,9 +50,53 @@ class _SkippedByUs(logging.Filter):
         return not (len(args) == 3 and args[1] == NO_CONFIGURATOR and args[2] == CONFIGURATOR_VAR)
 
 
+# sitecustomize folders that run OpenTelemetry's bootstrap: this one, opentelemetry-instrument's
+_BOOTSTRAP_FOLDERS = ("_worker_site", os.path.join("instrumentation", "auto_instrumentation"))
+
+
+def _bootstrap_folder(entry: str) -> bool:
+    """Whether the ``sys.path``/``PYTHONPATH`` entry is a folder whose sitecustomize runs the bootstrap."""
+    folder = os.path.abspath(entry or os.curdir).rstrip(os.sep)
+    return folder.endswith(_BOOTSTRAP_FOLDERS) or os.path.realpath(folder) == os.path.realpath(SITE_DIR)
+
+
+def _without_site_dir(python_path: str) -> str:
+    """``python_path`` without this folder, however spelled (a link to it too)."""
+    here = os.path.realpath(SITE_DIR)
+    return os.pathsep.join(p for p in python_path.split(os.pathsep) if os.path.realpath(p or os.curdir) != here)
+
+
 def initialize() -> None:
     """Run OpenTelemetry's auto-instrumentation here, without a distro or configurator unless one
-    was named (the loader then uses its default distro, silently)."""
+    was named (the loader then uses its default distro, silently); this folder is off
+    ``PYTHONPATH`` meanwhile (the module's rules)."""
+    python_path = os.environ.get("PYTHONPATH")
+    if python_path is not None:
+        os.environ["PYTHONPATH"] = _without_site_dir(python_path)
+    try:
+        _initialize()
+    finally:
+        if python_path is not None:
+            current = os.environ.get("PYTHONPATH", "")
+            if current == _without_site_dir(python_path):  # as we left it: the user's order again
+                os.environ["PYTHONPATH"] = python_path
+            elif SITE_DIR not in current.split(os.pathsep):  # the bootstrap changed it: keep its change
+                os.environ["PYTHONPATH"] = SITE_DIR + os.pathsep + current if current else SITE_DIR
+
+
+def run_next_sitecustomize() -> None:
+    """Run the ``sitecustomize`` that this folder's shadows, if any, as ``sitecustomize`` (once: the
+    module's rules); an error in it is Python's to report, as for any ``sitecustomize``."""
+    path = [p for p in sys.path if not _bootstrap_folder(p)]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module  # what `import sitecustomize` gives without this folder
+    spec.loader.exec_module(module)
+
+
+def _initialize() -> None:
     ours = not os.environ.get(CONFIGURATOR_VAR)
     no_distro = not os.environ.get(DISTRO_VAR)
     quiet = _SkippedByUs()

@@ -3,12 +3,22 @@ process of a real run (real trainer on CPU), as many users set up zero-code Open
 
 The set (``bootstrap_site``: asyncio, grpc, requests, urllib3, httpx, aiohttp, fastapi, jinja2,
 logging, threading, system-metrics, ...) is on the job's ``PYTHONPATH``; the job exports to the
-OTLP JSON files and over OTLP/HTTP (protobuf, through ``requests``) to a local receiver, and its
-reward function POSTs each response to that receiver (a reward model behind an API). Measured on
-this harness: besides otel-verl's and the user's spans, the instrumentations add one
-``jinja2.render`` span per trajectory (the chat template) and one ``jinja2.compile`` per process
-that renders; Ray's own traffic adds none (its daemons do not run the bootstrap, its workers talk
-through Ray's core), and neither do the exporters' own calls.
+OTLP JSON files and over OTLP to local receivers, OTLP/HTTP (protobuf, through ``requests``) and
+OTLP/gRPC (through ``grpc``) for different signals, and its reward function POSTs each response to
+the HTTP receiver (a reward model behind an API). Two runs: v0 with traces over HTTP and metrics
+over gRPC, v1 the other way round.
+
+The spool folder exists before the job starts, as it does for every job after the first one of a
+launch folder (or a root shared on purpose): the spooler threads then start with the pipeline, not
+from inside a first export. This is what the earlier version of this test did not see: started from
+an export, a thread inherits the SDK's suppression of instrumentation through the ``threading``
+instrumentation of the set, and every export was quiet by luck; started with the pipeline, each
+export made a ``POST /v1/traces`` or ``TraceService/Export`` span, exported by the next flush, which
+made another (thousands per run). Measured on this harness with the fix: besides otel-verl's and the
+user's spans, the instrumentations add one ``jinja2.render`` span per trajectory (the chat template)
+one ``jinja2.compile`` per process that renders, and on v1 the ``datasets`` library's two ``HEAD``
+probes at start-up; Ray's own traffic adds none (its daemons do not
+run the bootstrap, its workers talk through Ray's core), and neither do the exporters' own calls.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from collections import Counter
 
 import pytest
 from components import require
+from otlp_grpc_receiver import GrpcReceiver
 from otlp_http_receiver import OtlpReceiver
 from verl_cpu_harness import bootstrap_site
 from verl_cpu_harness import user_telemetry as ut
@@ -32,28 +43,52 @@ REWARD_PATH = "/reward"
 OWN = ("verl.", "my.")
 
 
-@pytest.fixture(scope="module")
-def run(run_verl_instrumented, tmp_path_factory):
+# driver -> the protocol of each signal (the other protocol for the other signals)
+CONFIGS = {
+    "v0": {"traces": "http/protobuf", "metrics": "grpc", "logs": "http/protobuf"},
+    "v1": {"traces": "grpc", "metrics": "http/protobuf", "logs": "grpc"},
+}
+
+
+def _endpoints(protocols: dict[str, str], http_url: str, grpc_url: str) -> dict[str, str]:
+    env = {}
+    for signal, protocol in protocols.items():
+        env[f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"] = protocol
+        env[f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"] = (
+            f"{http_url}/v1/{signal}" if protocol == "http/protobuf" else grpc_url
+        )
+    return env
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def run(request, run_verl_instrumented, tmp_path_factory):
+    driver = request.param
     try:
         site, requirements = bootstrap_site.build()
     except Exception as exc:  # noqa: BLE001 - no package index here
         require("the instrumentations opentelemetry-bootstrap picks", f"pip could not get them: {exc}")
     assert len(requirements) >= 15, requirements
-    workdir = tmp_path_factory.mktemp("bootstrap")
+    workdir = tmp_path_factory.mktemp(f"bootstrap-{driver}")
+    spool = workdir / "spool"
+    spool.mkdir(mode=0o700)  # an earlier job's spool folder
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    with OtlpReceiver() as rx:
+    with OtlpReceiver() as rx, GrpcReceiver() as grx:
         env = {
             "PYTHONPATH": path,
             "OTEL_TRACES_EXPORTER": "otlp_json_file,otlp",
             "OTEL_METRICS_EXPORTER": "otlp_json_file,otlp",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": rx.url,
+            "OTEL_LOGS_EXPORTER": "otlp_json_file,otlp",
+            "OTEL_VERL_SPOOL_DIR": str(spool),
+            **_endpoints(CONFIGS[driver], rx.url, grx.url),
             ut.HTTP_URL_VAR: rx.url + REWARD_PATH,
         }
-        result = run_verl_instrumented(workdir, "v1", "grpo", env=env, steps=STEPS, extra=tuple(ut.overrides(workdir)))
+        result = run_verl_instrumented(
+            workdir, driver, "grpo", env=env, steps=STEPS, extra=tuple(ut.overrides(workdir))
+        )
     assert result.returncode == 0, result.output[-4000:]
     assert sorted(k for k in result.console if k > 0) == list(range(1, STEPS + 1))
     result.received = rx.requests  # type: ignore[attr-defined]
+    result.received_grpc = grx.requests  # type: ignore[attr-defined]
     return result
 
 
@@ -83,13 +118,21 @@ def test_the_users_http_call_is_a_child_of_its_reward_span_in_the_trajectory_tra
         assert post.resource[semconv.RES_ROLE] == semconv.ROLE_REWARD_WORKER
 
 
-def test_foreign_spans_are_bounded_and_none_is_rays_plumbing_or_an_export(run):
+def _is_export(span) -> bool:
+    """An OTLP export's own span: ``POST .../v1/<signal>`` (HTTP) or ``.../TraceService/Export`` (gRPC)."""
+    return (
+        "/v1/" in _url(span) or "opentelemetry.proto.collector" in f"{span.name} {span.attributes.get('rpc.service')}"
+    )
+
+
+def test_no_export_is_traced_and_the_foreign_spans_are_the_users_and_the_templates(run):
+    exports = Counter((s.resource.get(semconv.RES_ROLE), s.name) for s in run.spans if _is_export(s))
+    assert not exports, exports  # no export, re-send or flush of otel-verl's is traced, on any thread
     others = [s for s in _foreign(run.spans) if not _url(s).endswith(REWARD_PATH)]
     names = Counter(s.name for s in others)
+    assert set(names) <= {"jinja2.render", "jinja2.compile", "HEAD"}, names  # HEAD: datasets' probes at start
     processes = len({s.resource["process.pid"] for s in run.spans})
     assert len(others) <= TRAJECTORIES + processes, names
-    urls = [_url(s) for s in _foreign(run.spans)]
-    assert not [u for u in urls if "/v1/" in u], urls  # no export traced (the SDK and otel-verl suppress it)
     assert not [s for s in others if s.attributes.get("rpc.system") == "grpc"]  # no Ray gRPC
 
 
@@ -110,5 +153,11 @@ def test_otel_verls_own_telemetry_is_intact(run):
     assert steps == list(range(1, STEPS + 1))
     trajectories = [s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]
     assert len(trajectories) == TRAJECTORIES
-    received = {r[0] for r in run.received}
-    assert {"/v1/traces", "/v1/metrics"} <= received  # the OTLP/HTTP exporters delivered too
+    over_http = {r[0].rpartition("/")[2] for r in run.received if r[0].startswith("/v1/")}
+    over_grpc = {signal for signal, _ in run.received_grpc}
+    # what the files got, the OTLP exporters delivered too (v0's processes log nothing at WARNING and up)
+    written = {f.name.split("-", 1)[0] for f in run.telemetry_dir.glob("*.jsonl")}
+    assert {"traces", "metrics"} <= written
+    protocols = CONFIGS[run.driver]
+    assert over_http == {s for s, p in protocols.items() if p == "http/protobuf"} & written
+    assert over_grpc == {s for s, p in protocols.items() if p == "grpc"} & written

@@ -1,10 +1,14 @@
-"""The guard on the real CPU trainer: a reward function that turns NaN from step 2
-(``VERL_CPU_HARNESS_NAN_REWARD_AFTER``: 8 trajectories per step, so reward call 9 on is NaN).
+"""The guard on the real CPU trainer: a reward function that turns NaN from a given step
+(``VERL_CPU_HARNESS_NAN_REWARD_AFTER``: 8 trajectories per step, so reward call 8 x (N - 1) + 1 on is NaN).
 
-* ``stop`` (both drivers): training ends after step 2 with rc 0 (v1: with
-  ``OTEL_VERL_GUARD_EXIT_CODE=3``, rc 3), a checkpoint of step 2 through verl's own path, the stop
-  marker next to it, the guard's span, log record and counter exported; resuming with
-  ``trainer.resume_mode=auto`` continues at step 3 (and removes the marker).
+* ``stop`` (both drivers), with verl saving every 2 steps and keeping one checkpoint
+  (``trainer.max_actor_ckpt_to_keep=1``), NaN from step 3: training ends after step 3 with rc 0
+  (v1: with ``OTEL_VERL_GUARD_EXIT_CODE=3``, rc 3); verl's good checkpoint of step 2 is still
+  whole, the guard's checkpoint of step 3 (through verl's own path) is in its own folder, verl's
+  tracker still names step 2, the stop marker says both; the guard's span, log record and
+  counter exported; resuming with ``trainer.resume_mode=auto`` continues from verl's good step 2
+  at step 3 (and removes the marker), and there, with the guard on ``checkpoint``, verl's own
+  later save (keep 1) spares the guard's checkpoint: the workers never counted it.
 * the shipped alert rules, on the series the stopped run exported (``promreplay``): the NaN/Inf
   alerts name exactly the keys verl logged as NaN, the guard's alert its rule, the heartbeat's
   alert the run's end; all silent at step 1.
@@ -32,6 +36,9 @@ pytestmark = pytest.mark.e2e
 
 NAN_AFTER = "8"  # train_batch_size 4 x rollout.n 2 = 8 reward calls per step; no validation before
 STEPS = 4
+STOP_NAN_AFTER = "16"  # the stop runs: NaN from step 3, after verl's own checkpoint of step 2
+# verl saves step 2 and keeps 1 checkpoint (disk-saving users): the guard's must not evict it
+STOP_CHECKPOINTS = ["trainer.save_freq=2", "trainer.max_actor_ckpt_to_keep=1", "trainer.max_critic_ckpt_to_keep=1"]
 EXIT_CODE = {"v0": 0, "v1": 3}  # v0: the default (rc 0, as a finished run); v1: one asked for
 
 
@@ -60,26 +67,30 @@ def _records(run) -> list[dict]:
 @pytest.fixture(scope="module", params=["v0", "v1"])
 def stopped(request, tmp_path_factory, run_verl_instrumented):
     workdir = tmp_path_factory.mktemp(f"guard-stop-{request.param}")
-    env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": NAN_AFTER}
+    env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": STOP_NAN_AFTER}
     if EXIT_CODE[request.param]:
         env["OTEL_VERL_GUARD_EXIT_CODE"] = str(EXIT_CODE[request.param])
-    run = _guard_run(run_verl_instrumented, workdir, request.param, "stop", env=env)
+    run = _guard_run(run_verl_instrumented, workdir, request.param, "stop", env=env, extra=STOP_CHECKPOINTS)
     return workdir, request.param, run, run_verl_instrumented
 
 
 def test_stop_ends_after_the_bad_step_with_its_exit_code_and_a_checkpoint(stopped):
     workdir, driver, run, _ = stopped
     assert run.returncode == EXIT_CODE[driver], run.output[-3000:]
-    assert sorted(run.console) == [1, 2], sorted(run.console)  # verl logged NaN at step 2, then stopped
-    assert run.console[2]["actor/pg_loss"] != run.console[2]["actor/pg_loss"]  # NaN, as verl logged it
-    assert "otel-verl guard: rule nonfinite at step 2: actor/pg_loss=nan is not finite; action: stop" in run.output
-    assert "otel-verl guard: stopping training after step 2" in run.output
+    assert sorted(run.console) == [1, 2, 3], sorted(run.console)  # verl logged NaN at step 3, then stopped
+    assert run.console[3]["actor/pg_loss"] != run.console[3]["actor/pg_loss"]  # NaN, as verl logged it
+    assert "otel-verl guard: rule nonfinite at step 3: actor/pg_loss=nan is not finite; action: stop" in run.output
+    assert "otel-verl guard: stopping training after step 3" in run.output
     ckpt = workdir / "checkpoints"
-    assert (ckpt / "global_step_2" / "actor").is_dir()
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert sorted(p.name for p in (ckpt / "global_step_2" / "actor").iterdir())  # verl's good one, not evicted
+    assert sorted(p.name for p in (ckpt / "otel-verl-guard" / "global_step_3" / "actor").iterdir())  # the guard's
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"  # resume: the good step
+    assert not (ckpt / "global_step_3").exists()
+    assert f"trainer.resume_mode=auto resumes from {ckpt / 'global_step_2'}" in run.output
     marker = json.loads((ckpt / "otel-verl-guard-stop.json").read_text())  # for a scheduler to read
-    assert marker["step"] == 2 and "nonfinite" in marker["rules"] and marker["exit_code"] == EXIT_CODE[driver]
-    assert marker["checkpoint"] == str(ckpt / "global_step_2")
+    assert marker["step"] == 3 and "nonfinite" in marker["rules"] and marker["exit_code"] == EXIT_CODE[driver]
+    assert marker["checkpoint"] == str(ckpt / "otel-verl-guard" / "global_step_3")
+    assert marker["resume"] == "last_good" and marker["resumes_from"] == str(ckpt / "global_step_2")
     if EXIT_CODE[driver]:
         assert f"exiting with {EXIT_CODE[driver]} (OTEL_VERL_GUARD_EXIT_CODE)" in run.output
 
@@ -87,14 +98,14 @@ def test_stop_ends_after_the_bad_step_with_its_exit_code_and_a_checkpoint(stoppe
 def test_stop_exports_the_span_event_log_record_and_counter(stopped):
     _, _, run, _ = stopped
     (span,) = [s for s in run.spans if s.name == semconv.SPAN_GUARD]
-    (step2,) = [s for s in run.spans if s.name == semconv.SPAN_STEP and s.attributes.get(semconv.ATTR_STEP) == 2]
-    assert span.trace_id == step2.trace_id and span.parent_id == step2.span_id  # in that step's trace
+    (step3,) = [s for s in run.spans if s.name == semconv.SPAN_STEP and s.attributes.get(semconv.ATTR_STEP) == 3]
+    assert span.trace_id == step3.trace_id and span.parent_id == step3.span_id  # in that step's trace
     events = span.event_attributes(semconv.EVENT_GUARD_TRIGGERED)
     keys = {e[semconv.ATTR_METRIC_KEY] for e in events}
     assert {"actor/pg_loss", "actor/grad_norm", "critic/score/mean"} <= keys
     assert {e[semconv.ATTR_GUARD_ACTION] for e in events} == {"stop"}
     records = [r for r in _records(run) if r.get("eventName") == semconv.EVENT_GUARD_TRIGGERED]
-    assert len(records) == len(events) and all(r["traceId"] == step2.trace_id for r in records)
+    assert len(records) == len(events) and all(r["traceId"] == step3.trace_id for r in records)
     assert all(r["severityText"] == "WARNING" for r in records)
     counted = [p for p in run.points if p.name == semconv.M_GUARD_TRIGGERED]
     assert counted and max(p.value for p in counted) == len(events)
@@ -106,6 +117,7 @@ CRITICAL = re.compile(".*(loss|grad_norm).*")  # the rules' split of verl's keys
 
 
 def test_the_alerts_fire_on_the_series_this_run_exported(stopped, tmp_path):
+    # before the resume test below: it runs the job again in the same folder, over these files
     require_tool("promtool")
     _, _, run, _ = stopped
     replay = Replay(run_series(run.telemetry_dir), slower=SLOWER)
@@ -138,14 +150,29 @@ def test_the_alerts_fire_on_the_series_this_run_exported(stopped, tmp_path):
         assert not got[(alert, cleared)], alert  # all clear once the run's last NaN is 10 min old
 
 
-def test_resume_from_the_guards_checkpoint_starts_at_step_3(stopped):
+def test_resume_picks_verls_good_checkpoint_and_verls_later_saves_spare_the_guards(stopped):
+    """The same job again with ``trainer.resume_mode=auto``, its reward still broken and the guard on
+    ``checkpoint``: it resumes from verl's good step 2; the guard checkpoints step 3 again and
+    training goes on; verl saves step 4 (its last) keeping 1, and its workers' retention, which
+    never counted the guard's checkpoint, removes nothing of it."""
     workdir, driver, _, run_instrumented = stopped
-    resumed = _guard_run(run_instrumented, workdir, driver, "observe", extra=["trainer.resume_mode=auto"])
+    ckpt = workdir / "checkpoints"
+    resumed = _guard_run(
+        run_instrumented,
+        workdir,
+        driver,
+        "checkpoint",
+        extra=["trainer.resume_mode=auto", *STOP_CHECKPOINTS],
+        env={"VERL_CPU_HARNESS_NAN_REWARD_AFTER": STOP_NAN_AFTER},  # the reward's call count goes on: NaN
+    )
     assert resumed.returncode == 0, resumed.output[-3000:]
-    assert "global_step_2" in resumed.output  # verl's own "resuming from" line
-    assert sorted(resumed.console) == [3, 4], sorted(resumed.console)
-    assert not [s for s in resumed.spans if s.name == semconv.SPAN_GUARD]  # healthy again
-    assert not (workdir / "checkpoints" / "otel-verl-guard-stop.json").exists()  # the earlier stop's marker
+    assert str(ckpt / "global_step_2") in resumed.output  # verl's own "found checkpoint" line
+    assert sorted(resumed.console) == [3, 4], sorted(resumed.console)  # from the good step 2, not the NaN 3
+    assert not (ckpt / "otel-verl-guard-stop.json").exists()  # the earlier stop's marker
+    assert "otel-verl guard: rule nonfinite at step 3" in resumed.output
+    assert sorted(p.name for p in (ckpt / "otel-verl-guard" / "global_step_3" / "actor").iterdir())  # kept
+    assert sorted(p.name for p in (ckpt / "global_step_4" / "actor").iterdir())  # verl's own last save
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
 
 
 @pytest.fixture(scope="module")

@@ -677,15 +677,18 @@ class StackAPI:
 
 
 @contextmanager
-def running_stack(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path | None, Path, dict]]:
+def running_stack(
+    tmp_path_factory: pytest.TempPathFactory, name: str, fixed: dict[str, int] | None = None
+) -> Iterator[tuple[Path | None, Path, dict]]:
     """(binaries folder, data folder, ports) of ``otel-verl stack up`` with collector/'s configs on free
-    ports, its data in a new tmp folder ``name``; down on exit, what up and down said printed (pytest
-    shows it with a failure). Skips without the binaries (``stack_bin_dir``)."""
+    ports (``fixed``: these ones on the ports given), its data in a new tmp folder ``name``; down on
+    exit, what up and down said printed (pytest shows it with a failure). Skips without the binaries
+    (``stack_bin_dir``)."""
     from otel_verl.live import stack
 
     bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp(name)
-    ports = free_ports(list(stack.DEFAULT_PORTS))
+    ports = {**free_ports([n for n in stack.DEFAULT_PORTS if n not in (fixed or {})]), **(fixed or {})}
     lines: list[str] = []
     try:
         stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)

@@ -282,3 +282,68 @@ def test_the_cli_takes_the_role_options(tmp_path, files, monkeypatch, capsys):
     assert "otelcol-verl" in err and "prometheus" not in err, err  # an agent needs the Collector only
     assert cli.main([*argv]) == USAGE
     assert "--token-file" in capsys.readouterr().err
+
+
+def _listen_addresses(config: dict) -> dict[str, str]:
+    """Every address the Collector of ``config`` listens on: receivers' and extensions' endpoints
+    (``HOST:PORT``, Go's form: an IPv6 host in brackets) and its self-metrics reader (``host`` and
+    ``port`` apart, joined by the Collector: a bare address)."""
+    out = {}
+    for kind in ("receivers", "extensions"):
+        for name, comp in (config.get(kind) or {}).items():
+            for proto, conf in ((comp or {}).get("protocols") or {"": comp}).items():
+                if isinstance(conf, dict) and "endpoint" in conf:
+                    out[f"{kind}/{name}/{proto}".rstrip("/")] = str(conf["endpoint"])
+    for reader in config["service"]["telemetry"]["metrics"]["readers"]:
+        prom = reader["pull"]["exporter"]["prometheus"]
+        out["self-metrics host"] = str(prom["host"])
+    return out
+
+
+def _go_host_port(endpoint: str) -> tuple[str, int]:
+    """``endpoint`` split as Go's net.SplitHostPort does, or AssertionError (its "too many colons")."""
+    if endpoint.startswith("["):
+        host, sep, port = endpoint[1:].partition("]:")
+        assert sep and ":" in host, endpoint
+    else:
+        host, sep, port = endpoint.partition(":")
+        assert sep and ":" not in port, f"{endpoint}: too many colons in address"
+    return host, int(port)
+
+
+@pytest.mark.parametrize("role,bind", [("gateway", "fd00::5"), ("gateway", "::1"), ("agent", "::1")])
+def test_an_ipv6_bind_with_tls_is_bracketed_where_the_collector_joins_host_and_port(tmp_path, files, role, bind):
+    setup = stack.CollectorSetup(
+        role=role,
+        bind=bind,
+        tls_cert=files["cert"],
+        tls_key=files["key"],
+        token_file=files["token"],
+        gateways="gw:4317" if role == "agent" else None,
+    )
+    otelcol = _plan(tmp_path, setup)["otelcol"]
+    env = {**otelcol.env, **({} if role == "gateway" else AGENT_ENV)}
+    base = OTELCOL_CONFIG if role == "gateway" else OTELCOL_AGENT
+    config = merge_configs(
+        expand_env_defaults(load_yaml(base), env), expand_env_defaults(load_yaml(OTELCOL_REMOTE), env)
+    )
+    addresses = _listen_addresses(config)
+    assert addresses["self-metrics host"] == "127.0.0.1"  # a bare address: the Collector joins it with the port
+    del addresses["self-metrics host"]
+    hosts = {where: _go_host_port(endpoint)[0] for where, endpoint in addresses.items()}
+    assert hosts == {
+        "receivers/otlp/grpc": bind,
+        "receivers/otlp/http": bind,
+        "extensions/health_check": "127.0.0.1",
+    }
+    assert otelcol.url.startswith(f"https://[{bind}]:4317")
+    assert otelcol.ready_url.startswith("http://127.0.0.1:")
+
+
+@pytest.mark.parametrize("bind", ["::1", "0:0:0:0:0:0:0:1"])
+def test_an_ipv6_bind_without_tls_is_refused_up_front(bind):
+    with pytest.raises(CommandError, match="IPv6 address is taken with --tls-cert") as exc:
+        stack.check_setup(stack.CollectorSetup(bind=bind))
+    assert exc.value.code == USAGE
+    stack.check_setup(stack.CollectorSetup(bind="127.0.0.1"))  # loopback IPv4 and a name as before
+    stack.check_setup(stack.CollectorSetup(bind="localhost"))

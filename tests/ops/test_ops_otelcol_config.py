@@ -424,7 +424,7 @@ def test_otelcol_validates_the_remote_overlay_and_refuses_it_without_its_files()
 
 
 def _tls_files(folder):
-    """A CA, and a server certificate for localhost / 127.0.0.1 signed by it (PEM files)."""
+    """A CA, and a server certificate for localhost / 127.0.0.1 / ::1 signed by it (PEM files)."""
     import datetime
     import ipaddress
 
@@ -448,7 +448,7 @@ def _tls_files(folder):
             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         )
         if not ca:
-            sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            sans = [x509.DNSName("localhost"), *(x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "::1"))]
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         return builder.sign(issuer_key, hashes.SHA256())
 
@@ -546,3 +546,60 @@ def test_a_remote_collector_takes_otlp_only_over_tls_with_the_token(tmp_path, mo
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.mark.live_stack
+def test_a_gateway_on_an_ipv6_address_listens_there_and_takes_the_token_file_as_the_headers_file(tmp_path, monkeypatch):
+    """``otel-verl stack up --role gateway --bind ::1`` with TLS: the receivers listen on ``[::1]``,
+    and a verl process whose ``OTEL_VERL_OTLP_HEADERS_FILE`` is the stack's ``--token-file`` (the
+    token alone) gets through over OTLP/gRPC; without the file it is refused."""
+    from pathlib import Path
+
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_verl import config
+    from otel_verl.live import stack
+    from otel_verl.process import exporters, otlp_headers
+    from otel_verl.process.resource import Identity
+
+    binary = _collector_with_bearertokenauth()
+    tls = _tls_files(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    token.chmod(0o600)
+    ports = free_ports(["otlp-grpc", "otlp-http", "otelcol-health", "otelcol-metrics"])
+    setup = stack.CollectorSetup(role="gateway", bind="::1", tls_cert=tls["cert"], tls_key=tls["key"], token_file=token)
+    for name in ("OTELCOL_METRICS_ENDPOINT", "OTELCOL_TRACES_ENDPOINT", "OTELCOL_LOGS_ENDPOINT"):
+        monkeypatch.setenv(name, "127.0.0.1:9" if name == "OTELCOL_TRACES_ENDPOINT" else "http://127.0.0.1:9/x")
+    data = tmp_path / "data"
+    items = [f"{name}={port}" for name, port in ports.items()]
+    assert stack.up(Path(binary).parent, data, stack.parse_ports(items), 60, setup=setup, out=lambda _: None) == 0
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"https://[::1]:{ports['otlp-grpc']}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(tls["ca"]))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+        monkeypatch.setenv("OTEL_VERL_SPOOL", "off")
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_HEADERS", raising=False)
+        results = {}
+        for case, headers_file in (("token file", str(token)), ("no file", None)):
+            if headers_file:
+                monkeypatch.setenv(config.OTLP_HEADERS_FILE, headers_file)
+            else:
+                monkeypatch.delenv(config.OTLP_HEADERS_FILE, raising=False)
+            config.settings.cache_clear()
+            otlp_headers.file_headers.cache_clear()
+            exporter = exporters.make_exporter("otlp_proto_grpc", OTLPSpanExporter, "traces", Identity())
+            spans = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(spans))
+            provider.get_tracer("t").start_span("verl.step").end()
+            results[case] = exporter.export(spans.get_finished_spans())
+            exporter.shutdown()
+        assert results == {"token file": SpanExportResult.SUCCESS, "no file": SpanExportResult.FAILURE}
+    finally:
+        stack.down(data, out=lambda _: None)
+        config.settings.cache_clear()
+        otlp_headers.file_headers.cache_clear()

@@ -240,3 +240,50 @@ def test_build_without_go_says_what_to_get(tmp_path, monkeypatch, capsys):
     assert cli.main(["stack", "build"]) == PROBLEM
     err = capsys.readouterr().err
     assert "Go >= 1.26.8" in err and "otelcol-contrib" in err and "victoria-logs" in err
+
+
+def test_readiness_checks_of_the_stacks_own_services_never_go_through_a_proxy(monkeypatch):
+    """``$http_proxy`` is for the outside world: a proxy (or a proxy's log) must not see, or be able
+    to fake, the answers of the stack's own 127.0.0.1 services."""
+    import http.server
+    import socket
+    import threading
+
+    proxy_hits: list[tuple] = []
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(8)
+
+    def serve_proxy() -> None:
+        while True:
+            try:
+                conn, peer = proxy.accept()
+            except OSError:
+                return
+            proxy_hits.append(peer)
+            conn.close()
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    service = http.server.HTTPServer(("127.0.0.1", 0), Ready)
+    threads = [threading.Thread(target=serve_proxy, daemon=True), threading.Thread(target=service.serve_forever)]
+    for t in threads:
+        t.start()
+    try:
+        proxy_url = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+        for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy"):
+            monkeypatch.setenv(var, proxy_url)
+        for var in ("no_proxy", "NO_PROXY"):
+            monkeypatch.delenv(var, raising=False)
+        assert stack._answers(f"http://127.0.0.1:{service.server_address[1]}/-/ready")
+    finally:
+        service.shutdown()
+        service.server_close()
+        proxy.close()
+    assert proxy_hits == []

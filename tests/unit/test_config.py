@@ -49,11 +49,11 @@ def test_bool_values(monkeypatch, raw, expected):
     assert config.settings().step_export is expected
 
 
-def test_the_spool_folder_is_in_the_file_folder_unless_set(monkeypatch, tmp_path):
+def test_the_spool_folder_is_per_user_on_node_local_disk_unless_set(monkeypatch, tmp_path):
     monkeypatch.delenv(config.SPOOL_DIR, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(config.FILE_DIR, "out")
-    assert config.spool_root() == str(tmp_path / "out" / "spool")  # absolute: workers' folders differ
+    assert config.spool_root() == f"/var/tmp/otel-verl-spool-{os.geteuid()}"  # not in the launch folder
     config.settings.cache_clear()
     monkeypatch.setenv(config.SPOOL_DIR, "elsewhere")
     assert config.spool_root() == str(tmp_path / "elsewhere")
@@ -84,6 +84,7 @@ def _defined_variables() -> dict[str, str]:
 
 # variable -> (an invalid value, Settings field, the default it falls back to, how the warning shows it)
 INVALID = {
+    config.UNTESTED_VERL: ("if you must", "untested_verl", True, "True"),
     config.SHUTDOWN_TIMEOUT: ("soon", "shutdown_timeout_s", 5.0, "5.0"),
     config.FORWARD_METRICS: ("maybe", "forward_metrics", True, "True"),
     config.STEP_EXPORT: ("2", "step_export", True, "True"),
@@ -101,6 +102,7 @@ INVALID = {
     config.SAMPLES_PER_STEP: ("four", "samples_per_step", 4, "4"),
     config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
     config.GUARD_ACTION: ("pause", "guard_action", "observe", "'observe'"),
+    config.GUARD_RESUME: ("latest", "guard_resume", "last_good", "'last_good'"),
     config.STALL_AFTER: ("soon", "stall_after_s", None, "'auto'"),
     config.SPOOL: ("disk", "spool", True, "True"),
     config.SPOOL_MAX_MB: ("lots", "spool_max_mb", 512.0, "512.0"),
@@ -251,6 +253,8 @@ def _check(s: config.Settings) -> None:
             assert isinstance(value, bool), (v.name, value)
         elif v.name == config.GUARD_ACTION:
             assert value in config.GUARD_ACTIONS
+        elif v.name == config.GUARD_RESUME:
+            assert value in config.GUARD_RESUMES
         else:  # free-form text: bounded, printable (it goes into file names and every span's resource)
             assert value == v.default or (len(value) <= config.MAX_VALUE_CHARS and value.isprintable()), v.name
             assert value is None or value.encode("utf-8")

@@ -23,11 +23,13 @@ How much slower the exit is than the file-exporter run's is printed, not asserte
 in the benchmarks: bench/README.md).
 
 With the Collector refusing connections, every process spools what it cannot send
-(``otel_verl.process.spool``) into a spool kept tiny here (``OTEL_VERL_SPOOL_MAX_MB``, 50 KiB per
-process) so that it fills: training is unaffected all the same (the checks above), each process's
-spool holds at most its bound, the batches it kept are its newest (the oldest went first: what is
-left is the end of its sequence), and the drops are counted where the endpoint will see them once
-it is back (``otel_verl.spool.batches{outcome="dropped"}`` in the newest spooled metric batch).
+(``otel_verl.process.spool``) into a spool kept tiny here (``OTEL_VERL_SPOOL_MAX_MB``, 82 KiB for
+the whole spool folder, every process together) so that it fills: training is unaffected all the
+same (the checks above), what sits on disk in the folder (blocks) stays within the bound (give or
+take what the processes wrote in the second within which they measure each other), the batches
+each process kept are its newest (the oldest went first: what is left is the end of its
+sequence), and the drops are counted where the endpoint will see them once it is back
+(``otel_verl.spool.batches{outcome="dropped"}`` in the newest spooled metric batch).
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ SHUTDOWN_TIMEOUT_S = 2.0
 EXPORT_TIMEOUT_S = 60.0  # OTEL_EXPORTER_OTLP_TIMEOUT: longer than an export's whole retry schedule
 MIN_RETRY_BUDGET_S = (1 + 2 + 4 + 8 + 16) * 0.8  # a refused export's backoff before its last attempt, -20 %
 UNBOUNDED_FLUSH_S = 2 * MIN_RETRY_BUDGET_S  # the least an unbounded flush waits: spans, then metrics
-SPOOL_MAX_MB = 0.05  # per process: a 2-step run's processes spool more than that
+SPOOL_MAX_MB = 0.08  # the whole spool folder: a 2-step run spools about twice that (the TaskRunner)
+# Each process measures the others' spools at most once a second (spool.ROOT_SCAN_S): what they
+# write meanwhile may pass the bound by that much.
+SPOOL_SLACK_BYTES = 64 * 1024
 
 
 def _closed_port() -> int:
@@ -181,19 +186,19 @@ def test_collector_hung_for_the_whole_run(verl_runs, reference):
 
 
 def _assert_spool_full_of_the_newest(root: Path) -> None:
-    """Each process's spool: within its bound, the end of its sequence, its drops counted."""
-    bound = SPOOL_MAX_MB * spool.MIB
+    """The spool folder within its bound; each process's spool the end of its sequence, its drops counted."""
+    bound = int(SPOOL_MAX_MB * spool.MIB)
+    on_disk = sum(p.lstat().st_blocks * 512 for p in root.rglob("*"))
     folders = [p for p in root.iterdir() if spool.is_process_folder(p.name)]
     assert folders, f"nothing was spooled in {root}"
     full = 0
     counted: list[int | None] = []  # each full process's drops, as its newest spooled metric batch says
     for proc in folders:
         files = sorted(proc.glob("*/*.pb"), key=lambda p: p.name)
-        assert sum(p.stat().st_size for p in files) <= bound, proc.name
-        kept = {int(p.stem) for p in files}
+        kept = {int(p.name[:16]) for p in files}
         # the oldest of each signal may have been on its way to the endpoint when room was made: kept
         heads = {
-            min(int(p.stem) for p in folder.glob("*.pb")) for folder in proc.iterdir() if list(folder.glob("*.pb"))
+            min(int(p.name[:16]) for p in folder.glob("*.pb")) for folder in proc.iterdir() if list(folder.glob("*.pb"))
         }
         dropped = set(range(1, max(kept, default=0) + 1)) - kept
         assert not dropped or not kept - heads or max(dropped) < min(kept - heads), (proc.name, sorted(kept))
@@ -202,9 +207,10 @@ def _assert_spool_full_of_the_newest(root: Path) -> None:
             metrics = [p for p in files if p.parent.name.startswith("metrics")]
             counted.append(_dropped_counted(metrics[-1]) if metrics else None)
     print(
-        f"  spool full: {full} of {len(folders)} processes dropped their oldest batches (bound {bound:.0f} bytes); "
-        f"drops counted in their newest spooled metric batch: {counted}"
+        f"  spool full: {full} of {len(folders)} processes dropped their oldest batches; {on_disk} bytes on disk "
+        f"(bound {bound} for the folder); drops counted in their newest spooled metric batch: {counted}"
     )
+    assert on_disk <= bound + SPOOL_SLACK_BYTES, (on_disk, bound)
     assert full > 0, "no process filled its spool: a larger run or a smaller OTEL_VERL_SPOOL_MAX_MB"
     assert any(c for c in counted), counted  # the drops travel with the metrics, for the endpoint to see
 

@@ -12,9 +12,10 @@ segfault looks like to Ray (``VERL_CPU_HARNESS_KILL_AT``, test-only, see the har
 * what the killed worker had spooled arrives later. The run also exports over OTLP/HTTP to a
   Collector that is down for the whole run (a port that refuses connections), so every process
   spools every batch (``otel_verl.process.spool``), the killed worker too, until it dies. Then the
-  real Collector of ``otel-verl stack`` starts; ``otel-verl replay --spool`` sends the killed
-  worker's spool folder, and the next verl process of the host (a pipeline of otel-verl's own,
-  started on that spool folder) takes and sends what the other processes left at their exit.
+  real Collector of ``otel-verl stack`` starts on that port (a spool goes only to the endpoint its
+  process sent to); ``otel-verl replay --spool`` sends the killed worker's spool folder, and the
+  next verl process of the host with the job's destination (a pipeline of otel-verl's own, started
+  on that spool folder) takes and sends what the other processes left at their exit.
   Every span the killed worker spooled is in Jaeger, and every span and log record the
   TaskRunner made (its OTLP JSON files) is in Jaeger and VictoriaLogs, its step metrics in
   Prometheus; the spools are empty afterwards.
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -40,6 +40,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "ops"))  # opskit: 
 from opskit import (  # noqa: E402
     StackAPI,
     file_collections,
+    free_ports,
     jaeger_spans,
     poll_until,
     prom_collections,
@@ -66,14 +67,15 @@ def _ray_errors(text: str) -> set[str]:
 SERVICE = "verl-worker-death"
 
 
-def _refused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again: connections are refused
+@pytest.fixture(scope="module")
+def collector_port() -> int:
+    """Where the run's Collector is (down during the run; the stack listens there afterwards): below
+    the ephemeral range, so that no outgoing connection takes it meanwhile."""
+    return free_ports(["otlp-http"])["otlp-http"]
 
 
 @pytest.fixture(scope="module")
-def killed(verl_runs):
+def killed(verl_runs, collector_port):
     env = {
         "VERL_CPU_HARNESS_KILL_AT": KILL_AT,
         # the files first (what the tests read), then OTLP/HTTP into a Collector that is down
@@ -81,7 +83,7 @@ def killed(verl_runs):
         "OTEL_METRICS_EXPORTER": "otlp_json_file,otlp",
         "OTEL_LOGS_EXPORTER": "otlp_json_file,otlp",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_refused_port()}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}",
         # no retry fits in 0.5 s: a refused export is spooled at once, before the worker dies at step 2
         "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5",
         "OTEL_SERVICE_NAME": SERVICE,
@@ -163,7 +165,7 @@ def _killed_pid(output: str) -> int:
     return int(m.group(1))
 
 
-def test_what_the_killed_worker_spooled_arrives_later(killed, tmp_path_factory):
+def test_what_the_killed_worker_spooled_arrives_later(killed, collector_port, tmp_path_factory):
     from otel_verl.offline.otlp_files import read_log_records
 
     root = killed.telemetry_dir / "spool"
@@ -181,7 +183,8 @@ def test_what_the_killed_worker_spooled_arrives_later(killed, tmp_path_factory):
     made = {k: v for k, v in file_collections(killed.points, run_id).items() if k in runner}
     assert made, "the TaskRunner exported no metrics"
     left_at_exit = len(spool_files(root))
-    with running_stack(tmp_path_factory, "worker-death-stack") as (_, data_dir, ports):
+    # the Collector comes up where the job sent: a spool goes only to its own endpoint
+    with running_stack(tmp_path_factory, "worker-death-stack", {"otlp-http": collector_port}) as (_, data_dir, ports):
         stack = StackAPI(ports, data_dir)
         # 1. by hand: otel-verl replay --spool <the killed worker's folder>
         replay = subprocess.run(  # noqa: S603 - this interpreter, our CLI
@@ -207,8 +210,9 @@ def test_what_the_killed_worker_spooled_arrives_later(killed, tmp_path_factory):
         env.update(
             {
                 "OTEL_VERL_SPOOL_DIR": str(root),
-                "OTEL_EXPORTER_OTLP_ENDPOINT": stack.url("otlp-grpc"),
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                # the job's own destination (same endpoint, protocol and headers): only such a process takes it
+                "OTEL_EXPORTER_OTLP_ENDPOINT": stack.url("otlp-http"),
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                 "OTEL_VERL_RUN_ID": f"next-{run_id}",
                 "OTEL_SERVICE_NAME": "verl-next-process",
             }

@@ -4,6 +4,7 @@ stop after the step; a guard error never stops training."""
 from __future__ import annotations
 
 import logging
+import os
 import types
 
 import pytest
@@ -28,12 +29,19 @@ def trainer(v0_trainer, tmp_path, monkeypatch):
     v0_trainer.config = types.SimpleNamespace(trainer=types.SimpleNamespace(default_local_dir=str(tmp_path)))
     v0_trainer.total_training_steps = 10
 
-    def save():  # what verl's _save_checkpoint leaves behind
+    def save():  # what verl's _save_checkpoint leaves behind, where its config says
         saved.append(v0_trainer.global_steps)
-        (tmp_path / f"global_step_{v0_trainer.global_steps}").mkdir()
+        folder = os.path.join(v0_trainer.config.trainer.default_local_dir, f"global_step_{v0_trainer.global_steps}")
+        os.makedirs(folder)
 
     monkeypatch.setattr(v0_trainer, "_save_checkpoint", save, raising=False)
     v0_trainer.saved = saved
+    finished = []  # v0's end of training, which a guard stop must still run
+    v0_trainer.actor_rollout_wg = types.SimpleNamespace(
+        async_calls_finalize_fn_exec=lambda blocking: finished.append(("finalize async saves", blocking))
+    )
+    monkeypatch.setattr(v0_trainer, "_shutdown_dump_executor", lambda: finished.append("dump executor"), raising=False)
+    v0_trainer.finished = finished
     guard.reset()
     yield v0_trainer
     guard.reset()
@@ -80,8 +88,8 @@ def test_checkpoint_saves_once_per_firing_through_verls_method(captured, trackin
     assert trainer.saved == [4]
     (span,) = [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]
     assert {e.attributes[semconv.ATTR_GUARD_CHECKPOINT] for e in span.events} == {
-        str(trainer.config.trainer.default_local_dir) + "/global_step_4"
-    }
+        str(trainer.config.trainer.default_local_dir) + "/otel-verl-guard/global_step_4"
+    }  # its own folder: not one of verl's (test_hooks_guard_checkpoint.py)
 
 
 def test_stop_checkpoints_ends_the_loop_and_fit_returns_normally(captured, tracking, trainer, monkeypatch, capsys):
@@ -98,6 +106,8 @@ def test_stop_checkpoints_ends_the_loop_and_fit_returns_normally(captured, track
     wrapped = guard._fit_until_guard_stop(lambda: fit(), trainer, (), {})
     assert wrapped is None
     assert "training stopped after step 2" in capsys.readouterr().out
+    # as at v0's own last step: verl's asynchronous checkpoint saves are waited for, not cut short
+    assert trainer.finished == [("finalize async saves", True), "dump executor"]
 
 
 def test_other_errors_of_fit_pass_through(trainer):

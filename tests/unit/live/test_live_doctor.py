@@ -177,6 +177,8 @@ def _non_default(variable: config.Variable) -> str:
         return "INFO"
     if variable.name == config.GUARD_ACTION:
         return "stop"
+    if variable.name == config.GUARD_RESUME:
+        return "guard"
     if variable.name == config.STALL_AFTER:
         return "120"
     if variable.name == config.ENGINE_TRACING:
@@ -190,7 +192,10 @@ def _non_default(variable: config.Variable) -> str:
     return "custom"
 
 
-def test_the_settings_line_shows_every_setting_that_differs_from_its_default(env):
+def test_the_settings_line_shows_every_setting_that_differs_from_its_default(env, tmp_path):
+    env.chdir(tmp_path)
+    (tmp_path / "custom").write_text("x-team=rl\n")  # OTEL_VERL_OTLP_HEADERS_FILE=custom: a usable file
+    (tmp_path / "custom").chmod(0o600)
     env.setenv("OTEL_TRACES_EXPORTER", "none")
     env.setenv("OTEL_METRICS_EXPORTER", "none")
     rc, text = _run()
@@ -247,13 +252,23 @@ def test_missing_hook_target_names_the_verl_version(env):
     assert "ERROR 2 problem(s) found: hook verl.utils.tracking.Tracking.log_v2: " in text
 
 
-def test_unsupported_verl_version_is_a_problem(env, monkeypatch):
+def test_an_untested_verl_version_is_said_and_otel_verl_starts(env, monkeypatch):
     env.setenv("OTEL_TRACES_EXPORTER", "none")
     env.setenv("OTEL_METRICS_EXPORTER", "none")
     monkeypatch.setattr(doctor, "_version", lambda dist: "0.11.0")
     rc, text = _run()
+    assert rc == 0
+    assert "--  verl 0.11.0 is outside the tested range <0.10,>=0.9.1: otel-verl starts anyway" in text
+
+
+def test_an_untested_verl_version_is_a_problem_when_otel_verl_stays_off_there(env, monkeypatch):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    env.setenv("OTEL_VERL_UNTESTED_VERL", "false")
+    monkeypatch.setattr(doctor, "_version", lambda dist: "0.11.0")
+    rc, text = _run()
     assert rc == 1
-    assert "!!  verl 0.11.0 is outside the supported range <0.10,>=0.9.1" in text
+    assert "!!  verl 0.11.0 is outside the tested range <0.10,>=0.9.1 and OTEL_VERL_UNTESTED_VERL=false" in text
 
 
 def test_disabled_switch_is_reported(env):
@@ -416,3 +431,28 @@ def test_the_default_endpoint_nobody_asked_for_is_not_judged(env, tmp_path):
     env.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9")
     rc, text = _run()
     assert rc == 1 and "!!  metrics: otlp_proto_grpc -> " in text and "!!  traces" not in text
+
+
+def test_the_otlp_headers_are_checked_by_name_and_no_value_is_printed(env, tmp_path):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    token = "s3cr3t-T0ken-9f8e7d"
+    good = tmp_path / "token"
+    good.write_text(token + "\n")  # the token alone, as `otel-verl stack --token-file` takes it
+    good.chmod(0o600)
+    env.setenv(config.OTLP_HEADERS_FILE, str(good))
+    env.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"x-tenant={token}")
+    rc, text = _run()
+    assert rc == 0, text
+    assert f"ok  OTLP headers from {good}: authorization (values not shown)" in text
+    assert "ok  OTEL_EXPORTER_OTLP_HEADERS: x-tenant (values not shown)" in text
+    bad = tmp_path / "headers"
+    bad.write_text(f"{token}\n{token}\n")
+    bad.chmod(0o600)
+    env.setenv(config.OTLP_HEADERS_FILE, str(bad))
+    env.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"Authorization: Bearer {token}")
+    rc, text = _run()
+    assert rc == 1
+    assert f"!!  {config.OTLP_HEADERS_FILE}={bad} line 1 is neither" in text
+    assert "!!  OTEL_EXPORTER_OTLP_TRACES_HEADERS has 1 entries that are not `name=value`" in text
+    assert token not in text

@@ -36,9 +36,15 @@ def _logs(n: int) -> bytes:
     return request.SerializeToString()
 
 
-def _left_by_a_dead_process(root: Path, batches: dict[str, list[bytes]], host: str = "node-a") -> Path:
-    """The spool a process left (written, then handed back as at its end): its folder."""
+def _left_by_a_dead_process(
+    root: Path, batches: dict[str, list[bytes]], url: str | None, host: str = "node-a", kind: str = "http"
+) -> Path:
+    """The spool a process left (written, then handed back as at its end): its folder. Its exporters
+    sent to ``url`` (``/v1/<signal>`` under it; None: it recorded no destination)."""
     s = spool.Spool(str(root), spool.MIB, host=host)
+    for signal in batches:
+        dest = None if url is None else spool.Destination(kind, f"{url}/v1/{signal}", b"[]")
+        assert s.folder_name(signal, dest) == signal
     for signal, bodies in batches.items():
         for body in bodies:
             assert s.put(signal, signal, body)
@@ -55,8 +61,8 @@ def _replay(root: Path, url: str, **kwargs) -> tuple[int, str, str]:
 
 def test_every_batch_goes_out_as_protobuf_oldest_first_and_is_removed(tmp_path):
     root = tmp_path / "spool"
-    folder = _left_by_a_dead_process(root, {"traces": [_spans(1, 2), _spans(3)], "logs": [_logs(4)]})
     with OtlpReceiver() as rx:
+        folder = _left_by_a_dead_process(root, {"traces": [_spans(1, 2), _spans(3)], "logs": [_logs(4)]}, rx.url)
         rc, out, _ = _replay(root, rx.url)
     assert rc == 0
     assert rx.span_ids() == ["0000000000000001", "0000000000000002", "0000000000000003"]
@@ -68,9 +74,9 @@ def test_every_batch_goes_out_as_protobuf_oldest_first_and_is_removed(tmp_path):
 
 def test_one_process_folder_can_be_named(tmp_path):
     root = tmp_path / "spool"
-    one = _left_by_a_dead_process(root, {"traces": [_spans(1)]})
-    other = _left_by_a_dead_process(root, {"traces": [_spans(2)]})
     with OtlpReceiver() as rx:
+        one = _left_by_a_dead_process(root, {"traces": [_spans(1)]}, rx.url)
+        other = _left_by_a_dead_process(root, {"traces": [_spans(2)]}, rx.url)
         rc, _, _ = _replay(one, rx.url)
     assert rc == 0 and rx.span_ids() == ["0000000000000001"]
     assert not one.exists() and other.exists()
@@ -78,10 +84,11 @@ def test_one_process_folder_can_be_named(tmp_path):
 
 def test_a_folder_a_running_process_holds_is_left_alone(tmp_path):
     root = tmp_path / "spool"
-    live = spool.Spool(str(root), spool.MIB, host="node-a")
-    assert live.put("traces", "traces", _spans(7))  # holds its lock while it lives
-    dead = _left_by_a_dead_process(root, {"traces": [_spans(1)]})
     with OtlpReceiver() as rx:
+        live = spool.Spool(str(root), spool.MIB, host="node-a")
+        live.folder_name("traces", spool.Destination("http", f"{rx.url}/v1/traces", b"[]"))
+        assert live.put("traces", "traces", _spans(7))  # holds its lock while it lives
+        dead = _left_by_a_dead_process(root, {"traces": [_spans(1)]}, rx.url)
         rc, out, err = _replay(root, rx.url)
     assert rc == 0 and rx.span_ids() == ["0000000000000001"]
     assert "1 folders in use by a running process (left alone)" in out and "in use by a running process" in err
@@ -91,12 +98,13 @@ def test_a_folder_a_running_process_holds_is_left_alone(tmp_path):
 
 def test_what_the_endpoint_does_not_take_stays_for_a_later_try(tmp_path):
     root = tmp_path / "spool"
-    folder = _left_by_a_dead_process(root, {"traces": [_spans(1), _spans(2)]})
     with OtlpReceiver(status=400) as rx:
+        port = int(rx.url.rpartition(":")[2])
+        folder = _left_by_a_dead_process(root, {"traces": [_spans(1), _spans(2)]}, rx.url)
         with pytest.raises(CommandError, match="2 batches not accepted"):
             _replay(root, rx.url)
     assert len(list((folder / "traces").glob("*.pb"))) == 2
-    with OtlpReceiver() as rx:  # a later try with an endpoint that takes them
+    with OtlpReceiver(port=port) as rx:  # a later try with an endpoint that takes them
         assert _replay(root, rx.url)[0] == 0
     assert not folder.exists()
 
@@ -108,7 +116,7 @@ def test_a_dead_endpoint_costs_one_timeout_per_signal_and_keeps_everything(tmp_p
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     root = tmp_path / "spool"
-    folder = _left_by_a_dead_process(root, {"traces": [_spans(i) for i in range(1, 6)]})
+    folder = _left_by_a_dead_process(root, {"traces": [_spans(i) for i in range(1, 6)]}, f"http://127.0.0.1:{port}")
     with pytest.raises(CommandError, match="5 batches not accepted"):
         _replay(root, f"http://127.0.0.1:{port}")
     assert len(list((folder / "traces").glob("*.pb"))) == 5
@@ -116,20 +124,20 @@ def test_a_dead_endpoint_costs_one_timeout_per_signal_and_keeps_everything(tmp_p
 
 def test_partial_success_rejections_are_counted(tmp_path):
     root = tmp_path / "spool"
-    _left_by_a_dead_process(root, {"traces": [_spans(1, 2)]})
     with OtlpReceiver(answer={"partialSuccess": {"rejectedSpans": "1", "errorMessage": "no"}}) as rx:
+        _left_by_a_dead_process(root, {"traces": [_spans(1, 2)]}, rx.url)
         with pytest.raises(CommandError, match="1 items rejected"):
             _replay(root, rx.url)
 
 
 def test_files_that_are_no_request_are_named_and_kept(tmp_path):
     root = tmp_path / "spool"
-    folder = _left_by_a_dead_process(root, {"traces": [_spans(1)]})
-    (folder / "traces" / "0000000000000009.pb").write_bytes(b"\xff\xff not protobuf")
-    secret = tmp_path / "secret"
-    secret.write_bytes(_spans(5))
-    (folder / "traces" / "0000000000000008.pb").symlink_to(secret)
     with OtlpReceiver() as rx:
+        folder = _left_by_a_dead_process(root, {"traces": [_spans(1)]}, rx.url)
+        (folder / "traces" / "0000000000000009.pb").write_bytes(b"\xff\xff not protobuf")
+        secret = tmp_path / "secret"
+        secret.write_bytes(_spans(5))
+        (folder / "traces" / "0000000000000008.pb").symlink_to(secret)
         with pytest.raises(CommandError, match="2 files unreadable"):
             _replay(root, rx.url)
     assert rx.span_ids() == ["0000000000000001"]  # the link's target was never read
@@ -138,7 +146,7 @@ def test_files_that_are_no_request_are_named_and_kept(tmp_path):
 
 def test_a_symlinked_spool_folder_is_not_read(tmp_path):
     real = tmp_path / "real"
-    _left_by_a_dead_process(real, {"traces": [_spans(1)]})
+    _left_by_a_dead_process(real, {"traces": [_spans(1)]}, "http://127.0.0.1:9")
     (tmp_path / "link").symlink_to(real)
     with pytest.raises(CommandError, match="not a spool folder"):
         _replay(tmp_path / "link", "http://127.0.0.1:9")
@@ -149,7 +157,32 @@ def test_the_cli_takes_a_run_folder_or_a_spool_not_both(tmp_path, capsys):
     assert cli.main(["replay", str(tmp_path), "--spool", str(tmp_path)]) == 2
     assert "one of them" in capsys.readouterr().err
     root = tmp_path / "spool"
-    _left_by_a_dead_process(root, {"traces": [_spans(1)]})
     with OtlpReceiver() as rx:
+        _left_by_a_dead_process(root, {"traces": [_spans(1)]}, rx.url)
         assert cli.main(["replay", "--spool", str(root), "--endpoint", rx.url]) == 0
     assert rx.span_ids() == ["0000000000000001"]
+
+
+def test_a_folder_goes_only_to_its_recorded_endpoint_unless_the_user_says_otherwise(tmp_path, capsys):
+    """A folder recorded for another endpoint (another job's), for an OTLP/gRPC one, or with no record
+    is kept and named; ``--ignore-recorded-endpoint`` sends them all to the endpoint given."""
+    root = tmp_path / "spool"
+    with OtlpReceiver() as rx:
+        mine = _left_by_a_dead_process(root, {"traces": [_spans(1)]}, rx.url)
+        theirs = _left_by_a_dead_process(root, {"traces": [_spans(2)]}, "https://their-collector:4318")
+        grpc = _left_by_a_dead_process(root, {"traces": [_spans(3)]}, "http://127.0.0.1:4317", kind="grpc")
+        unknown = _left_by_a_dead_process(root, {"logs": [_logs(1)]}, None)
+        with pytest.raises(CommandError, match="3 spool folders kept for another endpoint"):
+            _replay(root, rx.url)
+        assert rx.span_ids() == ["0000000000000001"] and not mine.exists()
+        assert not [p for p, _, _ in rx.requests if p == "/v1/logs"]
+        for kept in (theirs, grpc, unknown):
+            assert list(kept.glob("*/*.pb")), kept
+        out = capsys.readouterr()
+        assert cli.main(["replay", "--spool", str(root), "--endpoint", rx.url]) == 1
+        said = capsys.readouterr().out
+        assert "recorded for https://their-collector:4318/v1/traces (http)" in said and "(grpc)" in said, said
+        assert "no recorded endpoint" in said and "--ignore-recorded-endpoint" in said, said
+        assert cli.main(["replay", "--spool", str(root), "--endpoint", rx.url, "--ignore-recorded-endpoint"]) == 0
+        assert sorted(rx.span_ids()) == ["0000000000000001", "0000000000000002", "0000000000000003"]
+    assert list(root.iterdir()) == [], out

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import stat
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +129,77 @@ def test_a_json_file_exists_only_once_the_process_exported_something(monkeypatch
         config.settings.cache_clear()
     (traces,) = tmp_path.glob("traces-*.jsonl")
     assert len(traces.read_text().splitlines()) == 2  # appended to the one file
+
+
+def _json_file_run(monkeypatch, folder, plant=None) -> str:
+    """One span exported by a pipeline with the JSON-file exporters into ``folder``; ``plant(path)``
+    first puts something at the traces file's (predictable) name. Returns that name."""
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-files")
+    monkeypatch.setenv("OTEL_VERL_FILE_DIR", str(folder))
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_json_file")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    config.settings.cache_clear()
+    identity = Identity(role=semconv.ROLE_TASKRUNNER)
+    from otel_verl.process import exporters
+
+    path = exporters.file_path("traces", identity)
+    if plant is not None:
+        plant(path)
+    try:
+        telemetry = build_own(identity)
+        for _ in range(2):
+            with telemetry.tracer.start_as_current_span("one"):
+                pass
+            telemetry.tracer_provider.force_flush()
+        telemetry.shutdown()
+    finally:
+        config.settings.cache_clear()
+    return path
+
+
+def test_json_files_are_the_users_own_in_a_folder_of_their_own(monkeypatch, tmp_path):
+    """Telemetry holds the run's config, host names and errors: 0600 files, a 0700 folder when
+    otel-verl makes it, whatever the umask (which is left as it was)."""
+    old = os.umask(0o022)
+    try:
+        path = _json_file_run(monkeypatch, tmp_path / "made" / "here")
+        assert os.umask(0o022) == 0o022  # untouched
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "made" / "here").st_mode) == 0o700
+    assert len(open(path).read().splitlines()) == 2
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "hard link", "fifo", "folder"])
+def test_a_planted_file_at_the_json_files_name_is_never_written_through(monkeypatch, tmp_path, caplog, kind):
+    """Another local user can guess ``traces-<role>-<pid>.jsonl`` in a shared folder and plant a link
+    there: the target stays untouched, the process writes no file there and says so once."""
+    target = tmp_path / "victim"
+    target.write_text("precious\n")
+
+    def plant(path: str) -> None:
+        if kind == "symlink":
+            os.symlink(target, path)
+        elif kind == "dangling symlink":
+            os.symlink(tmp_path / "created-through-link", path)
+        elif kind == "hard link":
+            os.link(target, path)
+        elif kind == "fifo":
+            os.mkfifo(path)
+        else:
+            os.mkdir(path)
+
+    with caplog.at_level(logging.WARNING):
+        path = _json_file_run(monkeypatch, tmp_path, plant)
+    assert target.read_text() == "precious\n"
+    assert not (tmp_path / "created-through-link").exists()
+    warned = [r.getMessage() for r in caplog.records if path in r.getMessage()]
+    assert len(warned) == 1 and "writes no telemetry" in warned[0], warned
+
+
+def test_a_file_of_this_user_left_by_an_earlier_process_of_the_same_pid_is_appended_to(monkeypatch, tmp_path):
+    path = _json_file_run(monkeypatch, tmp_path, lambda p: Path(p).write_text('{"earlier": 1}\n'))
+    lines = Path(path).read_text().splitlines()
+    assert lines[0] == '{"earlier": 1}' and len(lines) == 3

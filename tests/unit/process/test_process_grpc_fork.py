@@ -3,15 +3,18 @@
 then exec) survives an OTLP/gRPC export in flight.
 
 The processes here are started as ``opentelemetry-instrument`` starts a verl job's launcher, with
-``opentelemetry-distro`` installed: its configurator imports gRPC before any instrumentor runs."""
+``opentelemetry-distro`` installed: its configurator imports gRPC before any instrumentor runs.
+Programs that are not verl, under ``opentelemetry-instrument`` or not, are left as they are."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -24,6 +27,8 @@ from otel_verl.process.worker_bootstrap import SITE_DIR
 AUTO_DIR = os.path.dirname(os.path.abspath(auto.__file__))
 INSTRUMENT = shutil.which("opentelemetry-instrument", path=os.path.dirname(sys.executable))
 FORKS = 500  # Ray-style children per case
+# the otel_verl under test first (the venv's editable install may be another checkout's)
+SOURCE_ROOT = str(Path(grpc_fork.__file__).resolve().parents[2])
 
 # A launcher under opentelemetry-instrument: the distro's OTLP/gRPC metric exporter sends to an
 # endpoint that accepts and never answers (a hung Collector) while the process starts children as
@@ -56,11 +61,20 @@ def _hung_endpoint() -> tuple[socket.socket, list]:
     return server, held
 
 
-def _launcher(port: int, forks: int, **env: str) -> list[str]:
+def _clean_env() -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "GRPC_"))}
-    clean.pop("PYTHONPATH", None)
+    clean["PYTHONPATH"] = SOURCE_ROOT
+    return clean
+
+
+def _launcher(port: int, forks: int, **env: str) -> list[str]:
+    clean = _clean_env()
+    # a verl launcher's command: a script of verl's (as `python verl/trainer/main_ppo.py`)
+    script = Path(tempfile.mkdtemp()) / "verl" / "launch_probe.py"
+    script.parent.mkdir()
+    script.write_text(PROBE)
     out = subprocess.run(
-        [INSTRUMENT, sys.executable, "-c", PROBE, str(forks)],
+        [INSTRUMENT, sys.executable, str(script), str(forks)],
         env={
             **clean,
             "OTEL_TRACES_EXPORTER": "none",
@@ -102,20 +116,65 @@ def test_the_users_own_setting_is_kept():
     assert var == "true"
 
 
-def test_only_processes_that_run_opentelemetrys_bootstrap_are_changed():
-    for path, expected in [
-        (AUTO_DIR, "false"),
-        (SITE_DIR + os.sep, "false"),
-        (os.pathsep.join(["/opt/x", SITE_DIR]), "false"),
-        ("", None),
-        ("/opt/auto_instrumentation_tools", None),  # a look-alike name is not the bootstrap's folder
+VERL_ARGV = ["python", "-u", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=1"]
+
+
+def test_only_processes_of_a_verl_job_that_run_opentelemetrys_bootstrap_are_changed():
+    for path, argv, run_id, expected in [
+        (AUTO_DIR, VERL_ARGV, None, "false"),  # opentelemetry-instrument python -m verl.trainer.main_ppo
+        (AUTO_DIR, ["python", "-mrecipe.dapo.main_dapo"], None, "false"),
+        (AUTO_DIR, ["python", "-X", "dev", "/src/verl/verl/trainer/main_ppo.py"], None, "false"),
+        (AUTO_DIR, ["python", "-c", "import verl"], "run-1", "false"),  # the launcher's children
+        (SITE_DIR + os.sep, ["python", "default_worker.py"], None, "false"),  # a job's Ray worker
+        (os.pathsep.join(["/opt/x", SITE_DIR]), ["python", "-c", "pass"], None, "false"),
+        (AUTO_DIR, ["python", "-m", "flask", "run"], None, None),  # instrumented, not verl
+        (AUTO_DIR, ["python", "-c", "import verl"], None, None),
+        (AUTO_DIR, ["python", "/srv/app/serve.py"], None, None),
+        ("", VERL_ARGV, "run-1", None),  # verl without OpenTelemetry's bootstrap
+        ("/opt/auto_instrumentation_tools", VERL_ARGV, None, None),  # a look-alike name is not its folder
+        ("/opt/my_worker_site", ["python", "-c", "pass"], None, None),
     ]:
         environ = {"PYTHONPATH": path} if path else {}
-        grpc_fork.apply(environ)
-        assert environ.get(grpc_fork.VAR) == expected, path
+        if run_id:
+            environ["OTEL_VERL_RUN_ID"] = run_id
+        grpc_fork.apply(environ, argv)
+        assert environ.get(grpc_fork.VAR) == expected, (path, argv, run_id)
     environ = {"PYTHONPATH": AUTO_DIR, grpc_fork.VAR: "1"}
-    grpc_fork.apply(environ)
+    grpc_fork.apply(environ, VERL_ARGV)
     assert environ[grpc_fork.VAR] == "1"
+
+
+def test_the_run_id_variable_is_configs():
+    from otel_verl import config
+
+    assert grpc_fork.RUN_ID_VAR == config.RUN_ID
+
+
+ENVIRON_PROBE = "import json, os, sys; print(json.dumps(dict(os.environ)))"
+
+
+def _environ_seen(argv: list[str], **env: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment a program sees once started (with the installed ``otel_verl.pth`` active,
+    as any program of this venv), and the one it was given."""
+    given = {**_clean_env(), "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none", **env}
+    given["OTEL_LOGS_EXPORTER"] = "none"
+    out = subprocess.run(argv, env=given, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1]), given
+
+
+def _not_otels(environ: dict[str, str]) -> dict[str, str]:
+    # opentelemetry-instrument's own changes: PYTHONPATH (its folder), OTEL_* (the distro's defaults)
+    return {k: v for k, v in environ.items() if not k.startswith("OTEL_") and k != "PYTHONPATH"}
+
+
+def test_programs_that_are_not_verl_start_with_their_environment_unchanged():
+    seen, given = _environ_seen([sys.executable, "-c", ENVIRON_PROBE])
+    assert seen == given
+    seen, given = _environ_seen([INSTRUMENT, sys.executable, "-c", ENVIRON_PROBE])
+    assert _not_otels(seen) == _not_otels(given)  # opentelemetry-instrument of another program
+    # the control: a verl job's process does get the setting (a launcher's child: the job's run id)
+    seen, given = _environ_seen([INSTRUMENT, sys.executable, "-c", ENVIRON_PROBE], OTEL_VERL_RUN_ID="run-1")
+    assert _not_otels(seen) == {**_not_otels(given), grpc_fork.VAR: "false"}
 
 
 def test_the_pth_line_calls_apply_and_is_installed():

@@ -7,6 +7,7 @@ locks until the test lets it go.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -21,6 +22,9 @@ from otel_verl import _safe, semconv
 from otel_verl.process import drops, spool, spool_stats
 
 HOST = "testhost"
+BLOCK = 4096
+# Where the test's "jobs" send: an endpoint and the headers they send (canonical form, as a sender makes it).
+DEST = spool.Destination("http", "http://127.0.0.1:4318/v1/traces", b'[["authorization", "Bearer a"]]')
 
 # A child process that spools three traces batches into ROOT and then dies (``die``) or waits
 # for a line on stdin (``live``): prints its process folder's name first.
@@ -29,6 +33,7 @@ CHILD = textwrap.dedent(
     import os, sys
     from otel_verl.process import spool
     s = spool.Spool(sys.argv[1], 10 * spool.MIB, host=sys.argv[2])
+    s.folder_name("traces", spool.Destination("http", sys.argv[4], sys.argv[5].encode()))
     for i in range(3):
         assert s.put("traces", "traces", b"batch-%d" % i)
     print(s.name, flush=True)
@@ -39,9 +44,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def _child(root: Path, mode: str, host: str = HOST) -> subprocess.Popen:
+def _child(root: Path, mode: str, host: str = HOST, dest: spool.Destination = DEST) -> subprocess.Popen:
     return subprocess.Popen(  # noqa: S603 - this interpreter, our script
-        [sys.executable, "-c", CHILD, str(root), host, mode],
+        [sys.executable, "-c", CHILD, str(root), host, mode, dest.endpoint, dest.credentials.decode()],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -49,9 +54,9 @@ def _child(root: Path, mode: str, host: str = HOST) -> subprocess.Popen:
     )
 
 
-def _dead_spool(root: Path, host: str = HOST) -> str:
+def _dead_spool(root: Path, host: str = HOST, dest: spool.Destination = DEST) -> str:
     """The process folder a child that died with three spooled batches left."""
-    proc = _child(root, "die", host)
+    proc = _child(root, "die", host, dest)
     name = proc.stdout.readline().strip()
     assert proc.wait(60) == 0
     return name
@@ -69,6 +74,22 @@ def _drain(s: spool.Spool, signal: str = "traces", folder: str = "traces") -> li
 
 def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _spool(root: Path, max_bytes: int = spool.MIB, dest: spool.Destination | None = DEST) -> spool.Spool:
+    """A process's spool with one traces exporter sending to ``dest``."""
+    s = spool.Spool(str(root), max_bytes, host=HOST)
+    assert s.folder_name("traces", dest) == "traces"
+    return s
+
+
+def _du(root: Path) -> int:
+    """What sits on disk under ``root`` (blocks), as ``du`` counts it."""
+    return sum(p.lstat().st_blocks * 512 for p in root.rglob("*"))
+
+
+def _blocks(n: int, fill: int) -> bytes:
+    return bytes([fill]) * (n * BLOCK)
 
 
 def test_nothing_is_written_before_a_batch_must_wait(tmp_path):
@@ -109,46 +130,90 @@ def test_each_batch_is_one_file_written_atomically_and_sent_oldest_first(tmp_pat
 
 
 def test_a_full_spool_drops_the_oldest_first_whatever_the_signal_counted_and_said_once(tmp_path, caplog):
-    s = spool.Spool(str(tmp_path / "spool"), 1000, host=HOST)
+    root = tmp_path / "spool"
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
     with caplog.at_level(logging.WARNING, logger="otel_verl"):
-        assert s.put("metrics", "metrics", b"m" * 300)  # the oldest
-        for i in range(4):
-            assert s.put("traces", "traces", bytes([65 + i]) * 300)
-    # 1000 bytes hold three: the metrics batch went first, then the first traces batch
+        assert s.put("metrics", "metrics", _blocks(2, 0))  # the oldest
+        for i in range(1, 4):
+            assert s.put("traces", "traces", _blocks(2, i))
+        s.max_bytes = _du(root)  # full now: each new batch makes room first
+        for i in range(4, 6):
+            assert s.put("traces", "traces", _blocks(2, i))
+            assert _du(root) <= s.max_bytes
+    # the metrics batch went first, then the first traces batch
     assert _drain(s, "metrics", "metrics") == []
-    assert _drain(s) == [b"B" * 300, b"C" * 300, b"D" * 300]
+    assert _drain(s) == [_blocks(2, i) for i in range(2, 6)]
     counts = spool_stats.counts()
-    assert counts[("metrics", semconv.SPOOL_DROPPED)] == (1, 300)
-    assert counts[("traces", semconv.SPOOL_DROPPED)] == (1, 300)
+    assert counts[("metrics", semconv.SPOOL_DROPPED)] == (1, 2 * BLOCK)
+    assert counts[("traces", semconv.SPOOL_DROPPED)] == (1, 2 * BLOCK)
     assert drops.counts()[semconv.DROPPED_SPOOL] >= 2
     said = [r.getMessage() for r in caplog.records if "OTEL_VERL_SPOOL_MAX_MB, oldest first" in r.getMessage()]
     assert len(said) == 1, said
 
 
 def test_a_batch_larger_than_the_bound_is_dropped_and_nothing_else(tmp_path):
-    s = spool.Spool(str(tmp_path / "spool"), 1000, host=HOST)
+    s = spool.Spool(str(tmp_path / "spool"), 12 * BLOCK, host=HOST)
     assert s.put("traces", "traces", b"a" * 100)
-    assert not s.put("traces", "traces", b"b" * 1001)
+    assert not s.put("traces", "traces", b"b" * (12 * BLOCK + 1))
     assert _drain(s) == [b"a" * 100]
-    assert spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)] == (1, 1001)
+    assert spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)] == (1, 12 * BLOCK + 1)
 
 
 def test_the_batch_on_its_way_to_the_endpoint_is_not_dropped_for_room(tmp_path):
-    s = spool.Spool(str(tmp_path / "spool"), 1000, host=HOST)
-    assert s.put("traces", "traces", b"a" * 400)
+    root = tmp_path / "spool"
+    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    assert s.put("traces", "traces", _blocks(1, 1))
     sending = s.head("traces", "traces")
-    assert s.put("traces", "traces", b"b" * 400)
-    assert s.put("traces", "traces", b"c" * 400)  # no room: "b" goes, not "a" which is being sent
-    assert s.read(sending) == b"a" * 400
-    s.done(sending, semconv.SPOOL_RESENT, 400)
-    assert _drain(s) == [b"c" * 400]
+    assert s.put("traces", "traces", _blocks(1, 2))
+    s.max_bytes = _du(root)
+    assert s.put("traces", "traces", _blocks(1, 3))  # no room: "2" goes, not "1" which is being sent
+    assert s.read(sending) == _blocks(1, 1)
+    s.done(sending, semconv.SPOOL_RESENT, BLOCK)
+    assert _drain(s) == [_blocks(1, 3)]
+
+
+def test_the_bound_holds_for_the_whole_root_across_processes(tmp_path, monkeypatch):
+    """Six processes spool into one root: what sits on disk there, blocks counted, stays within the
+    bound (not six bounds); each makes room from its own oldest batches; one with nothing of its own
+    to remove drops its new batch instead of writing it."""
+    monkeypatch.setattr(spool, "ROOT_SCAN_S", 0.0)  # every put measures the others (the test's worst case)
+    root = tmp_path / "spool"
+    bound = 40 * BLOCK
+    procs = [_spool(root, bound) for _ in range(6)]
+    for i in range(8):
+        for p in procs:
+            p.put("traces", "traces", _blocks(1, i))
+            assert _du(root) <= bound, (i, _du(root))
+    assert _du(root) > bound - 8 * BLOCK  # full, not empty: each kept its newest
+    late = _spool(root, bound)  # nothing of its own to remove, and the others' are theirs
+    dropped = spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)][0]
+    assert not late.put("traces", "traces", _blocks(1, 9))
+    assert spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)][0] == dropped + 1
+    assert _du(root) <= bound
+    for p in procs:
+        left = _drain(p)
+        assert left and left == sorted(left), left  # the newest of each stayed, in order
+
+
+def test_dead_folders_the_process_adopted_make_room_oldest_first_others_never(tmp_path):
+    root = tmp_path / "spool"
+    mine = _dead_spool(root)  # adoptable: same destination
+    other = _dead_spool(root, dest=spool.Destination("http", "http://elsewhere:4318/v1/traces", b"[]"))
+    s = _spool(root)
+    assert s.adopt("traces") == 3
+    s.max_bytes = _du(root) + 3 * BLOCK  # room for its own new folders and one block of the three batches
+    assert s.put("traces", "traces", b"new")  # the oldest it may touch: the adopted folder's first
+    left = sorted(p.name for p in (root / mine / "traces").glob("*.pb"))
+    assert left == ["0000000000000002.pb", "0000000000000003.pb"]
+    assert len(list((root / other / "traces").glob("*.pb"))) == 3  # another job's: never touched
+    assert _drain(s) == [b"new", b"batch-1", b"batch-2"]
 
 
 def test_a_dead_processs_spool_is_taken_by_the_next_process_of_the_host(tmp_path):
     root = tmp_path / "spool"
     dead = _dead_spool(root)
     other_host = _dead_spool(root, host="otherhost")
-    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    s = _spool(root)
     assert s.adopt("metrics") == 0  # only what it has an exporter for
     assert s.adopt("traces") == 3
     assert s.adopt("traces") == 0  # taken once
@@ -163,7 +228,7 @@ def test_a_live_processs_spool_is_left_alone_and_taken_once_it_ended(tmp_path):
     proc = _child(root, "live")
     try:
         name = proc.stdout.readline().strip()
-        s = spool.Spool(str(root), spool.MIB, host=HOST)
+        s = _spool(root)
         assert s.adopt("traces") == 0
         assert s.head("traces", "traces") is None
     finally:
@@ -176,8 +241,8 @@ def test_a_live_processs_spool_is_left_alone_and_taken_once_it_ended(tmp_path):
 def test_two_processes_never_take_the_same_spool(tmp_path):
     root = tmp_path / "spool"
     _dead_spool(root)
-    first = spool.Spool(str(root), spool.MIB, host=HOST)
-    second = spool.Spool(str(root), spool.MIB, host=HOST)  # its own lock descriptors, as another process
+    first = _spool(root)
+    second = _spool(root)  # its own lock descriptors, as another process
     assert first.adopt("traces") == 3
     assert second.adopt("traces") == 0
     first.close()  # handed back unsent (its process ended): the next one takes it
@@ -209,7 +274,7 @@ def test_planted_entries_in_a_dead_spool_are_never_followed_or_opened(tmp_path):
     (folder / "0000000000000011.pb").write_bytes(b"x" * 2048)  # above this reader's limit
     (folder / "notes.txt").write_text("someone's file")  # not a spool name: never touched
     (folder / ".0000000000000012.pb.tmp").write_bytes(b"half a batch")  # a writer died mid-write
-    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    s = _spool(root)
     assert s.adopt("traces") == 6  # the three batches and the three planted spool names
     assert not (folder / ".0000000000000012.pb.tmp").exists()
     got = []
@@ -228,14 +293,14 @@ def test_another_users_folders_are_not_taken(tmp_path, monkeypatch):
     _dead_spool(root)
     real = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: real + 1)  # every folder there now belongs to someone else
-    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    s = _spool(root)
     assert s.adopt("traces") == 0
     assert not s.put("traces", "traces", b"x")  # nor is that root used
 
 
 def test_a_forked_child_spools_into_its_own_folder_and_leaves_the_parents_alone(tmp_path):
     root = tmp_path / "spool"
-    s = spool.Spool(str(root), spool.MIB, host=HOST)
+    s = _spool(root)
     spool._current = s
     assert s.put("traces", "traces", b"parent")
     parent_folder = s.name
@@ -255,7 +320,7 @@ def test_a_forked_child_spools_into_its_own_folder_and_leaves_the_parents_alone(
     assert (root / parent_folder / "traces" / "0000000000000001.pb").read_bytes() == b"parent"
     assert (root / child_folder / "traces" / "0000000000000001.pb").read_bytes() == b"child"
     # the parent still holds its lock (the child closed its copies): nobody takes the parent's
-    other = spool.Spool(str(root), spool.MIB, host=HOST)
+    other = _spool(root)
     assert other.adopt("traces") == 1  # the child's only (it ended)
     assert _drain(s) == [b"parent"]
 
@@ -271,3 +336,128 @@ def test_host_labels_are_folder_names(monkeypatch):
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):
     monkeypatch.setattr(_safe, "_seen", set())
+
+
+# A process with few descriptors (RLIMIT_NOFILE 64) that takes ROOT's dead folders and sends them:
+# prints the most descriptors it ever held open, whether it could still open files while it held
+# what it adopted, and how many batches it sent.
+FEW_FDS = textwrap.dedent(
+    """
+    import json, os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    from otel_verl import semconv
+    from otel_verl.process import spool
+    s = spool.Spool(sys.argv[1], 64 * spool.MIB, host=sys.argv[2])
+    s.folder_name("traces", spool.Destination("http", sys.argv[3], sys.argv[4].encode()))
+    most, could_open, sent = 0, True, 0
+    while True:
+        s.adopt("traces")
+        most = max(most, len(os.listdir("/proc/self/fd")))
+        try:
+            spare = [os.open("/dev/null", os.O_RDONLY) for _ in range(16)]  # the process's own work
+            for fd in spare:
+                os.close(fd)
+        except OSError:
+            could_open = False
+        entry = s.head("traces", "traces")
+        if entry is None:
+            break
+        while entry is not None:
+            s.done(entry, semconv.SPOOL_RESENT, 1)
+            sent += 1
+            entry = s.head("traces", "traces")
+    print(json.dumps({"most": most, "could_open": could_open, "sent": sent}))
+    """
+)
+
+
+def test_hundreds_of_dead_folders_are_taken_a_few_at_a_time_within_few_descriptors(tmp_path):
+    root = tmp_path / "spool"
+    for i in range(150):  # 150 processes that ended with one batch each
+        s = _spool(root, 64 * spool.MIB)
+        assert s.put("traces", "traces", b"batch %d" % i)
+        s.close()
+    got = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", FEW_FDS, str(root), HOST, DEST.endpoint, DEST.credentials.decode()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=True,
+    )
+    result = json.loads(got.stdout.splitlines()[-1])
+    assert result["sent"] == 150 and result["could_open"], result
+    assert result["most"] <= 64 - 16, result
+    assert not list(root.glob("*/traces"))
+
+
+# A process that makes its spool folders while its descriptors run out (EMFILE at each step of
+# making them, in turn), then has descriptors again: prints whether each later batch was written.
+EMFILE = textwrap.dedent(
+    """
+    import errno, json, os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    from otel_verl.process import spool
+    results = []
+    for free in range(0, 6):
+        s = spool.Spool(os.path.join(sys.argv[1], str(free)), spool.MIB, host="h")
+        s.folder_name("traces", spool.Destination("http", "http://c:4318/v1/traces", b"[]"))
+        held = []
+        try:
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE
+        for fd in held[len(held) - free:]:
+            os.close(fd)
+        held = held[: len(held) - free]
+        first = s.put("traces", "traces", b"while out of descriptors")
+        for fd in held:
+            os.close(fd)
+        later = [s.put("traces", "traces", b"later %d" % i) for i in range(2)]
+        results.append([free, first, later])
+    print(json.dumps(results))
+    """
+)
+
+
+def test_running_out_of_descriptors_while_a_folder_is_made_does_not_turn_the_spool_off(tmp_path):
+    got = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", EMFILE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=True,
+    )
+    results = json.loads(got.stdout.splitlines()[-1])
+    assert [r[0] for r in results] == [0, 1, 2, 3, 4, 5]
+    assert any(not first for _, first, _ in results)  # some step of making the folders did fail
+    assert all(later == [True, True] for _, _, later in results), results
+
+
+def test_a_folder_records_its_destination_without_a_secret_and_only_that_destination_takes_it(tmp_path, caplog):
+    root = tmp_path / "spool"
+    url = "https://user:hunter2@collector:4318/v1/traces?api_key=k3y"
+    dest = spool.Destination("http", url, b'[["authorization", "Bearer s3cret"]]')
+    s = _spool(root, dest=dest)
+    assert s.put("traces", "traces", b"batch")
+    folder = root / s.name / "traces"
+    record = folder / spool.RECORD
+    text = record.read_text()
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    assert not any(secret in text for secret in ("hunter2", "k3y", "s3cret", "Bearer")), text
+    s.close()  # ended
+    others = [
+        spool.Destination("http", url.replace("hunter2", "other"), dest.credentials),  # another user's URL
+        spool.Destination("http", url, b'[["authorization", "Bearer other"]]'),  # another token
+        spool.Destination("grpc", url, dest.credentials),  # another protocol
+    ]
+    with caplog.at_level(logging.INFO, logger="otel_verl"):
+        for other in others:
+            assert _spool(root, dest=other).adopt("traces") == 0
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "collector:4318" in said and not any(x in said for x in ("hunter2", "k3y", "s3cret")), said
+    assert (folder / "0000000000000001.pb").exists()  # untouched
+    same = _spool(root, dest=spool.Destination("http", url, dest.credentials))
+    assert same.adopt("traces") == 1 and _drain(same) == [b"batch"]

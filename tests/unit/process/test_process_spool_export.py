@@ -8,6 +8,7 @@ batch processors, otel-verl's step metric reader, the OTLP exporters of ``OTEL_*
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -18,11 +19,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from otlp_grpc_receiver import GrpcReceiver
 from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import _safe, config, semconv
@@ -48,74 +49,6 @@ def _until(what: str, probe: Callable[[], object], timeout_s: float = WAIT_S) ->
             return got
         time.sleep(0.05)
     raise AssertionError(f"{what}: not within {timeout_s:g} s")
-
-
-class GrpcReceiver:
-    """OTLP/gRPC receiver on ``port``: records (signal, request) of every export."""
-
-    def __init__(self, port: int) -> None:
-        import grpc
-        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
-        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
-        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-
-        self.requests: list[tuple[str, object]] = []
-        receiver = self
-
-        def servicer(base: type, signal: str, response: type) -> object:
-            class Servicer(base):  # type: ignore[misc, valid-type]
-                def Export(self, request, context):  # noqa: N802 - gRPC's name
-                    receiver.requests.append((signal, request))
-                    return response()
-
-            return Servicer()
-
-        self._server = grpc.server(futures.ThreadPoolExecutor(4))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            servicer(
-                trace_service_pb2_grpc.TraceServiceServicer, "traces", trace_service_pb2.ExportTraceServiceResponse
-            ),
-            self._server,
-        )
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
-            servicer(
-                metrics_service_pb2_grpc.MetricsServiceServicer,
-                "metrics",
-                metrics_service_pb2.ExportMetricsServiceResponse,
-            ),
-            self._server,
-        )
-        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(
-            servicer(logs_service_pb2_grpc.LogsServiceServicer, "logs", logs_service_pb2.ExportLogsServiceResponse),
-            self._server,
-        )
-        self._server.add_insecure_port(f"127.0.0.1:{port}")
-        self._server.start()
-
-    def span_ids(self) -> list[str]:
-        return [
-            s.span_id.hex()
-            for sig, r in self.requests
-            if sig == "traces"
-            for rs in r.resource_spans
-            for ss in rs.scope_spans
-            for s in ss.spans
-        ]
-
-    def step_values(self) -> list[float]:
-        return [
-            p.as_double or p.as_int
-            for sig, r in self.requests
-            if sig == "metrics"
-            for rm in r.resource_metrics
-            for sm in rm.scope_metrics
-            for m in sm.metrics
-            if m.name == semconv.M_TRAINING_STEP
-            for p in m.gauge.data_points
-        ]
-
-    def stop(self) -> None:
-        self._server.stop(0)
 
 
 class HttpReceiver:
@@ -354,6 +287,8 @@ def test_at_exit_a_hung_endpoint_costs_the_bound_and_every_batch_reaches_the_dis
     # Nothing lost: what the exit could not send is in the spool, handed back for the next process.
     root = spool.current().root
     nxt = spool.Spool(root, spool.MIB)
+    traces = next(s for s in telemetry._spoolers if s.signal == "traces")
+    nxt.folder_name("traces", traces._sender.destination())  # the next process of that job
     assert nxt.adopt("traces") >= 1
     found = []
     while (entry := nxt.head("traces", "traces")) is not None:
@@ -466,3 +401,369 @@ def test_the_export_thread_counts_in_otel_verls_own_cpu():
         assert component_of("otel-verl-export-metrics") == semconv.COMPONENT_EXPORTER
     finally:
         spool_export.finish([spooler])
+
+
+def test_http_answers_about_credentials_or_routing_keep_the_batch_only_bad_data_drops_it(otlp_env):
+    port = otlp_env("http/protobuf")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    body = ExportTraceServiceRequest().SerializeToString()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1)
+    sender = spool_send.sender_for(exporter, "traces")
+    with OtlpReceiver(status=401, port=port) as rx:
+        for status in (401, 403, 404, 405, 415):
+            rx.status = status
+            assert sender.send(body) == spool_send.HOLD, status
+        for status in (400, 413):
+            rx.status = status
+            assert sender.send(body) == spool_send.REJECTED, status
+
+
+def test_grpc_answers_about_credentials_or_routing_keep_the_batch_only_bad_data_drops_it(otlp_env):
+    import grpc
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    port = otlp_env("grpc")
+    body = ExportTraceServiceRequest().SerializeToString()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}", insecure=True, timeout=5)
+    sender = spool_send.sender_for(exporter, "traces")
+    rx = GrpcReceiver(port)
+    try:
+        if exporter._client is None:
+            exporter._initialize_channel_and_stub()
+        expected = {
+            "UNAUTHENTICATED": spool_send.HOLD,
+            "PERMISSION_DENIED": spool_send.HOLD,
+            "NOT_FOUND": spool_send.HOLD,
+            "UNIMPLEMENTED": spool_send.HOLD,
+            "UNKNOWN": spool_send.RETRY,
+            "INTERNAL": spool_send.RETRY,
+            "INVALID_ARGUMENT": spool_send.REJECTED,
+        }
+        for code, outcome in expected.items():
+            rx.abort = getattr(grpc.StatusCode, code)
+            assert sender.send(body) == outcome, code
+        rx.abort = None
+        assert sender.send(body) == spool_send.SENT
+    finally:
+        rx.stop()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_endpoint_answering_unauthorized_then_ok_loses_nothing(otlp_env, protocol, monkeypatch):
+    """A token the Collector does not take (yet): the spooled batches wait, counted as refused, and
+    all arrive once it does; nothing is dropped or rejected."""
+    import grpc
+
+    monkeypatch.setattr(spool_export, "MAX_BACKOFF_S", 0.5)
+    port = otlp_env(protocol)
+    rx = _receiver(protocol, port)
+    if protocol == "grpc":
+        rx.abort = grpc.StatusCode.UNAUTHENTICATED
+    else:
+        rx._rx.status = 401
+    try:
+        with _pipeline() as telemetry:
+            ids = _steps(telemetry, 1, 3)
+            refused = lambda: spool_stats.counts().get(("traces", semconv.SPOOL_REFUSED), (0, 0))[0]  # noqa: E731
+            _until("spooled batches refused twice", lambda: refused() >= 2)
+            assert _spooled("traces") and not _all_sent(telemetry)  # kept
+            if protocol == "grpc":
+                rx.abort = None
+            else:
+                rx._rx.status = 200
+            _until("every span", lambda: set(ids) <= set(rx.span_ids()))
+            _until("the spool emptied", lambda: _all_sent(telemetry))
+    finally:
+        rx.stop()
+    counts = spool_stats.counts()
+    assert not any(outcome in (semconv.SPOOL_DROPPED, semconv.SPOOL_REJECTED) for _, outcome in counts), counts
+
+
+def test_a_batch_answered_too_late_is_sent_at_most_max_late_times(otlp_env, monkeypatch, caplog):
+    """The endpoint takes each request and answers after the exporter's timeout: the batch may have
+    arrived each time. It is sent ``spool.MAX_LATE`` times in all (counted in its file name), then dropped."""
+    monkeypatch.setattr(spool_export, "MIN_BACKOFF_S", 0.05)
+    monkeypatch.setattr(spool_export, "MAX_BACKOFF_S", 0.2)
+    otlp_env("http/protobuf")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    body = ExportTraceServiceRequest().SerializeToString()
+    with OtlpReceiver(delay=1.5) as rx:
+        exporter = OTLPSpanExporter(endpoint=f"{rx.url}/v1/traces", timeout=0.3)
+        sender = spool_send.sender_for(exporter, "traces")
+        assert sender.send(body) == spool_send.LATE  # a read timeout: it may have arrived
+        spooler = spool_export.Spooler("traces", exporter, sender, encode=lambda b: b)
+        try:
+            with caplog.at_level(logging.WARNING, logger="otel_verl"):
+                spooler._spool(body)
+                _until("given up on", lambda: spooler.pending == 0, 30.0)
+                time.sleep(1.0)  # nothing is sent after that
+        finally:
+            spool_export.finish([spooler])
+        assert len(rx.sizes) == 1 + spool.MAX_LATE, rx.sizes  # the probe above, then the spool's sends
+    assert spool_stats.counts()[("traces", semconv.SPOOL_DROPPED)] == (1, len(body))
+    assert [r for r in caplog.records if "without an answer in time" in r.getMessage()]
+
+
+def test_late_sends_are_counted_durably_across_processes(tmp_path):
+    """A batch sent twice too late by a process that then died is sent once more by the next, then dropped."""
+    root = tmp_path / "spool"
+    dest = spool.Destination("http", "http://c:4318/v1/traces", b"[]")
+    first = spool.Spool(str(root), spool.MIB)
+    first.folder_name("traces", dest)
+    assert first.put("traces", "traces", b"slow")
+    for n in (1, 2):
+        assert first.late(first.head("traces", "traces")) == n
+    first.close()  # ended: the next process takes it
+    assert [p.name for p in root.glob("*/traces/*.pb")] == ["0000000000000001.2.pb"]
+    nxt = spool.Spool(str(root), spool.MIB)
+    nxt.folder_name("traces", dest)
+    assert nxt.adopt("traces") == 1
+    assert nxt.late(nxt.head("traces", "traces")) == spool.MAX_LATE
+
+
+class _Picky:
+    """An endpoint that answers ``answer`` to the batches named in ``refuse`` and takes the others;
+    ``after``: it is back (takes everything) after that many more attempts."""
+
+    def __init__(self, refuse: set[bytes], answer: str = spool_send.RETRY) -> None:
+        self.refuse = refuse
+        self.answer = answer
+        self.after: int | None = None
+        self.sent: list[bytes] = []
+        self.attempts: list[bytes] = []
+
+    def send(self, body: bytes) -> str:
+        self.attempts.append(body)
+        if self.after is not None:
+            self.after -= 1
+            if self.after < 0:
+                self.refuse = set()
+        if body in self.refuse:
+            return self.answer
+        self.sent.append(body)
+        return spool_send.SENT
+
+
+def test_one_batch_the_endpoint_keeps_refusing_does_not_hold_up_the_others(monkeypatch):
+    monkeypatch.setattr(spool_export, "MIN_BACKOFF_S", 0.01)
+    monkeypatch.setattr(spool_export, "MAX_BACKOFF_S", 0.05)
+    inner = _Inner()
+    sender = _Picky({b"stuck"})
+    spooler = spool_export.Spooler("metrics", inner, sender, encode=lambda b: b)
+    try:
+        for body in (b"stuck", b"a", b"b", b"c"):
+            assert spooler.export(body, inner.send)  # the endpoint is away: all spooled
+        _until("the others sent", lambda: sender.sent == [b"a", b"b", b"c"])
+        assert spooler.pending == 1  # kept, behind them
+        sender.refuse.clear()
+        _until("the stuck one too", lambda: spooler.pending == 0)
+        assert sender.sent == [b"a", b"b", b"c", b"stuck"]
+    finally:
+        spool_export.finish([spooler])
+
+
+@pytest.mark.parametrize("answer", [spool_send.RETRY, spool_send.AWAY])
+def test_while_the_endpoint_refuses_everything_the_order_is_kept(monkeypatch, answer):
+    """Refused (an answer) or away (none) for many tries, then back: the batches go in their order,
+    also when the endpoint comes back just as the oldest had its tries."""
+    monkeypatch.setattr(spool_export, "MIN_BACKOFF_S", 0.01)
+    monkeypatch.setattr(spool_export, "MAX_BACKOFF_S", 0.02)
+    inner = _Inner()
+    bodies = [b"point %d" % i for i in range(5)]
+    sender = _Picky(set(bodies), answer)
+    spooler = spool_export.Spooler("metrics", inner, sender, encode=lambda b: b)
+    try:
+        for body in bodies:
+            assert spooler.export(body, inner.send)
+        _until("many tries", lambda: len(sender.attempts) >= 6 * spool_export.ROTATE_AFTER)
+        sender.refuse.clear()
+        _until("all sent", lambda: spooler.pending == 0)
+        assert sender.sent == bodies  # a metric series' points in time order
+        if answer == spool_send.AWAY:  # back just after the oldest's third try: still in order
+            sender.refuse, sender.after = {b"late 0", b"late 1"}, spool_export.ROTATE_AFTER
+            for body in (b"late 0", b"late 1"):
+                spooler.export(body, inner.send)
+            _until("all sent", lambda: spooler.pending == 0)
+            assert sender.sent[-2:] == [b"late 0", b"late 1"]
+    finally:
+        spool_export.finish([spooler])
+
+
+# A verl process of some job: its pipeline starts (and looks at the spool root); "look": it reports
+# how many dead folders it left for another destination once it has looked, "send": it just waits.
+JOB = textwrap.dedent(
+    """
+    import json, sys, time
+    from otel_verl import semconv
+    from otel_verl.process import spool
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.telemetry import build_own
+    t = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+    store = spool.current()
+    deadline = time.monotonic() + 60
+    while sys.argv[1] == "look" and not store._told and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(json.dumps({"left": len(store._told), "adopted": sum(map(len, store._adopted.values()))}), flush=True)
+    sys.stdin.readline()
+    t.shutdown(5.0)
+    """
+)
+
+
+def test_two_jobs_on_one_host_each_spool_goes_only_to_its_own_endpoint_with_its_own_token(otlp_env, tmp_path):
+    """Job A dies with a spool (endpoint A, token a). Job B (endpoint B, token b) and a job with
+    endpoint A but token c look at the same root and leave it alone; the next process of job A
+    sends it, to A, with token a."""
+    port_a = otlp_env("http/protobuf", OTEL_VERL_SPOOL_DIR=str(tmp_path / "spool"))
+    port_b = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def job(port: int, token: str) -> dict[str, str]:
+        return {
+            **env,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{token}",
+        }
+
+    dead = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", DIES], env=job(port_a, "a"), capture_output=True, text=True, timeout=120, check=True
+    )
+    span_id = dead.stdout.split()[-1]
+    assert list((tmp_path / "spool").glob("*/traces/*.pb"))
+    assert b"Bearer" not in b"".join(p.read_bytes() for p in (tmp_path / "spool").glob("*/*/destination"))
+    with OtlpReceiver(port=port_a) as rx_a, OtlpReceiver(port=port_b) as rx_b:
+        for port, token in ((port_b, "b"), (port_a, "c")):
+            other = subprocess.Popen(  # noqa: S603
+                [sys.executable, "-c", JOB, "look"], env=job(port, token), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            said = json.loads(other.stdout.readline())
+            other.communicate(b"\n", timeout=60)
+            assert said["left"] >= 1 and said["adopted"] == 0, said
+        assert span_id not in rx_b.span_ids() and span_id not in rx_a.span_ids()
+        assert list((tmp_path / "spool").glob("*/traces/*.pb"))  # untouched
+        own = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-c", JOB, "send"], env=job(port_a, "a"), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        try:
+            own.stdout.readline()
+            _until("the dead process's span at its own endpoint", lambda: span_id in rx_a.span_ids())
+        finally:
+            own.communicate(b"\n", timeout=60)
+        carried = [h for path, h, body in rx_a.requests if path == "/v1/traces" and span_id in str(body)]
+        assert carried and all(h["authorization"] == "Bearer a" for h in carried)
+        assert span_id not in rx_b.span_ids()
+    assert not list((tmp_path / "spool").glob("*/traces/*.pb"))
+
+
+# A verl process under the requests, urllib3 and grpc instrumentations of ``opentelemetry-bootstrap``
+# (their spans recorded in memory): its endpoint (PROTOCOL) is away, then back (direct sends, spooled
+# batches re-sent), it ends, and a spool an ended process left is replayed (OTLP/HTTP); then the
+# user's own calls: an SDK exporter of that protocol and a ``requests`` POST. Prints the
+# instrumentations' spans before and after the user's calls.
+TRACED = textwrap.dedent(
+    """
+    import json, os, sys, time
+    sys.path.append(sys.argv[1])  # the bootstrap's instrumentations, behind the venv's packages
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.instrumentation.grpc import GrpcInstrumentorClient
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
+    from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    from opentelemetry import trace
+    trace.set_tracer_provider(provider)  # the grpc instrumentation takes the global one
+    RequestsInstrumentor().instrument(tracer_provider=provider)
+    URLLib3Instrumentor().instrument(tracer_provider=provider)
+    GrpcInstrumentorClient().instrument(tracer_provider=provider)
+    import requests
+    from otlp_grpc_receiver import GrpcReceiver
+    from otlp_http_receiver import OtlpReceiver
+    from otel_verl import semconv
+    from otel_verl.offline.replay_spool import replay_spool
+    from otel_verl.process import exporters, spool, spool_stats
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.telemetry import build_own
+    grpc_protocol = os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
+
+    def until(probe):
+        deadline = time.monotonic() + 60
+        while not probe():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    def steps(t, n):
+        for step in range(n):
+            with t.tracer.start_as_current_span(semconv.SPAN_STEP):
+                pass
+            t.request_flush()
+
+    t = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+    steps(t, 2)
+    until(lambda: spool_stats.counts().get(("traces", "spooled")))
+    port = int(sys.argv[2])
+    rx = GrpcReceiver(port) if grpc_protocol else OtlpReceiver(port=port).__enter__()
+    until(lambda: all(s.pending == 0 for s in t._spoolers) and rx.span_ids())
+    steps(t, 2)  # straight out again
+    t.shutdown(5.0)
+    http = OtlpReceiver().__enter__()
+    dead = spool.Spool(sys.argv[3], spool.MIB)
+    dead.folder_name("traces", spool.Destination("http", http.url + "/v1/traces", b"[]"))
+    body = open(sys.argv[4], "rb").read()
+    dead.put("traces", "traces", body)
+    dead.close()
+    replay_spool(sys.argv[3], endpoint=http.url, env={}, out=open(os.devnull, "w"))
+    ours = [s.name for s in memory.get_finished_spans()]
+    received = len(rx.requests) + len(http.requests)
+    users_spans = InMemorySpanExporter()
+    users_provider = TracerProvider()
+    users_provider.add_span_processor(SimpleSpanProcessor(users_spans))
+    with users_provider.get_tracer("user").start_as_current_span("user's"):
+        pass
+    exporter = next(iter(exporters.exporter_classes("traces").values()))()  # the user's own, not otel-verl's
+    exporter.export(users_spans.get_finished_spans())
+    requests.post(http.url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}, timeout=5)
+    users = [s.name for s in memory.get_finished_spans()][len(ours):]
+    print(json.dumps({"ours": ours, "users": users, "received": received}))
+    """
+)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_no_export_resend_flush_or_replay_is_ever_traced_by_the_bootstrap_instrumentations(
+    otlp_env, tmp_path, protocol
+):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from verl_cpu_harness import bootstrap_site
+
+    site, _ = bootstrap_site.build()  # what `opentelemetry-bootstrap -a install` adds (cached)
+    port = otlp_env(protocol, OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+    request = ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.add(name="s", trace_id=b"\1" * 16, span_id=b"\1" * 8)
+    (tmp_path / "body.pb").write_bytes(request.SerializeToString())
+    tests = str(Path(__file__).resolve().parents[2])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([*sys.path, tests]),
+        "OTEL_VERL_SPOOL_DIR": str(tmp_path / "spool"),
+    }
+    got = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", TRACED, str(site), str(port), str(tmp_path / "dead"), str(tmp_path / "body.pb")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert got.returncode == 0, got.stderr[-3000:]
+    result = json.loads(got.stdout.splitlines()[-1])
+    assert result["received"] >= 3, result  # spooled and re-sent, sent, replayed: it all went out
+    assert result["ours"] == [], result  # not one span of an export
+    # the instrumentations were live: the user's own exporter call and POST are traced
+    assert len(result["users"]) >= 2 and "POST" in result["users"], result

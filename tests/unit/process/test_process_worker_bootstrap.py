@@ -72,3 +72,70 @@ def test_a_distro_and_configurator_the_user_named_still_run():
     assert seen["tracer_provider"] == "TracerProvider"
     assert seen["configurator_var"] == "configurator"
     assert seen["exporter"] == "otlp"  # the named distro's default
+
+
+# An instrumentation that starts a Python process while the bootstrap runs (as one that probes a
+# tool might), found through its entry point like any other.
+SPAWNER = """
+import os, subprocess, sys
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+class Spawner(BaseInstrumentor):
+    def instrumentation_dependencies(self):
+        return []
+
+    def _instrument(self, **kwargs):
+        with open(os.environ["PROBE_LOG"], "a") as log:
+            log.write(f"bootstrap {os.getpid()}\\n")
+        if not os.environ.get("PROBE_CHILD"):  # bounded here; without the guard it would not be
+            subprocess.run([sys.executable, "-c", "pass"], env={**os.environ, "PROBE_CHILD": "1"}, check=True)
+
+    def _uninstrument(self, **kwargs):
+        pass
+"""
+USER_SITE = """
+import os, sys
+with open(os.environ["PROBE_LOG"], "a") as log:
+    log.write(f"user {os.getpid()} {sys.modules['sitecustomize'].__file__}\\n")
+"""
+
+
+def _site_run(tmp_path, *python_path: str) -> list[list[str]]:
+    plugin, user = tmp_path / "plugin", tmp_path / "user"
+    (plugin / "spawner-1.0.dist-info").mkdir(parents=True)
+    (plugin / "spawner-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: spawner\nVersion: 1.0\n")
+    (plugin / "spawner-1.0.dist-info" / "entry_points.txt").write_text(
+        "[opentelemetry_instrumentor]\nspawner = probe_spawner:Spawner\n"
+    )
+    (plugin / "probe_spawner.py").write_text(SPAWNER)
+    user.mkdir()
+    (user / "sitecustomize.py").write_text(USER_SITE)
+    log = tmp_path / "log"
+    log.touch()
+    _start(
+        os.pathsep.join([*python_path, str(user), str(plugin)]),
+        PROBE_LOG=str(log),
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="verl",  # the bootstrap alone
+    )
+    return [line.split() for line in log.read_text().splitlines()]
+
+
+def test_the_bootstrap_runs_once_and_the_users_own_sitecustomize_once_per_process(tmp_path):
+    lines = _site_run(tmp_path, SITE_DIR)
+    bootstraps = [pid for kind, pid, *_ in lines if kind == "bootstrap"]
+    users = [(pid, where) for kind, pid, where in (line for line in lines if line[0] == "user")]
+    assert len(bootstraps) == 1, lines  # the child the bootstrap started did not run it again
+    # the user's sitecustomize ran in the worker (after the bootstrap) and in that child, once each,
+    # and is what `import sitecustomize` gives there, as without this folder
+    assert sorted(pid for pid, _ in users) == sorted({pid for pid, _ in users}) and len(users) == 2, lines
+    assert bootstraps[0] in [pid for pid, _ in users]
+    assert {where for _, where in users} == {str(tmp_path / "user" / "sitecustomize.py")}
+
+
+def test_a_second_copy_of_the_folder_on_the_path_is_not_run_as_the_next_sitecustomize(tmp_path):
+    copy = tmp_path / "elsewhere" / "_worker_site"
+    copy.parent.mkdir()
+    copy.symlink_to(SITE_DIR)
+    lines = _site_run(tmp_path, SITE_DIR, SITE_DIR, str(copy))
+    assert [line[0] for line in lines].count("bootstrap") == 1, lines
+    assert [line[0] for line in lines].count("user") == 2, lines
