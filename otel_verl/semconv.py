@@ -295,6 +295,10 @@ EVENT_STALL_STACKS = "verl.stall.stacks"  # log record per process: body = the s
 ATTR_STALL_EPISODE = "verl.stall.episode"  # 1, 2, ... per run
 ATTR_STALL_SECONDS = "verl.stall.seconds"  # how long no step had finished
 ATTR_RAY_ACTOR_CLASS = "ray.actor.class"  # the Ray actor class of the reporting process
+# The stall doctor's records also carry their event name as this attribute (semconv's deprecated
+# predecessor of the LogRecord EventName field): Loki 3.7 drops the field but stores attributes as
+# structured metadata (``event_name``), and VictoriaLogs stores it as a field (docs/stall-doctor.md).
+ATTR_EVENT_NAME = "event.name"
 
 # ---------------------------------------------------------------- otel-verl's own cost (process.overhead)
 M_OVERHEAD_CPU_TIME = "otel_verl.overhead.cpu_time"  # observable counter, attribute ATTR_OVERHEAD_COMPONENT

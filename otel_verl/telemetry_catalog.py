@@ -244,6 +244,12 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.ATTR_STALL_EPISODE, "int", "1, 2, ... per run."),
     AttributeDoc(s.ATTR_STALL_SECONDS, "double", "How long no training step had finished."),
     AttributeDoc(s.ATTR_RAY_ACTOR_CLASS, "string", "The Ray actor class of the reporting process."),
+    AttributeDoc(
+        s.ATTR_EVENT_NAME,
+        "string",
+        "The record's event name, also as an attribute: Loki 3.7 does not store the EventName field "
+        "([Stall doctor](stall-doctor.md)).",
+    ),
     # ------------------------------------------------------------ otel-verl itself
     AttributeDoc(s.ATTR_OVERHEAD_COMPONENT, "string", ", ".join(f"`{c}`" for c in s.OVERHEAD_COMPONENTS) + "."),
     AttributeDoc(s.ATTR_DROPPED_KIND, "string", ", ".join(f"`{k}`" for k in s.DROPPED_KINDS) + "."),
@@ -503,19 +509,19 @@ EVENTS: tuple[EventDoc, ...] = (
     EventDoc(
         s.EVENT_TRAINING_STALLED,
         "log record (TaskRunner, WARNING)",
-        (s.ATTR_STEP, s.ATTR_STALL_SECONDS, s.ATTR_STALL_EPISODE),
+        (s.ATTR_STEP, s.ATTR_STALL_SECONDS, s.ATTR_STALL_EPISODE, s.ATTR_EVENT_NAME),
         "No training step has finished for `OTEL_VERL_STALL_AFTER`.",
     ),
     EventDoc(
         s.EVENT_STALL_STACKS,
         "log record (every verl process)",
-        (s.ATTR_STEP, s.ATTR_STALL_EPISODE, s.ATTR_RAY_ACTOR_CLASS),
+        (s.ATTR_STEP, s.ATTR_STALL_EPISODE, s.ATTR_RAY_ACTOR_CLASS, s.ATTR_EVENT_NAME),
         "Body: the Python stacks of all the process's threads, in the trace of the step in progress.",
     ),
     EventDoc(
         s.EVENT_TRAINING_RESUMED,
         "log record (TaskRunner)",
-        (s.ATTR_STEP, s.ATTR_STALL_EPISODE),
+        (s.ATTR_STEP, s.ATTR_STALL_EPISODE, s.ATTR_EVENT_NAME),
         "A step finished again after a stall.",
     ),
 )

@@ -15,7 +15,8 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
   set): otherwise they time nothing, twice a step (their time stays in ``verl.stage.duration``);
 * the ``verl.stage.duration`` histogram is not recorded here but from the ``timing_s/<stage>``
   values verl logs once per step (``otel_verl.instruments.training``): equal to verl's figures by construction,
-  and a metric record in the SDK per stage call stays off the training thread's path;
+  and a metric record in the SDK per stage call stays off the training thread's path. Each stage's
+  last span context of the step (``PROCESS.stage_spans``) goes with those values, as their exemplar;
 * where the step's time went (``accounting``): ``verl.step.time`` by category, ``verl.time.*``
   attributes on the step span, ``verl.trainer.idle_ratio``, v1's ``verl.trainer.poll_lag``; per
   pool role ``verl.pool.time``, ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``;
@@ -82,6 +83,7 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
     if name == STEP:
         STEP_CLOCK.step_started(attrs.get(semconv.ATTR_STEP), state[0].get_span_context())
         ACCOUNT.step_started(span_id)
+        PROCESS.stage_spans = {}
     else:
         ACCOUNT.stage_started(span_id, parent_id)
         if name in LONG_STAGES:  # validation, checkpoint: the stall clock's own norm (stall.watchdog)
@@ -113,6 +115,7 @@ def _profiler_on(trainer: Any) -> bool:
 def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
     span_id = state[0].get_span_context().span_id
     seconds = pools = lag = None
+    PROCESS.stage_spans[name] = state[0].get_span_context()  # timing_s/<name>'s exemplar ("step": the step's)
     if name == STEP:
         seconds = ACCOUNT.step_ended(span_id)
         if seconds is not None:

@@ -20,12 +20,20 @@ from otel_verl.instruments.training import TrainingMetrics
 from otel_verl.process.state import PROCESS
 
 if TYPE_CHECKING:  # the SDK is imported where the pipeline is built, not with the hooks
+    from opentelemetry.trace import SpanContext
+
     from otel_verl.process.telemetry import Telemetry
 
 
 @safe("metrics from Tracking.log")
-def _record_now(telemetry: Telemetry, training: TrainingMetrics, data: Mapping[str, Any], forward_all: bool) -> None:
-    training.record_log(data, forward_all=forward_all)
+def _record_now(
+    telemetry: Telemetry,
+    training: TrainingMetrics,
+    data: Mapping[str, Any],
+    forward_all: bool,
+    stage_spans: Mapping[str, SpanContext],
+) -> None:
+    training.record_log(data, forward_all=forward_all, stage_spans=stage_spans)
     telemetry.export_now()  # the step's metrics, and its spans too, not 5 s later
 
 
@@ -36,7 +44,8 @@ def _record(data: Any) -> None:
     payload, forward_all = dict(data), settings().forward_metrics  # verl may reuse its dict
     # the pipeline of now, not of when the background thread gets to it
     telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
-    telemetry.submit(lambda: _record_now(telemetry, training, payload, forward_all))
+    stage_spans = dict(PROCESS.stage_spans)  # the step's stage spans: the exemplars of its timing_s values
+    telemetry.submit(lambda: _record_now(telemetry, training, payload, forward_all, stage_spans))
 
 
 def _log_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -9,8 +9,11 @@ start of every collection, by any reader, in the collecting thread (the step exp
 the periodic reader's thread): an observable instrument's callback runs before the SDK reads its
 aggregations (``_drain``; it observes nothing itself, so it never exports a point). A value is
 in the first collection after it was queued, as it would have been recorded then, with the
-attributes and the exemplar context of the moment it was queued; only an exemplar's timestamp is
-the collection's.
+attributes it was queued with; only an exemplar's timestamp is the collection's.
+
+Exemplars: a value's exemplar context is the caller's current context when it was queued, or one
+the caller passes (``context``): a function of none is called at the recording, so that the
+exemplar can name a span whose fate (exported or not) is decided after the value was queued.
 
 Bounded: at ``MAX_QUEUED`` values the queue is recorded at once, in the queuing thread: nothing
 is lost, and a pipeline that never collects (no reader, the API's no-op meter) holds no more.
@@ -19,7 +22,7 @@ is lost, and a pipeline that never collects (no reader, the API's no-op meter) h
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -29,20 +32,25 @@ from otel_verl import semconv
 
 MAX_QUEUED = 8192  # values waiting for a collection (three per trajectory)
 
+ExemplarContext = otel_context.Context | Callable[[], otel_context.Context]
+
 
 class Deferred:
     """The queue of one meter's deferred histogram values."""
 
     def __init__(self, meter: Meter) -> None:
-        self._queue: deque[tuple[Any, float, dict[str, Any], Any]] = deque()
+        self._queue: deque[tuple[Any, float, dict[str, Any], ExemplarContext]] = deque()
         self._gauge = meter.create_observable_gauge(
             semconv.DEFERRED_RECORDER, callbacks=[self._drain], description="records queued values; no points"
         )
 
-    def record(self, instrument: Any, value: float, attributes: dict[str, Any]) -> None:
-        """``instrument.record(value, attributes)`` at the next collection (the caller's context)."""
+    def record(
+        self, instrument: Any, value: float, attributes: dict[str, Any], context: ExemplarContext | None = None
+    ) -> None:
+        """``instrument.record(value, attributes)`` at the next collection, its exemplar context
+        ``context`` (a context, or a function that gives one then), by default the caller's current one."""
         queue = self._queue
-        queue.append((instrument, value, attributes, otel_context.get_current()))
+        queue.append((instrument, value, attributes, otel_context.get_current() if context is None else context))
         if len(queue) >= MAX_QUEUED:
             self.flush()
 
@@ -54,6 +62,8 @@ class Deferred:
                 instrument, value, attributes, ctx = queue.popleft()
             except IndexError:
                 return
+            if callable(ctx):
+                ctx = ctx()
             instrument.record(value, attributes, context=ctx)
 
     @property

@@ -15,11 +15,21 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.metrics import Meter
+from opentelemetry.trace import SpanContext
 
 from otel_verl import semconv
 from otel_verl._values import as_float
 from otel_verl.instruments import catalog
+
+
+def _span_context(span: SpanContext | None) -> otel_context.Context:
+    """A context whose current span is ``span`` (an exemplar's link); empty without one."""
+    if span is None or not span.is_valid:
+        return otel_context.Context()
+    return trace.set_span_in_context(trace.NonRecordingSpan(span), otel_context.Context())
 
 
 class TrainingMetrics:
@@ -48,9 +58,16 @@ class TrainingMetrics:
             gauge = self._gauges[key] = catalog.create(self._meter, catalog.logged_value(key))
         return gauge
 
-    def record_log(self, data: Mapping[str, Any], forward_all: bool = True) -> int:
-        """Record one ``Tracking.log`` payload; returns how many values were recorded."""
+    def record_log(
+        self, data: Mapping[str, Any], forward_all: bool = True, stage_spans: Mapping[str, SpanContext] | None = None
+    ) -> int:
+        """Record one ``Tracking.log`` payload; returns how many values were recorded.
+
+        ``stage_spans``: stage -> the span that timed it in this step; a ``timing_s/<stage>`` value's
+        exemplar names that span (none without one: the recording thread's own context is not the
+        step's)."""
         recorded = 0
+        spans = stage_spans or {}
         for key, raw in data.items():
             value = as_float(raw)
             if value is None or not isinstance(key, str):
@@ -69,7 +86,7 @@ class TrainingMetrics:
             elif (stage := semconv.stage_of(key)) is not None and value >= 0:
                 # One value per stage and step, exactly what verl reports: cheaper than a record
                 # per stage call on the training thread, and equal to timing_s by construction.
-                self.stage_duration.record(value, {semconv.ATTR_STAGE: stage})
+                self.stage_duration.record(value, {semconv.ATTR_STAGE: stage}, context=_span_context(spans.get(stage)))
             recorded += 1
         return recorded
 

@@ -35,6 +35,9 @@ class ProcessState:
         # (id of the step's timing dict, the step span's context): stages verl times outside
         # the ``step`` timer (``testing``) join that step's trace.
         self.last_step: tuple[int, SpanContext] | None = None
+        # stage -> the context of its last span in the current (or just ended) step: the exemplar of
+        # that step's ``verl.stage.duration`` value (verl logs its timing_s after the spans ended).
+        self.stage_spans: dict[str, SpanContext] = {}
 
     # -- configuration -------------------------------------------------------------
     def use_providers(self, tracer_provider: Any, meter_provider: Any, logger_provider: Any = None) -> None:
@@ -119,6 +122,7 @@ class ProcessState:
         pipeline stays: its exit shutdown is registered)."""
         self.trainer = None
         self.last_step = None
+        self.stage_spans = {}
         self._given_logs = None
 
 

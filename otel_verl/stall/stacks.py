@@ -66,6 +66,7 @@ def report(state: dict[str, Any], actor_class: str | None = None) -> bool:
         semconv.RES_HOST_NAME: socket.gethostname(),
         semconv.ATTR_STALL_EPISODE: int(state.get("episode", 0)),
         semconv.ATTR_STALL_SECONDS: float(state.get("stalled_s", 0.0)),
+        semconv.ATTR_EVENT_NAME: semconv.EVENT_STALL_STACKS,
     }
     if identity.rank is not None:
         attrs[semconv.RES_RANK] = identity.rank

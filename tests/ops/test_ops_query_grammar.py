@@ -410,21 +410,31 @@ def check_logql(result: dict, view: LokiView) -> list[str]:
     for lb in result["labels"]:
         if not lb["after_label_maker"] and lb["name"] not in view.stream_labels | view.metadata:
             problems.append(f"label {lb['name']!r} ({lb['in']}) is not a label of any record")
-    simple = result["kind"] == "LogExpr" and all(
+    if _simple(result) and not problems and not selected(result, view):
+        problems.append(f"selects none of the run's {len(view.records)} log records")
+    return problems
+
+
+def _simple(result: dict) -> bool:
+    """A stream selector and label filters of one matcher each: what ``selected`` evaluates."""
+    return result["kind"] == "LogExpr" and all(
         s["kind"] == "LabelFilter" and s["single_matcher"] for s in result["stages"]
     )
-    if simple and not problems:
-        # A missing label reads as "" in Loki's label filters.
-        def selects(labels: dict[str, str], meta: dict[str, str]) -> bool:
-            for m in result["matchers"]:
-                scope = labels if m["in"] == "Selector" else {**meta, **labels}
-                if not _matches(m["op"], scope.get(m["label"], ""), m["value"]):
-                    return False
-            return True
 
-        if not any(selects(labels, meta) for labels, meta in view.records):
-            problems.append(f"selects none of the run's {len(view.records)} log records")
-    return problems
+
+def selected(result: dict, view: LokiView) -> list[int]:
+    """The indexes of ``view``'s records a simple parsed LogQL query selects (a missing label reads
+    as "" in Loki's label filters)."""
+    assert _simple(result), result
+
+    def selects(labels: dict[str, str], meta: dict[str, str]) -> bool:
+        for m in result["matchers"]:
+            scope = labels if m["in"] == "Selector" else {**meta, **labels}
+            if not _matches(m["op"], scope.get(m["label"], ""), m["value"]):
+                return False
+        return True
+
+    return [i for i, (labels, meta) in enumerate(view.records) if selects(labels, meta)]
 
 
 INTRINSIC_NAME = {"name", "span:name"}
@@ -629,3 +639,37 @@ def test_the_name_checks_fail_on_records_that_lack_the_names(grammar: Parse) -> 
     assert verdicts["ok-t"] == [] and verdicts["ok-l"] == [], verdicts
     assert all(verdicts[k] for k in cases if not k.startswith("ok-")), verdicts
     assert "structured metadata, not a stream label" in verdicts["meta-in-selector"][0]
+
+
+def test_the_stall_doctors_documented_loki_query_selects_exactly_its_stacks(grammar: Parse) -> None:
+    """docs/stall-doctor.md's LogQL query, parsed by Grafana's grammar and evaluated on records from the
+    stall doctor's own emitter as the kit's Loki stores them (``LokiView``: index labels from
+    loki.yaml, attributes as structured metadata; Loki 3.7 keeps no EventName field), beside another
+    record of the same run. A model of Loki, not Loki: it is AGPL and not run here."""
+    from unittest import mock
+
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+
+    from otel_verl.process.state import PROCESS
+    from otel_verl.stall import stacks
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider(resource=Resource.create({"service.name": "verl", "verl.run.id": RUN_ID}))
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    provider.get_logger("other").emit(body="an ordinary log line of the run", attributes={"verl.step": 2})
+    with mock.patch.object(PROCESS, "logger_provider", lambda: provider):
+        assert stacks.report({"state": "stalled", "episode": 1, "seq": 1, "step": 2, "stalled_s": 31.0})
+    logs = []
+    for data in exporter.get_finished_logs():
+        r = data.log_record
+        attrs, res = dict(r.attributes or {}), dict(data.resource.attributes)
+        logs.append(LogEntry(r.event_name or "", str(r.body), attrs, res, format(r.trace_id, "032x"), "", 0, ""))
+    view = LokiView(logs, loki_index_attributes())
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "stall-doctor.md").read_text()
+    (query,) = re.findall(r"`(\{verl_run_id=\"<run id>\"\}[^`]*)`", doc)
+    result = grammar([("q", "logql", query.replace("<run id>", RUN_ID))])["q"]
+    assert result["ok"], _describe(result, query)
+    assert check_logql(result, view) == []
+    assert [logs[i].event_name for i in selected(result, view)] == ["verl.stall.stacks"]

@@ -7,6 +7,7 @@ missing, without them. About 15 s when they are there.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from opentelemetry._logs import SeverityNumber
@@ -29,9 +31,12 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opskit import COLLECTOR, free_ports, get_json, stack_bin_dir
+from opskit import COLLECTOR, REPO, free_ports, get_json, stack_bin_dir
 
+from otel_verl import semconv
 from otel_verl.live import stack
+from otel_verl.process.state import PROCESS
+from otel_verl.stall import stacks
 
 pytestmark = pytest.mark.live_stack  # runs last; waits for a background backends build
 
@@ -123,6 +128,9 @@ def sent(live_stack) -> dict[str, Any]:
     kl = mp.get_meter("otel-verl-stack-test").create_gauge("verl.training.kl")
     kl.set(0.125, {"verl.kl.source": "kl_loss"})
     mp.get_meter("otel-verl-stack-test").create_counter("verl.training.steps", unit="{step}").add(1)
+    # the stall doctor's stacks record, from its own emitter, into the same stack
+    with mock.patch.object(PROCESS, "logger_provider", lambda: lp):
+        assert stacks.report({"state": "stalled", "episode": 1, "seq": 1, "step": 2, "stalled_s": 31.0}, "HFCPUServer")
     assert mp.force_flush(10_000) and tp.force_flush(10_000) and lp.force_flush(10_000)
     for provider in (tp, mp, lp):
         provider.shutdown()
@@ -172,6 +180,22 @@ def test_logs_arrive_in_victorialogs_with_trace_ids_and_resource(sent):
     assert record["_msg"] == f"stage gen of {run_id}"
     assert record["trace_id"] == sent["trace_id"]
     assert record["verl.run.id"] == run_id and record["service.name"] == "otel-verl-stack-test"
+
+
+def test_the_stall_doctors_documented_logsql_query_finds_exactly_its_stacks(sent):
+    """docs/stall-doctor.md's VictoriaLogs query, as a user copies it, on this stack: the stacks record
+    and not the run's other record."""
+    port, run_id = sent["ports"]["victorialogs"], sent["run_id"]
+    doc = (REPO / "docs" / "stall-doctor.md").read_text()
+    (query,) = re.findall(r'`("verl\.run\.id":="<run id>"[^`]*)`', doc)
+    params = urllib.parse.urlencode({"query": query.replace("<run id>", run_id)})
+    records = _until(
+        "stall stacks record",
+        lambda: get_json(f"http://127.0.0.1:{port}/select/logsql/query?{params}", json_lines=True, timeout=5),
+    )
+    (record,) = records
+    assert record[semconv.ATTR_EVENT_NAME] == semconv.EVENT_STALL_STACKS and record["verl.run.id"] == run_id
+    assert 'Thread "MainThread"' in record["_msg"] and record[semconv.ATTR_RAY_ACTOR_CLASS] == "HFCPUServer"
 
 
 def test_status_reports_every_component_ready(live_stack, tmp_path):

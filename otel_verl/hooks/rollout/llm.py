@@ -67,7 +67,7 @@ def _llm_start(instance: Any, kwargs: dict[str, Any]) -> rs.LLMCall:
     if traj is not None and traj.rec is not None:
         attrs = _request_attributes(instance, traj, kwargs)
         rec = trajectory.child_record(traj, semconv.SPAN_ROLLOUT_LLM_CALL, attrs, SpanKind.CLIENT)
-    call = rs.LLMCall(rec, rs.clock(), {semconv.ATTR_ROLLOUT_VALIDATE: validate})
+    call = rs.LLMCall(rec, rs.clock(), {semconv.ATTR_ROLLOUT_VALIDATE: validate}, traj)
     call.token = rs.LLM_CALL.set(call)  # _acquire_server, inside the call, finds it here
     return call
 
@@ -102,7 +102,9 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
     duration = rs.clock() - call.start
     status = rs.status_of(error)
     inst = rs.metrics()
-    inst.deferred.record(inst.llm_call, duration, {**call.attrs, semconv.ATTR_ROLLOUT_STATUS: status})
+    # exemplar: the trajectory's span (its trace holds the call) once its tree was exported, else none
+    exemplar = trajectory.exemplar_context(call.trajectory)
+    inst.deferred.record(inst.llm_call, duration, {**call.attrs, semconv.ATTR_ROLLOUT_STATUS: status}, exemplar)
     rec = call.rec
     if rec is None:
         return

@@ -98,13 +98,14 @@ class Trajectory:
 
 
 class LLMCall:
-    __slots__ = ("rec", "start", "attrs", "token")
+    __slots__ = ("rec", "start", "attrs", "token", "trajectory")
 
-    def __init__(self, rec: Rec | None, start: float, attrs: dict[str, Any]) -> None:
+    def __init__(self, rec: Rec | None, start: float, attrs: dict[str, Any], trajectory: Any = None) -> None:
         self.rec = rec
         self.start = start
         self.attrs = attrs
         self.token: Any = None
+        self.trajectory: Trajectory | None = trajectory  # the one it was made in: its exemplar's span
 
 
 class Group:

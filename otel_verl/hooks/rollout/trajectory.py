@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -198,9 +199,10 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
     status = rs.status_of(error)
     inst = rs.metrics()
     attrs = {semconv.ATTR_ROLLOUT_VALIDATE: st.validate, semconv.GEN_AI_AGENT_NAME: st.agent}
-    inst.deferred.record(inst.trajectory, duration, {**attrs, semconv.ATTR_ROLLOUT_STATUS: status})
+    exemplar = exemplar_context(st)
+    inst.deferred.record(inst.trajectory, duration, {**attrs, semconv.ATTR_ROLLOUT_STATUS: status}, exemplar)
     if st.response_tokens is not None:
-        inst.deferred.record(inst.response_tokens, st.response_tokens, attrs)
+        inst.deferred.record(inst.response_tokens, st.response_tokens, attrs, exemplar)
     rec = st.rec
     if rec is not None:
         rec.attributes[semconv.ATTR_ROLLOUT_STATUS] = status
@@ -235,6 +237,24 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
                 group.not_kept += 1
     if group.in_flight <= 0:
         _group_done(st.key, group)
+
+
+def exemplar_context(st: rs.Trajectory | None) -> Callable[[], otel_context.Context]:
+    """The exemplar context of the values of ``st`` (and of its LLM calls): its span once its tree was
+    exported, else none.
+
+    Called when the values are recorded (at the next collection): a tree that was dropped, or is
+    not decided yet, has no span to click through to, and a value outside any trajectory none of
+    its own, so those carry no exemplar (an empty context: the SDK's trace-based filter offers none)."""
+
+    def context() -> otel_context.Context:
+        if st is None or st.kept is None:
+            return otel_context.Context()
+        trace_id, span_id = st.kept
+        span = trace.NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED))
+        return trace.set_span_in_context(span, otel_context.Context())
+
+    return context
 
 
 def _decide(st: rs.Trajectory, keep: bool, because: str = "", rate: float = 1.0, rank: int | None = None) -> None:

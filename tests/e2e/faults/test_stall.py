@@ -3,18 +3,25 @@ request (``VERL_CPU_HARNESS_HANG_AFTER``: step 1 takes 8, so step 2 hangs) and
 ``OTEL_VERL_STALL_AFTER=30``. Within the limit plus a bounded delay every verl process has
 reported its threads' stacks, the rollout server's naming the function it is stuck in; the test
 then kills the job, as a user would: once those reports are on disk (plus a few seconds for the
-console and the stalled gauge), or at the latest after ``KILL_AFTER_S``."""
+console and the stalled gauge), or at the latest after ``KILL_AFTER_S``. The shipped stall alerts
+fire on the series the hung run exported (``promreplay``)."""
 
 from __future__ import annotations
 
 import json
 import re
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from otel_verl import semconv
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "ops"))  # the kit's rules, replayed on this run
+from opskit import require_tool  # noqa: E402
+from promreplay import Replay, run_series  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -138,6 +145,27 @@ def test_the_taskrunner_said_the_run_stalled(hung):
     assert res[semconv.RES_ROLE] == "taskrunner" and int(_attrs(rec)[semconv.ATTR_STEP]) == 2
     stalled = [p for p in hung.points if p.name == semconv.M_TRAINING_STALLED]
     assert stalled and stalled[-1].value == 1
+
+
+# The hung run replayed 300 times slower: its stall of at least STALL_AFTER s lasts 2.5 h and more.
+SLOWER = 300
+
+
+def test_the_stall_alerts_fire_on_the_series_this_run_exported(hung, tmp_path):
+    """The stall doctor's alert once its gauge says so, and the heartbeat's fixed-threshold alert (30 min
+    warning, 2 h critical) on the same series slowed down; neither at step 1."""
+    require_tool("promtool")
+    replay = Replay(run_series(hung.telemetry_dir), slower=SLOWER, step_s=60)
+    run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
+    step1 = replay.after("verl_training_step")
+    stalled = replay.after("verl_training_stalled")
+    assert stalled - step1 >= STALL_AFTER * SLOWER * 0.9  # the stall doctor waited its limit
+    names = ("VerlStallDoctorStalled", "VerlTrainingStalled")
+    got = replay.alerts(tmp_path, [(a, t) for a in names for t in (step1, stalled)])
+    for alert in names:
+        assert not got[(alert, step1)], (alert, got[(alert, step1)])
+        assert {a["verl_run_id"] for a in got[(alert, stalled)]} == {run_id}, (alert, got[(alert, stalled)])
+    assert {a["severity"] for a in got[("VerlTrainingStalled", stalled)]} == {"warning", "critical"}
 
 
 # ---------------------------------------------------------------- a slow validation, then a hung one

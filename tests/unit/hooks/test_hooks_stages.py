@@ -156,3 +156,32 @@ def test_validation_and_checkpoint_stages_tell_the_stall_clock(captured, v0_trai
     assert seen == ["testing", None, "save_checkpoint", "testing"]
     assert clock.stage is None
     assert {k: len(v) for k, v in clock.stage_durations.items()} == {"testing": 2, "save_checkpoint": 1}
+
+
+def test_each_stage_value_has_its_steps_stage_span_as_exemplar(captured, v0_trainer):
+    """The histogram is recorded on the background recorder (an empty context there): the exemplar of
+    a step's ``timing_s/<stage>`` value is still exactly that step's span of that stage."""
+    from verl.utils.profiler import marked_timer
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking(project_name="p", experiment_name="e", default_backend=[])
+    for step in (1, 2):
+        v0_trainer.global_steps = step
+        timing: dict[str, float] = {}
+        with marked_timer("step", timing):
+            for stage in ("gen", "update_actor"):
+                with marked_timer(stage, timing):
+                    pass
+        tracking.log(data={f"timing_s/{k}": v for k, v in timing.items()}, step=step)
+        points = captured.metric_points()  # a collection per step, as each step's export
+        spans = {
+            s.attributes.get(semconv.ATTR_STAGE, "step"): s
+            for s in captured.finished()
+            if s.attributes.get(semconv.ATTR_STEP) == step
+        }
+        hist = {p.attributes[semconv.ATTR_STAGE]: p for p in points[semconv.M_STAGE_DURATION]}
+        for stage in ("step", "gen", "update_actor"):  # step: the step's root span
+            exemplars = [e for e in hist[stage].exemplars if e.value == timing[stage]]
+            assert exemplars, (step, stage, hist[stage].exemplars)
+            ctx = spans[stage].context
+            assert {(e.trace_id, e.span_id) for e in exemplars} == {(ctx.trace_id, ctx.span_id)}, (step, stage)

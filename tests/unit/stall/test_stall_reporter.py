@@ -60,6 +60,9 @@ def test_a_publication_is_reported_once_with_the_steps_trace(logged, monkeypatch
     assert "_blocked_in_a_named_function" in rec.body
     assert rec.attributes[semconv.ATTR_STEP] == 4 and rec.attributes[semconv.ATTR_STALL_EPISODE] == 1
     assert format(rec.trace_id, "032x") == TRACE and format(rec.span_id, "016x") == SPAN
+    # the event name also as an attribute: Loki 3.7 stores attributes (structured metadata event_name),
+    # not the EventName field, so docs/stall-doctor.md's `| event_name="verl.stall.stacks"` finds it
+    assert {r.attributes[semconv.ATTR_EVENT_NAME] for r in records} == {semconv.EVENT_STALL_STACKS}
 
 
 def _fake_kv(monkeypatch, store):

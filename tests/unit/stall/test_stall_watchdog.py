@@ -57,6 +57,7 @@ def test_stalled_then_repeated_at_a_bounded_rate_then_resumed(logged, monkeypatc
     assert "training resumed: step 7 finished" in out
     events = [r.event_name for r in logged.records()]
     assert events == [semconv.EVENT_TRAINING_STALLED, semconv.EVENT_TRAINING_RESUMED]
+    assert [r.attributes[semconv.ATTR_EVENT_NAME] for r in logged.records()] == events  # Loki keeps attributes
     # a second stall is a new episode
     clock.step_started(8, None)
     assert wd.check(now=clock.started + 11) == "stalled"

@@ -417,3 +417,35 @@ def test_a_group_decided_in_rounds_keeps_each_rounds_slowest_within_one_budget(c
     for tail in tails:  # each round's event names a tree that was exported
         span_id = tail.events[0].attributes[semconv.ATTR_ROLLOUT_SLOWEST_SPAN_ID]
         assert int(span_id, 16) in trees
+
+
+def test_each_exemplar_is_its_own_trajectorys_exported_span(captured, clock, budget):
+    """The latency and token histograms' exemplars name the trajectory the value is of, and only one
+    whose tree was exported: never the enclosing batch span, never a dropped tree."""
+    budget(3, slowest=1)
+    worker = tail_worker(clock, slow={4})
+    asyncio.run(worker.generate_sequences(make_batch(step=3, prompts=8, n=1)))
+    trees = trees_of(captured)
+    kept = {(t.context.trace_id, t.context.span_id) for t, _ in trees.values()}
+    assert len(kept) == 3
+    (slowest,) = [
+        t for t, _ in trees.values() if t.attributes[semconv.ATTR_ROLLOUT_KEPT_BECAUSE] == semconv.KEPT_SLOWEST
+    ]
+    tokens = {
+        (t.context.trace_id, t.context.span_id): t.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS]
+        for t, _ in trees.values()
+    }
+    points = captured.metric_points()  # one collection: each takes the exemplars offered since the last
+    (duration,) = points[semconv.M_ROLLOUT_TRAJECTORY_DURATION]
+    assert duration.exemplars
+    assert {(e.trace_id, e.span_id) for e in duration.exemplars} <= kept
+    (slow,) = [e for e in duration.exemplars if e.value == pytest.approx(SLOW_S, abs=0.1)]
+    assert (slow.trace_id, slow.span_id) == (slowest.context.trace_id, slowest.context.span_id)
+    (response,) = points[semconv.M_ROLLOUT_RESPONSE_TOKENS]
+    assert response.exemplars
+    for e in response.exemplars:  # each the span of the trajectory with that many tokens
+        assert tokens[(e.trace_id, e.span_id)] == e.value
+    (llm,) = points[semconv.M_ROLLOUT_LLM_CALL_DURATION]  # an LLM call's: the trajectory that made it
+    (slow_call,) = [e for e in llm.exemplars if e.value == pytest.approx(SLOW_S, abs=0.1)]
+    assert (slow_call.trace_id, slow_call.span_id) == (slowest.context.trace_id, slowest.context.span_id)
+    assert {(e.trace_id, e.span_id) for e in llm.exemplars} <= kept
