@@ -461,3 +461,33 @@ def test_a_folder_records_its_destination_without_a_secret_and_only_that_destina
     assert (folder / "0000000000000001.pb").exists()  # untouched
     same = _spool(root, dest=spool.Destination("http", url, dest.credentials))
     assert same.adopt("traces") == 1 and _drain(same) == [b"batch"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (root only: CI and the developers' machines run as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_loses_only_what_did_not_fit_and_the_spool_goes_on_once_there_is_room(small_disk):
+    s = _spool(small_disk / "spool", max_bytes=spool.MIB)  # the bound is above the disk: the disk fills first
+    dropped_before = spool_stats.counts().get(("traces", semconv.SPOOL_DROPPED), (0, 0))[0]
+    written = [s.put("traces", "traces", _blocks(2, i)) for i in range(12)]  # 8 KiB each, 96 KiB in all
+    assert written[0] and not all(written)  # ENOSPC stopped some
+    kept = [_blocks(2, i) for i, ok in enumerate(written) if ok]
+    assert not [p for p in _tree(small_disk / "spool") if p.endswith(".tmp")]  # no half batch left
+    dropped = spool_stats.counts().get(("traces", semconv.SPOOL_DROPPED), (0, 0))[0] - dropped_before
+    assert dropped == written.count(False)  # each batch that did not fit counted
+    assert _drain(s) == kept  # what was written is whole, in order
+    after = [_blocks(1, 0xA0 + i) for i in range(3)]
+    assert [s.put("traces", "traces", body) for body in after] == [True, True, True]  # room again: spooling goes on
+    assert _drain(s) == after
+    s.close()
