@@ -83,6 +83,19 @@ def _spool(root: Path, max_bytes: int = spool.MIB, dest: spool.Destination | Non
     return s
 
 
+def _script(source: str, *args: str) -> object:
+    """Run ``source`` in a fresh interpreter of this one with ``args``; what its last line printed (JSON)."""
+    got = subprocess.run(  # noqa: S603 - this interpreter, our script
+        [sys.executable, "-c", source, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=True,
+    )
+    return json.loads(got.stdout.splitlines()[-1])
+
+
 def _du(root: Path) -> int:
     """What sits on disk under ``root`` (blocks), as ``du`` counts it."""
     return sum(p.lstat().st_blocks * 512 for p in root.rglob("*"))
@@ -377,15 +390,7 @@ def test_hundreds_of_dead_folders_are_taken_a_few_at_a_time_within_few_descripto
         s = _spool(root, 64 * spool.MIB)
         assert s.put("traces", "traces", b"batch %d" % i)
         s.close()
-    got = subprocess.run(  # noqa: S603 - this interpreter, our script
-        [sys.executable, "-c", FEW_FDS, str(root), HOST, DEST.endpoint, DEST.credentials.decode()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=True,
-    )
-    result = json.loads(got.stdout.splitlines()[-1])
+    result = _script(FEW_FDS, str(root), HOST, DEST.endpoint, DEST.credentials.decode())
     assert result["sent"] == 150 and result["could_open"], result
     assert result["most"] <= 64 - 16, result
     assert not list(root.glob("*/traces"))
@@ -422,15 +427,7 @@ EMFILE = textwrap.dedent(
 
 
 def test_running_out_of_descriptors_while_a_folder_is_made_does_not_turn_the_spool_off(tmp_path):
-    got = subprocess.run(  # noqa: S603 - this interpreter, our script
-        [sys.executable, "-c", EMFILE, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=True,
-    )
-    results = json.loads(got.stdout.splitlines()[-1])
+    results = _script(EMFILE, str(tmp_path))
     assert [r[0] for r in results] == [0, 1, 2, 3, 4, 5]
     assert any(not first for _, first, _ in results)  # some step of making the folders did fail
     assert all(later == [True, True] for _, _, later in results), results
