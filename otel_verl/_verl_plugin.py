@@ -3,7 +3,9 @@
 verl imports this module wherever ``import verl`` runs: the launcher, the Ray TaskRunner,
 worker actors, agent-loop and reward workers. It instruments the process only when the job
 was started under otel-verl (``OTEL_VERL_RUN_ID`` is set: the launcher's instrumentor sets
-it and hands it to Ray workers), so installing the package alone changes nothing.
+it and hands it to Ray workers), so installing the package alone changes nothing; or in a
+launcher started by ``opentelemetry-instrument`` whose bootstrap failed on ``OTEL_CONFIG_FILE``
+before loading any instrumentor (``declarative_config``).
 It obeys the kill switches (``otel_verl.config.disabled_reason``) and is a no-op where
 ``opentelemetry-instrument`` already instrumented the process.
 """
@@ -17,7 +19,13 @@ def _activate() -> None:
     try:
         from otel_verl import config
 
-        if not os.environ.get(config.RUN_ID) or config.disabled_reason() is not None:
+        if not os.environ.get(config.RUN_ID):
+            from otel_verl import declarative_config
+
+            # a launcher whose OpenTelemetry bootstrap failed on OTEL_CONFIG_FILE: no instrumentor ran
+            if not declarative_config.bootstrap_failed_on_it():
+                return
+        if config.disabled_reason() is not None:
             return
         from otel_verl.instrumentor import VerlInstrumentor
 

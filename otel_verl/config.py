@@ -72,6 +72,8 @@ SPOOL_MAX_MB_RANGE = (0.01, 1_000_000.0)  # MiB on disk of the whole spool folde
 # The standard switches otel-verl obeys (read by the SDK / opentelemetry-instrument too).
 DISABLED_INSTRUMENTATIONS = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
 SDK_DISABLED = "OTEL_SDK_DISABLED"
+# OpenTelemetry's declarative configuration file: otel-verl does not read it (declarative_config)
+CONFIG_FILE = "OTEL_CONFIG_FILE"
 INSTRUMENTATION_NAME = "verl"  # our entry point name in ``opentelemetry_instrumentor``
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -629,6 +631,17 @@ STANDARD_VARIABLES: tuple[Documented, ...] = (
         "OTEL_METRIC_EXPORT_INTERVAL",
         "60000 (ms)",
         "Periodic metric export; step values also go at every step boundary (`OTEL_VERL_STEP_EXPORT`).",
+    ),
+    Documented(
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+        "cumulative",
+        "`delta` for a backend that takes delta only (Datadog): counters and histograms, step exports included.",
+    ),
+    Documented(
+        CONFIG_FILE,
+        "(none)",
+        "Not read by otel-verl: verl's telemetry follows the `OTEL_*` variables; said once "
+        "([Recipes](recipes.md#opentelemetrys-declarative-configuration-otel_config_file)).",
     ),
     Documented("OTEL_SERVICE_NAME", "verl", "`service.name` of every process of the job."),
     Documented("OTEL_RESOURCE_ATTRIBUTES", "(none)", "`k=v,...` added to every process's resource."),

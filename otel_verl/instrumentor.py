@@ -10,6 +10,7 @@ verl's code runs (``_OnVerlImport``); processes that never import verl pay a few
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Collection
@@ -18,7 +19,7 @@ from typing import Any
 # already imported by opentelemetry-instrument (it loads its instrumentors through it)
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_verl.config import ensure_run_id
+from otel_verl.config import RUN_ID, ensure_run_id
 from otel_verl.package import _instruments
 
 
@@ -86,6 +87,10 @@ class VerlInstrumentor(BaseInstrumentor):
             from otel_verl.process.state import PROCESS
 
             PROCESS.use_providers(*given)
+        if not os.environ.get(RUN_ID):  # the process that starts the run: say what OTEL_CONFIG_FILE means
+            from otel_verl import declarative_config
+
+            declarative_config.warn_if_set()
         ensure_run_id()  # now: the Ray processes this one starts inherit it
         if not any(p is not None for p in given):
             _bound_their_exit()  # a distro's providers in this process: their exit stays bounded too

@@ -140,6 +140,8 @@ def test_under_opentelemetry_instrument_a_process_pays_only_when_it_imports_verl
     env.update({"OTEL_VERL_RUN_ID": "r1", "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"})
     env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "system_metrics"
     env["PYTHONPATH"] = SITE_DIR
+    # inherited from a launcher (test below): a worker runs no configurator, so the file changes nothing here
+    env["OTEL_CONFIG_FILE"] = os.devnull
     out = subprocess.run(
         [sys.executable, "-c", _SITECUSTOMIZE_PROBE], env=env, capture_output=True, text=True, timeout=120
     )
@@ -147,6 +149,32 @@ def test_under_opentelemetry_instrument_a_process_pays_only_when_it_imports_verl
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "LOADED", lines  # nothing heavy before verl is imported
     assert lines[-1] == "PATCHED"
+    assert "OTEL_CONFIG_FILE" not in out.stderr, out.stderr  # the launcher said it, once for the job
+
+
+def test_a_launcher_with_otel_config_file_is_instrumented_and_says_once_what_the_file_does_not_do(tmp_path):
+    """``OTEL_CONFIG_FILE`` set and no ``opentelemetry-configuration``: OpenTelemetry's bootstrap
+    raises in its configurator and loads no instrumentor; verl's plugin starts otel-verl anyway,
+    and one warning says that verl's telemetry follows the ``OTEL_*`` variables, not the file."""
+    from otel_verl import declarative_config
+
+    if declarative_config._reader_installed():
+        pytest.skip("opentelemetry-configuration is installed: the bootstrap reads the file and does not fail")
+    config_file = tmp_path / "otel.yaml"
+    config_file.write_text('file_format: "1.0"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"OTEL_CONFIG_FILE": str(config_file), "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"})
+    env["OTEL_LOGS_EXPORTER"] = "none"
+    env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "system_metrics"
+    instrument = os.path.join(os.path.dirname(sys.executable), "opentelemetry-instrument")
+    probe = _SITECUSTOMIZE_PROBE + "import os; print('RUN', bool(os.environ.get('OTEL_VERL_RUN_ID')))\n"
+    out = subprocess.run(
+        [instrument, sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-2:] == ["PATCHED", "RUN True"], out.stdout + out.stderr
+    said = [line for line in out.stderr.splitlines() if "otel-verl: OTEL_CONFIG_FILE is set" in line]
+    assert len(said) == 1 and "OTEL_* variables" in said[0] and "no other instrumentation" in said[0], out.stderr
 
 
 def test_public_names_load_on_first_use():

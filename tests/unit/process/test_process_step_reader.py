@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExporter, MetricExportResult
@@ -36,3 +37,66 @@ def test_exports_run_with_instrumentation_suppressed():
     assert reader.force_flush(10_000)
     provider.shutdown()
     assert exporter.instrumented and not any(exporter.instrumented)
+
+
+@pytest.mark.parametrize("spool", ["on", "off"])
+@pytest.mark.parametrize("preference", ["delta", "cumulative"])
+def test_the_temporality_preference_of_the_environment_reaches_the_wire(monkeypatch, tmp_path, spool, preference):
+    """``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta`` (what Datadog's OTLP intake
+    takes): the pipeline ``build_own`` makes from the environment, spooling or not, sends counters
+    and histograms as DELTA, each step's increment alone (a collection with nothing new sends no
+    point); ``cumulative`` (the default) the running sums."""
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
+    from otlp_grpc_receiver import GrpcReceiver
+
+    from otel_verl import config, semconv
+    from otel_verl.process.resource import Identity
+    from otel_verl.process.telemetry import build_own
+
+    with GrpcReceiver() as receiver:
+        for name, value in {
+            "OTEL_VERL_RUN_ID": "delta-run",
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": preference,
+            "OTEL_METRIC_EXPORT_INTERVAL": "3600000",  # the steps alone export
+            config.SPOOL: spool,
+            config.SPOOL_DIR: str(tmp_path / "spool"),
+        }.items():
+            monkeypatch.setenv(name, value)
+        config.settings.cache_clear()
+        tel = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
+        try:
+            counter = tel.meter.create_counter("t.tokens")
+            histogram = tel.meter.create_histogram("t.duration")
+            for _ in range(3):
+                counter.add(5)
+                histogram.record(1.0)
+                tel.mark_step()
+            tel.flush(10)
+        finally:
+            tel.shutdown(10)
+            config.settings.cache_clear()
+        seen: dict[str, list[tuple[int, float]]] = {"t.tokens": [], "t.duration": []}
+        for signal, request in receiver.requests:
+            for rm in request.resource_metrics if signal == "metrics" else ():
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        if m.name == "t.tokens":
+                            seen[m.name] += [(m.sum.aggregation_temporality, p.as_int) for p in m.sum.data_points]
+                        elif m.name == "t.duration":
+                            seen[m.name] += [
+                                (m.histogram.aggregation_temporality, p.count) for p in m.histogram.data_points
+                            ]
+    if preference == "delta":
+        want = AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+        assert seen == {"t.tokens": [(want, 5)] * 3, "t.duration": [(want, 1)] * 3}, seen
+    else:
+        want = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+        # flush and shutdown collect again: the same sums once more
+        steps = {name: points[:3] for name, points in seen.items()}
+        assert steps == {"t.tokens": [(want, 5), (want, 10), (want, 15)], "t.duration": [(want, n) for n in (1, 2, 3)]}
+        assert {t for points in seen.values() for t, _ in points} == {want}, seen
