@@ -132,6 +132,8 @@ def main() -> int:
     parser.add_argument("folder", type=Path, help="a run's telemetry folder (metrics-*.jsonl)")
     args = parser.parse_args()
     both = variants(args.folder)
+    if not both["without"]:
+        raise SystemExit(f"{args.folder}: no metrics-*.jsonl")
     print(f"run: {args.folder} ({len(both['without'])} metric files)")
     print(f"{'OTLP':<10} {'points':>8} {'protobuf B':>12} {'gzip B':>10} {'JSON B':>12}")
     sizes = {}
