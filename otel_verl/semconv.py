@@ -28,6 +28,11 @@ RES_PROJECT = "verl.project"
 RES_EXPERIMENT = "verl.experiment"
 RES_ROLE = "verl.process.role"
 RES_RANK = "verl.rank"
+# The resource attributes that say whose a metric series is (run, process, host): the dashboards
+# and alert rules select and group by them. otel-verl copies them onto every metric point it
+# exports (``process.point_identity``), so that a backend that makes no labels of resource
+# attributes (Prometheus 3's default OTLP settings, Mimir, Datadog) has them as labels too.
+RES_SERIES_IDENTITY = (RES_RUN_ID, RES_PROJECT, RES_EXPERIMENT, RES_ROLE, RES_RANK, RES_HOST_NAME)
 
 # process roles (values of RES_ROLE)
 ROLE_TASKRUNNER = "taskrunner"

@@ -10,7 +10,8 @@ Whatever cannot be used is left out and noted in a ``Skipped`` (pass one to the 
 that is not JSON (the last line of a process killed while writing is cut short), not UTF-8 text,
 longer than ``MAX_LINE_BYTES``, or not such a request; a file that cannot be opened or is not a
 regular file (a FIFO or a device would never end). A file is read up to the size it had when
-it was opened. Nothing here writes to the folder.
+it was opened. Nothing here writes to the folder. A metric point's copies of its resource's series
+identity (``process.point_identity``) are left to the resource.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
+from otel_verl.semconv import RES_SERIES_IDENTITY as SERIES_IDENTITY
 
 SIGNALS = ("traces", "metrics", "logs")
 # signal -> (the request's list of resources, each resource's list of scopes, each scope's items)
@@ -432,6 +434,13 @@ def _spans(batch: dict[str, Any]) -> list[SpanRecord]:
     return out
 
 
+def _own_attrs(items: Any, resource: dict[str, Any]) -> dict[str, Any]:
+    """A metric point's attributes less the copies of its resource's series identity that the
+    exporting process put on every point (``process.point_identity``): here they are the resource's."""
+    attrs = _attrs(items)
+    return {k: v for k, v in attrs.items() if k not in SERIES_IDENTITY or resource.get(k) != v}
+
+
 def _points(batch: dict[str, Any]) -> list[MetricPoint]:
     out: list[MetricPoint] = []
     for rm in batch["resourceMetrics"]:
@@ -455,7 +464,7 @@ def _points(batch: dict[str, Any]) -> list[MetricPoint]:
                                 kind,
                                 value,
                                 count,
-                                _attrs(p.get("attributes")),
+                                _own_attrs(p.get("attributes"), resource),
                                 resource,
                                 int(p.get("timeUnixNano", 0)),
                                 [_float(b) for b in p.get("explicitBounds", [])] if kind == "histogram" else None,

@@ -41,15 +41,8 @@ PROMETHEUS_PORTS = 32  # consecutive ports the pull readers of one host may take
 PROMETHEUS_DEFAULT_HOST = "127.0.0.1"  # OTEL_EXPORTER_PROMETHEUS_HOST unset: loopback only
 PROMETHEUS_PORT = "OTEL_EXPORTER_PROMETHEUS_PORT"
 PROMETHEUS_DEFAULT_PORT = 9464  # the SDK's and opentelemetry-exporter-prometheus's default
-# Resource attributes the pull reader copies onto every series (collector: promote_resource_attributes).
-PROMOTED_RESOURCE_ATTRIBUTES = (
-    semconv.RES_RUN_ID,
-    semconv.RES_PROJECT,
-    semconv.RES_EXPERIMENT,
-    semconv.RES_ROLE,
-    semconv.RES_RANK,
-    semconv.RES_HOST_NAME,
-)
+# Resource attributes the pull reader copies onto every series (as the push exporters' points carry them).
+PROMOTED_RESOURCE_ATTRIBUTES = semconv.RES_SERIES_IDENTITY
 
 
 def exporter_classes(signal: str) -> dict[str, type]:

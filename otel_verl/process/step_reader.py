@@ -4,7 +4,8 @@ verl logs a step's values once; a gauge exported only every ``OTEL_METRIC_EXPORT
 (60 s by default) keeps only the last value of the interval, so short steps would be lost.
 ``mark_step()`` collects right away (in memory, in the caller's thread: the values are
 exactly the step's) and hands the batch to a background thread that exports it. The same
-thread also collects every interval, like ``PeriodicExportingMetricReader``.
+thread also collects every interval, like ``PeriodicExportingMetricReader``. Each batch leaves with
+the run's identity on every point (``point_identity``).
 
 The queue is bounded (``MAX_PENDING`` batches): with a dead endpoint the oldest batches are
 dropped (counted in ``otel_verl.telemetry.dropped`` and said once: ``drops``), so memory stays
@@ -22,6 +23,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, Metri
 
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
+from otel_verl.process import point_identity
 from otel_verl.process.background import OrderedWorker
 
 _log = logging.getLogger(__name__)
@@ -100,6 +102,10 @@ class StepMetricReader(MetricReader):
             _log.debug("periodic metric collection failed", exc_info=True)
 
     def _export(self, batch: MetricsData) -> None:
+        try:
+            batch = point_identity.stamped(batch)
+        except Exception:  # noqa: BLE001 - a batch the SDK shaped otherwise still goes out, as it is
+            warn_once("metric identity", "cannot copy the run's identity onto metric points", exc_info=True)
         try:
             # as the SDK's own readers do: the exporter's HTTP/gRPC calls are no telemetry
             # (the requests/urllib3/grpc instrumentations would trace every export)

@@ -185,7 +185,8 @@ def _stage_exemplars(run) -> list[tuple[str, float, str, str]]:
                         if m["name"] != semconv.M_STAGE_DURATION:
                             continue
                         for p in m["histogram"]["dataPoints"]:
-                            attrs = {a["key"]: a["value"]["stringValue"] for a in p.get("attributes", [])}
+                            # any value type: the points carry the run's identity too (verl.rank an int)
+                            attrs = {a["key"]: next(iter(a["value"].values())) for a in p.get("attributes", [])}
                             for e in p.get("exemplars", []):
                                 value = e["asDouble"]
                                 out.append((attrs[semconv.ATTR_STAGE], value, e["traceId"], e["spanId"]))

@@ -371,6 +371,30 @@ def _ds_uid(ds) -> str | None:
     return ds
 
 
+_DS_VARIABLE_RE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def dashboard_datasource_uid(dashboard: dict, ds) -> str | None:
+    """The provisioned data source a dashboard's data-source reference (a panel's, a target's, a
+    variable's) reaches in the kit: a fixed UID as it is; a data-source variable (``${ds_prometheus}``,
+    scripts/dashboard_datasources.py) the kit's one data source of the variable's plugin (what the
+    variable falls back to when nothing was chosen); None when it resolves to nothing."""
+    uid = _ds_uid(ds)
+    m = _DS_VARIABLE_RE.fullmatch(uid or "")
+    if not m:
+        return uid
+    name = m.group(1) or m.group(2)
+    plugins = [
+        v.get("query")
+        for v in dashboard.get("templating", {}).get("list", [])
+        if v.get("name") == name and v.get("type") == "datasource"
+    ]
+    if len(plugins) != 1:
+        return None
+    uids = [d["uid"] for d in load_yaml(DATASOURCES_FILE)["datasources"] if d["type"] == plugins[0]]
+    return uids[0] if len(uids) == 1 else None
+
+
 def rule_exprs() -> list[tuple[str, str]]:
     """(where, expr) for every rule in collector/prometheus/rules."""
     out = []
@@ -394,14 +418,16 @@ def dashboard_prom_exprs() -> list[tuple[str, str, str]]:
         dash = load_json(path)
         for panel in dashboard_panels(dash):
             for t in panel.get("targets", []) or []:
-                uid = _ds_uid(t.get("datasource")) or _ds_uid(panel.get("datasource"))
+                uid = dashboard_datasource_uid(dash, t.get("datasource")) or dashboard_datasource_uid(
+                    dash, panel.get("datasource")
+                )
                 if uid in prom_uids and t.get("expr"):
                     out.append((f"{path.name}:{panel.get('title')}:{t.get('refId')}", "expr", t["expr"]))
         for ann in dash.get("annotations", {}).get("list", []):
-            if _ds_uid(ann.get("datasource")) in prom_uids and ann.get("expr"):
+            if dashboard_datasource_uid(dash, ann.get("datasource")) in prom_uids and ann.get("expr"):
                 out.append((f"{path.name}:annotation:{ann.get('name')}", "expr", ann["expr"]))
         for var in dash.get("templating", {}).get("list", []):
-            if var.get("type") == "query" and _ds_uid(var.get("datasource")) in prom_uids:
+            if var.get("type") == "query" and dashboard_datasource_uid(dash, var.get("datasource")) in prom_uids:
                 q = var.get("query")
                 if isinstance(q, dict):
                     q = q.get("query")
@@ -904,7 +930,9 @@ def dashboard_trace_log_queries() -> tuple[list[KitQuery], list[str]]:
         dash = load_json(path)
         for panel in dashboard_panels(dash):
             for t in panel.get("targets", []) or []:
-                uid = _ds_uid(t.get("datasource")) or _ds_uid(panel.get("datasource"))
+                uid = dashboard_datasource_uid(dash, t.get("datasource")) or dashboard_datasource_uid(
+                    dash, panel.get("datasource")
+                )
                 where = f"{path.name}:{panel.get('title')}:{t.get('refId')}"
                 if uid in tempo:
                     if t.get("queryType", "traceql") == "traceql" and t.get("query"):
@@ -917,14 +945,14 @@ def dashboard_trace_log_queries() -> tuple[list[KitQuery], list[str]]:
                     else:
                         unsupported.append(f"{where} (Loki target without expr)")
         for ann in dash.get("annotations", {}).get("list", []):
-            uid = _ds_uid(ann.get("datasource"))
+            uid = dashboard_datasource_uid(dash, ann.get("datasource"))
             where = f"{path.name}:annotation:{ann.get('name')}"
             if uid in loki and ann.get("expr"):
                 out.append(KitQuery(where, "logql", ann["expr"]))
             elif uid in tempo or uid in loki:
                 unsupported.append(f"{where} (annotation)")
         for var in dash.get("templating", {}).get("list", []):
-            if _ds_uid(var.get("datasource")) in tempo | loki:
+            if dashboard_datasource_uid(dash, var.get("datasource")) in tempo | loki:
                 unsupported.append(f"{path.name}:variable:{var.get('name')} (Tempo/Loki variable query)")
     return out, unsupported
 

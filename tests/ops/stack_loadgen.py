@@ -40,6 +40,7 @@ from opskit import free_ports
 
 from otel_verl.live import stack
 from otel_verl.offline.otlp_files import iter_lines, signal_files
+from otel_verl.semconv import RES_SERIES_IDENTITY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -193,6 +194,15 @@ class Load:
         return len(self.span_ids)
 
 
+def _own_identity(point: Any, template: dict[str, Any], identity: list[Any]) -> None:
+    """``point`` with the template process's copies of its identity (``point_identity``) replaced by
+    the simulated process's ``identity``; an identity attribute of the point's own is kept."""
+    own = [a for a in point.attributes if template.get(a.key) != a.value]
+    keys = {a.key for a in own}
+    del point.attributes[:]
+    point.attributes.extend([a for a in identity if a.key not in keys] + own)
+
+
 def build_load(template: Template, rollout_spans: int, ranks: int) -> Load:
     """One large step from ``template``: >= ``rollout_spans`` rollout spans, every process x ``ranks``."""
     started = time.perf_counter()
@@ -307,6 +317,13 @@ def build_load(template: Template, rollout_spans: int, ranks: int) -> Load:
     for (key, _r), proc in procs.items():
         tp = template.processes[key]
         rm = metrics_pb2.ResourceMetrics(resource=proc.resource)
+        # the series identity otel-verl copies onto every point: the simulated process's, not the template's
+        template_identity = {
+            a.key: a.value
+            for a in json_format.ParseDict(_b64_ids(tp.resource), resource_pb2.Resource()).attributes
+            if a.key in RES_SERIES_IDENTITY
+        }
+        identity = [a for a in proc.resource.attributes if a.key in RES_SERIES_IDENTITY]
         scopes: dict[str, metrics_pb2.ScopeMetrics] = {}
         for mkey, points in tp.series.items():
             scope, shell = tp.metric_shells[mkey]
@@ -319,6 +336,7 @@ def build_load(template: Template, rollout_spans: int, ranks: int) -> Load:
                 _b64_ids({**shell, kind: {**shell[kind], "dataPoints": list(points.values())}}), metrics_pb2.Metric()
             )
             for p in getattr(metric, kind).data_points:
+                _own_identity(p, template_identity, identity)
                 p.time_unix_nano += shift
                 if p.start_time_unix_nano:
                     p.start_time_unix_nano += shift

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 
 import pytest
 import yaml
@@ -11,6 +13,8 @@ from opskit import (
     DASHBOARD_FILES,
     DASHBOARD_PROVIDERS_FILE,
     DATASOURCES_FILE,
+    REPO,
+    dashboard_datasource_uid,
     dashboard_panels,
     dashboard_prom_exprs,
     datasource_prom_exprs,
@@ -38,6 +42,11 @@ def dashboard():
 
 def _uid(ds):
     return ds.get("uid") if isinstance(ds, dict) else ds
+
+
+def _resolved(dashboard, ds):
+    """The kit's data source that a reference of the dashboard reaches (its variable resolved)."""
+    return dashboard_datasource_uid(dashboard, ds)
 
 
 def test_datasource_uids_and_types(datasources):
@@ -96,22 +105,75 @@ def test_dashboard_identity(dashboard):
     assert len(ids) == len(set(ids))
 
 
-def test_panel_datasources_are_provisioned(dashboard, datasources):
-    checked = 0
+def _references(dashboard):
+    """(where, data-source reference) of every panel, target, annotation and query variable."""
     for panel in dashboard_panels(dashboard):
         if panel["type"] == "row":
             continue
-        assert _uid(panel.get("datasource")) in datasources, panel["title"]
+        yield panel["title"], panel.get("datasource")
         for t in panel.get("targets", []):
             if "datasource" in t:
-                assert _uid(t["datasource"]) in datasources, (panel["title"], t)
-            checked += 1
+                yield f"{panel['title']}:{t.get('refId')}", t["datasource"]
     for ann in dashboard["annotations"]["list"]:
-        assert _uid(ann["datasource"]) in set(datasources) | {GRAFANA_BUILTIN}, ann["name"]
+        if _uid(ann["datasource"]) != GRAFANA_BUILTIN:
+            yield f"annotation {ann['name']}", ann["datasource"]
     for var in dashboard["templating"]["list"]:
         if "datasource" in var:
-            assert _uid(var["datasource"]) in datasources, var["name"]
+            yield f"variable {var['name']}", var["datasource"]
+
+
+def test_panel_datasources_are_provisioned(dashboard, datasources):
+    checked = 0
+    for where, ds in _references(dashboard):
+        assert _resolved(dashboard, ds) in datasources, where
+        assert datasources[_resolved(dashboard, ds)]["type"] == ds["type"], where
+        checked += 1
     assert checked >= 20
+
+
+def test_no_fixed_datasource_uid(dashboard):
+    """Every reference goes through a data-source variable, so that the dashboard imports into any
+    Grafana (the UIDs there are not the kit's); `python scripts/dashboard_datasources.py` rewrites
+    panels added with a fixed UID."""
+    variables = {v["name"]: v for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
+    for where, ds in _references(dashboard):
+        name = re.fullmatch(r"\$\{(\w+)\}", _uid(ds) or "")
+        assert name, f"{where}: fixed data-source UID {ds!r} (run scripts/dashboard_datasources.py)"
+        assert variables[name.group(1)]["query"] == ds["type"], where
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names[: len(variables)] == list(variables), "data-source variables come before the queries that use them"
+
+
+def test_import_inputs_cover_every_datasource_variable(dashboard):
+    """Grafana's importer asks for each `__inputs` data source and writes its UID wherever the JSON
+    says ${DS_...}: there, each data-source variable's default."""
+    inputs = {i["name"]: i for i in dashboard["__inputs"]}
+    required = {r["id"] for r in dashboard["__requires"] if r["type"] == "datasource"}
+    for var in dashboard["templating"]["list"]:
+        if var["type"] != "datasource":
+            continue
+        (name,) = re.fullmatch(r"\$\{(\w+)\}", var["current"]["value"]).groups()
+        assert inputs[name]["type"] == "datasource" and inputs[name]["pluginId"] == var["query"], var["name"]
+        assert var["query"] in required
+    text = json.dumps(dashboard)
+    assert set(re.findall(r"\$\{(DS_\w+)\}", text)) == set(inputs), "an input nothing uses, or a use with no input"
+
+
+def test_imported_into_another_grafana_every_reference_reaches_the_chosen_datasources(dashboard):
+    """Grafana's importer (pkg/services/dashboardimport: every ${INPUT} of a string replaced by the
+    chosen value) with data sources whose UIDs are not the kit's: every reference resolves to them."""
+    chosen = {"DS_PROMETHEUS": "mimir-prod", "DS_TEMPO": "tempo-eu", "DS_LOKI": "loki-eu"}
+    imported = json.loads(re.sub(r"\$\{(DS_\w+)\}", lambda m: chosen[m.group(1)], json.dumps(dashboard)))
+    current = {v["name"]: v["current"]["value"] for v in imported["templating"]["list"] if v["type"] == "datasource"}
+    for where, ds in _references(imported):
+        name = re.fullmatch(r"\$\{(\w+)\}", ds["uid"]).group(1)
+        assert current[name] == chosen[f"DS_{ds['type'].upper()}"], where
+
+
+def test_dashboard_datasource_script_is_applied():
+    """scripts/dashboard_datasources.py --check: nothing left to rewrite (it is idempotent)."""
+    res = run_tool([sys.executable, str(REPO / "scripts" / "dashboard_datasources.py"), "--check"])
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_panels_do_not_overlap(dashboard):
@@ -135,7 +197,7 @@ def test_run_and_experiment_variables(dashboard):
     # Every Prometheus panel query filters on the selected run(s).
     for panel in dashboard_panels(dashboard):
         for t in panel.get("targets", []):
-            if _uid(t.get("datasource")) == "prometheus":
+            if _resolved(dashboard, t.get("datasource")) == "prometheus":
                 assert "$run" in t["expr"], (panel["title"], t["expr"])
 
 
@@ -179,7 +241,7 @@ def test_stage_breakdown_is_stacked(dashboard):
 
 def test_slowest_trajectories_is_a_traceql_table(dashboard):
     p = _panel(dashboard, "Slowest trajectories")
-    assert p["type"] == "table" and _uid(p["datasource"]) == "tempo"
+    assert p["type"] == "table" and _resolved(dashboard, p["datasource"]) == "tempo"
     (t,) = p["targets"]
     assert t["queryType"] == "traceql" and "duration >" in t["query"] and "resource.verl.run.id" in t["query"]
     # each step's slowest, whose tree the agent-loop workers always export (hooks/rollout/keep.py)
@@ -189,12 +251,12 @@ def test_slowest_trajectories_is_a_traceql_table(dashboard):
 
 def test_sample_generations_come_from_loki(dashboard):
     p = _panel(dashboard, "Sample generations")
-    assert p["type"] == "logs" and _uid(p["datasource"]) == "loki"
+    assert p["type"] == "logs" and _resolved(dashboard, p["datasource"]) == "loki"
     assert "verl_sample_reward" in p["targets"][0]["expr"]
 
 
 def test_alert_annotations(dashboard):
-    anns = [a for a in dashboard["annotations"]["list"] if _uid(a["datasource"]) == "prometheus"]
+    anns = [a for a in dashboard["annotations"]["list"] if _resolved(dashboard, a["datasource"]) == "prometheus"]
     assert anns and all("ALERTS" in a["expr"] and "$run" in a["expr"] for a in anns)
 
 

@@ -108,6 +108,21 @@ def test_promoted_labels_match_prometheus_config():
     assert run_labels <= promoted and run_labels <= listed
 
 
+def test_the_kit_promotes_the_identity_the_points_carry():
+    """The kit's promoted resource attributes are the series identity otel-verl puts on every metric
+    point (semconv.RES_SERIES_IDENTITY): the labels are the same whichever makes them."""
+    from opskit import PROM_CONFIG
+
+    from otel_verl import semconv
+
+    promoted = load_yaml(PROM_CONFIG)["otlp"]["promote_resource_attributes"]
+    assert sorted(promoted) == sorted(semconv.RES_SERIES_IDENTITY)
+    # every resource-identity label a query uses is one of them
+    identity_labels = {re.sub(r"[^A-Za-z0-9_]", "_", a) for a in semconv.RES_SERIES_IDENTITY}
+    used = set(all_used_names().labels)
+    assert {"verl_run_id", "verl_experiment", "verl_project", "verl_rank", "host_name"} <= used & identity_labels
+
+
 def test_extractor_on_known_expressions():
     n = promql_names(
         'sum by (le, verl_stage) (rate(verl_stage_duration_seconds_bucket{verl_run_id=~"$run"}[$__rate_interval]))'

@@ -196,6 +196,8 @@ def _scenarios(run_id: str, experiment: str) -> list[tuple[str, dict[str, str]]]
             query_vars[var["name"]] = var
         elif var.get("type") == "custom":
             custom[var["name"]] = [o["value"] for o in var.get("options", [])] or var["query"].split(",")
+        elif var.get("type") == "datasource":
+            continue  # picks where the queries go, not their text
         else:
             raise AssertionError(f"dashboard variable ${var.get('name')} of type {var.get('type')!r}: handle it here")
     base: list[tuple[str, dict[str, str]]] = []

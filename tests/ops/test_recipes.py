@@ -395,7 +395,8 @@ def test_datadog_through_a_node_collector_with_delta_temporality(vendor, tmp_pat
 def test_prometheus_3_receives_otlp_straight_and_a_run_is_picked_without_promotion(tmp_path, monkeypatch, spool_env):
     """Recipe "an existing Prometheus 3": started with ``--web.enable-otlp-receiver`` and nothing
     else (no ``otlp:`` block: no promoted resource attributes); the processes send metrics over
-    OTLP/HTTP to /api/v1/otlp/v1/metrics; the run is picked by joining ``target_info``."""
+    OTLP/HTTP to /api/v1/otlp/v1/metrics; the run is picked by its ``verl_run_id``, which every
+    series carries from the points (``point_identity``)."""
     prometheus = _binary("prometheus")
     port = free_ports(["prometheus"])["prometheus"]
     cfg = tmp_path / "prometheus.yml"
@@ -434,20 +435,18 @@ def test_prometheus_3_receives_otlp_straight_and_a_run_is_picked_without_promoti
             },
         )
         # the query of docs/recipes.md, "Picking a run without promotion"
-        picked = (
-            "verl_training_step * on (job, instance) group_left (verl_run_id, verl_experiment) "
-            f'target_info{{verl_run_id="{run_id}"}}'
-        )
+        picked = f'verl_training_step{{verl_run_id="{run_id}"}}'
 
         def query(expr: str) -> list:
             body = get_json(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
             return body["data"]["result"]
 
-        result = poll_until("the run's step through target_info", lambda: query(picked), 30, 0.3)
+        result = poll_until("the run's step by its run id", lambda: query(picked), 30, 0.3)
         got = [(r["metric"]["verl_run_id"], r["metric"]["verl_experiment"], r["value"][1]) for r in result]
         assert got == [(run_id, "exp", "2")], result
-        # no promotion: the series itself carries no run id, and both runs are in it
-        assert all("verl_run_id" not in r["metric"] for r in query("verl_training_step"))
+        # no promotion (the resource attributes are in target_info only), yet every series carries
+        # its run's identity: from the points
         assert {r["metric"]["verl_run_id"] for r in query("target_info")} >= {run_id, other}
+        assert {r["metric"].get("verl_run_id") for r in query("verl_training_step")} == {run_id, other}
     finally:
         _stop(proc)

@@ -1,0 +1,52 @@
+"""The series identity (run, project, experiment, process role, rank, host) on every exported metric point.
+
+The dashboards and alert rules select and group by ``verl_run_id``, ``verl_experiment``, ... Those
+are resource attributes, and a backend makes labels of resource attributes only when told to:
+Prometheus 3 with its default OTLP settings keeps them in ``target_info`` alone, and so do Mimir
+and Grafana Cloud unless configured; Datadog tags a few. Point attributes become labels (tags)
+everywhere. So the step metric reader hands its exporters each batch with the resource's
+``semconv.RES_SERIES_IDENTITY`` attributes copied onto every data point of that resource: every
+push exporter (OTLP, the JSON files, the spool) sends the same points, whatever instrument made
+them (otel-verl's, the GPU readings, the bridged engine metrics, a user's through the global
+provider). A point's own attribute of the same name is kept (a GPU reading's ``verl.rank``).
+
+The copies change no series: they are constant for a process, whose series differ already by its
+``service.instance.id``. Where a backend also promotes those resource attributes (the kit's
+``prometheus.yml``), Prometheus keeps the point's label and adds the promoted one only where the
+point has none: one label each, the same value (docs/prometheus.md). The offline readers drop the
+copies again (``offline.otlp_files``): there they are the resource's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricsData, ResourceMetrics
+
+from otel_verl import semconv
+
+
+def identity_of(resource_attributes: Any) -> dict[str, Any]:
+    """The series identity attributes a resource has."""
+    return {k: resource_attributes[k] for k in semconv.RES_SERIES_IDENTITY if k in resource_attributes}
+
+
+def stamped(batch: MetricsData) -> MetricsData:
+    """``batch`` with each resource's identity attributes on every one of its data points."""
+    return replace(batch, resource_metrics=[_resource(rm) for rm in batch.resource_metrics])
+
+
+def _resource(rm: ResourceMetrics) -> ResourceMetrics:
+    identity = identity_of(rm.resource.attributes)
+    if not identity:
+        return rm
+    scopes = [
+        replace(sm, metrics=[replace(m, data=_data(m.data, identity)) for m in sm.metrics]) for sm in rm.scope_metrics
+    ]
+    return replace(rm, scope_metrics=scopes)
+
+
+def _data(data: Any, identity: dict[str, Any]) -> Any:
+    points = [replace(p, attributes={**identity, **(p.attributes or {})}) for p in data.data_points]
+    return replace(data, data_points=points)
