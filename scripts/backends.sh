@@ -117,13 +117,13 @@ prometheus_ui() {
     echo "prometheus UI: node and npm are not on PATH" >&2
     return 1
   }
+  # Each step ends the subshell when it fails: set -e does not act in a function called as a condition.
   (
-    set -e
     export npm_config_cache=$NPM_CACHE CI=true
-    nice -n 19 npm install --prefix "$tools" --no-audit --no-fund --no-save -E "pnpm@$PNPM_VERSION"
+    nice -n 19 npm install --prefix "$tools" --no-audit --no-fund --no-save -E "pnpm@$PNPM_VERSION" || exit 1
     export PATH=$tools/node_modules/.bin:$PATH
-    cd "$ui"
-    cat >>pnpm-workspace.yaml <<'YAML'
+    cd "$ui" || exit 1
+    cat >>pnpm-workspace.yaml <<'YAML' || exit 1
 overrides:
   '@mantine/code-highlight': 9.8.1
   '@mantine/core': 9.8.1
@@ -133,12 +133,12 @@ overrides:
   '@mantine/store': 9.8.1
 YAML
     # the lock's entry is replaced by the override: the release-age check cannot look it up
-    sed -i "s/^minimumReleaseAgeExclude:$/&\n  - '@mantine\/code-highlight@9.7.2'/" pnpm-workspace.yaml
-    nice -n 19 pnpm install --no-frozen-lockfile --store-dir "$NPM_CACHE/pnpm-store"
-    CI= nice -n 19 bash build_ui.sh --build-module
-    (cd mantine-ui && CI= nice -n 19 pnpm exec vite build)
-    rm -rf static && mkdir static && mv mantine-ui/dist static/mantine-ui
-    cd "$1" && nice -n 19 bash scripts/compress_assets.sh
+    sed -i "s/^minimumReleaseAgeExclude:$/&\n  - '@mantine\/code-highlight@9.7.2'/" pnpm-workspace.yaml || exit 1
+    nice -n 19 pnpm install --no-frozen-lockfile --store-dir "$NPM_CACHE/pnpm-store" || exit 1
+    CI= nice -n 19 bash build_ui.sh --build-module || exit 1
+    (cd mantine-ui && CI= nice -n 19 pnpm exec vite build) || exit 1
+    rm -rf static && mkdir static && mv mantine-ui/dist static/mantine-ui || exit 1
+    cd "$1" && nice -n 19 bash scripts/compress_assets.sh || exit 1
     [ -s web/ui/static/mantine-ui/index.html.gz ] && grep -q '^//go:embed' web/ui/embed.go
   )
 }
