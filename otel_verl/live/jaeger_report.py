@@ -95,6 +95,27 @@ def _trace_ids(rs: dict[str, Any]) -> Iterator[str]:
                 yield s["traceId"]
 
 
+def _unseen(rs: dict[str, Any], seen: set[tuple[str, str]]) -> dict[str, Any] | None:
+    """``rs`` with only the spans not ``seen`` yet (by trace and span id: a span Jaeger holds twice,
+    or an answer repeats, is one span); None when none is left. A span without string ids is kept
+    as it is: the reader checks it and names it skipped."""
+    scopes = []
+    for ss in _list(rs.get("scopeSpans")):
+        if not isinstance(ss, dict):
+            continue
+        spans = []
+        for s in _list(ss.get("spans")):
+            key = (s.get("traceId"), s.get("spanId")) if isinstance(s, dict) else None
+            if key is not None and all(isinstance(k, str) for k in key):
+                if key in seen:
+                    continue
+                seen.add(key)
+            spans.append(s)
+        if spans:
+            scopes.append({**ss, "spans": spans})
+    return {**rs, "scopeSpans": scopes} if scopes else None
+
+
 class _Client:
     """GETs of one command: the rules of ``offline.http_post``, one byte budget for all answers."""
 
@@ -163,7 +184,7 @@ def fetch_run(
         "query.start_time_max": _rfc3339(now + dt.timedelta(minutes=1)),  # a clock a little ahead
         "query.num_traces": str(max_traces),
     }
-    seen: set[tuple[str, int]] = set()  # a trace that spans services comes back once per service
+    seen: set[tuple[str, str]] = set()  # a trace that spans services comes back once per service
     try:
         out.services = [service] if service else _services(client)
         for name in out.services:
@@ -176,15 +197,12 @@ def fetch_run(
                 raise CommandError(f"Jaeger at {client.base} answered a search without OTLP resourceSpans")
             traces = set()
             for rs in found:
-                ids = set(_trace_ids(rs)) if isinstance(rs, dict) else set()
-                traces |= ids
-                key = (min(ids, default=""), hash(json.dumps(rs, sort_keys=True, default=str)))
-                if key in seen:
-                    continue
-                seen.add(key)
+                traces |= set(_trace_ids(rs)) if isinstance(rs, dict) else set()
                 rid = _resource_run_id(rs)
                 if rid == run_id:
-                    out.resource_spans.append(rs)
+                    kept = _unseen(rs, seen)
+                    if kept is not None:
+                        out.resource_spans.append(kept)
                 elif rid is not None:
                     out.other_runs.add(rid)
             out.traces += len(traces)
