@@ -4,7 +4,8 @@ Argument parsing and dispatch only; each command is a module of ``otel_verl.offl
 telemetry) or ``otel_verl.live`` (live things):
 
 ``otel-verl summary DIR`` prints what a run wrote with the ``otlp_json_file`` exporters;
-``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page;
+``otel-verl report DIR [-o OUT.html]`` renders the same files as one self-contained HTML page
+(``--jaeger URL --run RUN_ID``: a live run's traces from the stack's Jaeger instead);
 ``otel-verl replay DIR --endpoint URL`` sends them to an OTLP/HTTP endpoint (``--spool DIR``: what
 verl processes left in their on-disk spools);
 ``otel-verl doctor`` checks what the instrumentation would do here;
@@ -61,6 +62,26 @@ def _bytes(text: str) -> int:
     return value
 
 
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 24 * 366:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours above 0 and up to a year")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 1000000")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="otel-verl",
@@ -79,9 +100,38 @@ def _parser() -> argparse.ArgumentParser:
     p_rep = sub.add_parser(
         "report", help="render a run's OTLP JSON files as one self-contained HTML page", epilog=EPILOG
     )
-    p_rep.add_argument("folder", type=Path, help="the run's OTEL_VERL_FILE_DIR")
-    p_rep.add_argument("-o", "--output", type=Path, help="HTML file to write (default: FOLDER/report.html)")
+    p_rep.add_argument("folder", type=Path, nargs="?", help="the run's OTEL_VERL_FILE_DIR")
+    p_rep.add_argument(
+        "-o", "--output", type=Path, help="HTML file to write (default: FOLDER/report.html; --jaeger: report-RUN.html)"
+    )
     p_rep.add_argument("--include-validation", **validation)
+    p_rep.add_argument(
+        "--jaeger",
+        metavar="URL",
+        help="instead of a folder: read the run's traces from this Jaeger v2 (API v3), e.g. the stack's "
+        "http://localhost:16686",
+    )
+    p_rep.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="with --jaeger: the run's verl.run.id (OTEL_VERL_RUN_ID; without it, the runs Jaeger has are named)",
+    )
+    p_rep.add_argument("--service", help="with --jaeger: search this service only (default: every service)")
+    p_rep.add_argument(
+        "--lookback-hours", type=_hours, default=24.0, help="with --jaeger: search traces started this recently (24)"
+    )
+    p_rep.add_argument(
+        "--max-traces", type=_count, default=5000, help="with --jaeger: traces asked per service (default 5000)"
+    )
+    p_rep.add_argument(
+        "--max-bytes",
+        type=_bytes,
+        default=256 * 2**20,
+        help="with --jaeger: bytes of all of Jaeger's answers together (default 256 MiB)",
+    )
+    p_rep.add_argument(
+        "--timeout", type=_seconds, default=30.0, help="with --jaeger: seconds for each request (default 30)"
+    )
     p_play = sub.add_parser(
         "replay",
         help="send a run's OTLP JSON files, or what verl processes spooled, to an OTLP/HTTP endpoint",
@@ -214,6 +264,12 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.command == "report":
         from otel_verl.offline.report import report
 
+        if (ns.folder is None) == (ns.jaeger is None):
+            raise CommandError("report: give a run folder or --jaeger URL --run RUN_ID (one of them)", USAGE)
+        if ns.jaeger is not None:
+            from otel_verl.live.jaeger_report import jaeger_report_command
+
+            return jaeger_report_command(ns)
         return report(ns.folder, ns.output, include_validation=ns.include_validation)
     if ns.command == "replay":
         from otel_verl.offline.replay import MAX_REQUEST_BYTES, replay

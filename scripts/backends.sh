@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the live stack's backends from their published Go modules (no Docker, no release downloads):
 #   otelcol-verl   OpenTelemetry Collector, by the Collector Builder (ocb) from collector/builder-config.yaml
-#   prometheus     Prometheus 3, wrapper module collector/gomod/prometheus
+#   prometheus     Prometheus 3 with its web UI (built with npm), wrapper module collector/gomod/prometheus
 #   alertmanager   Alertmanager, wrapper module collector/gomod/alertmanager (placeholder UI, see below)
 #   jaeger         Jaeger v2, wrapper module collector/gomod/jaeger
 #   victoria-logs  VictoriaLogs server, wrapper module collector/gomod/victorialogs
@@ -18,6 +18,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${OTEL_VERL_BACKENDS_DIR:-$HOME/.cache/otel-verl/backends}
 export GOMODCACHE=${GOMODCACHE:-$HOME/.cache/otel-verl/go/mod}
 export GOCACHE=${GOCACHE:-$HOME/.cache/otel-verl/go/build}
+# npm's cache and pnpm's store, for Prometheus's web UI
+NPM_CACHE=${OTEL_VERL_NPM_CACHE:-$HOME/.cache/otel-verl/npm}
 # -mod=readonly: the wrapper go.mod/go.sum in the repo are the pins; a build never edits them.
 export GOFLAGS="-buildvcs=false -mod=readonly"
 export CGO_ENABLED=0 # static binaries, no C toolchain needed
@@ -26,6 +28,8 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 OCB_VERSION=v0.165.0      # = the core release in collector/builder-config.yaml
 PROMETHEUS_VERSION=3.16.0 # module github.com/prometheus/prometheus v0.316.0
+PROMETHEUS_MODULE=v0.316.0
+PNPM_VERSION=12.25.1      # builds Prometheus's web UI (web/ui/pnpm-lock.yaml); Prometheus's CI takes any pnpm < 13
 ALERTMANAGER_VERSION=v0.35.0
 JAEGER_VERSION=v1.76.0 # module tag of Jaeger v2.x (the v2 binaries are built from the v1.x-tagged module)
 VICTORIALOGS_VERSION=v1.52.1
@@ -53,7 +57,7 @@ stamp_of() {
       *) cat "$ROOT/collector/gomod/$(gomod_dir "$name")/go.mod" "$ROOT/collector/gomod/$(gomod_dir "$name")/go.sum" ;;
     esac
     case $name in
-      prometheus) echo "$PROMETHEUS_VERSION" ;;
+      prometheus) echo "$PROMETHEUS_VERSION $PROMETHEUS_MODULE $PNPM_VERSION $(node --version 2>/dev/null) $(npm --version 2>/dev/null)" && declare -f prometheus_ui ;;
       alertmanager) echo "$ALERTMANAGER_VERSION" ;;
       jaeger) echo "$JAEGER_VERSION" ;;
       victoria-logs) echo "$VICTORIALOGS_VERSION" ;;
@@ -82,15 +86,61 @@ build_otelcol_verl() {
 }
 
 build_prometheus() {
-  local work
+  local work src
   work=$(wrapper prometheus)
+  # The wrapper's go.mod replaces the module by a copy in src/, into which the web UI is built.
+  src=$(go mod download -json "github.com/prometheus/prometheus@$PROMETHEUS_MODULE" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || { echo "prometheus module not found in GOMODCACHE" >&2; return 1; }
+  cp -r "$src" "$work/src" && chmod -R u+w "$work/src"
   # remove_all_sd: only static_configs (all the stack uses); drops the cloud/Kubernetes service
-  # discovery SDKs, which are most of the build. The UI is not embedded (that needs the npm build,
-  # tag builtinassets); the HTTP API, OTLP receiver, rules and alerting are all there.
-  (cd "$work" && nice -n 19 go build -trimpath -tags remove_all_sd -ldflags "-s -w \
+  # discovery SDKs, which are most of the build. builtinassets: the web UI, built by prometheus_ui.
+  local tags=remove_all_sd
+  if prometheus_ui "$work/src"; then tags=remove_all_sd,builtinassets; else echo "prometheus: built WITHOUT the web UI" >&2; fi
+  (cd "$work" && nice -n 19 go build -trimpath -tags "$tags" -ldflags "-s -w \
     -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION \
     -X github.com/prometheus/common/version.Branch=otel-verl-backends" \
     -o "$DIR/prometheus.new" github.com/prometheus/prometheus/cmd/prometheus)
+}
+
+# Prometheus's web UI (the Mantine one) from the sources in its Go module (web/ui), as its Makefile's
+# `assets` and `assets-compress` targets build it: pnpm (from npm, pinned) installs the packages of
+# web/ui/pnpm-lock.yaml, the two PromQL modules and the UI are built, scripts/compress_assets.sh
+# writes web/ui/embed.go (tag builtinassets) over the gzipped files. Two changes, both because of
+# what the npm registry serves here: @mantine/* 9.7.2 of the lock is not there, so the six @mantine
+# packages are 9.8.1 (the lock's only other change is their new dependency); and their types make
+# `tsc` reject five callbacks (an option "possibly null"), so the UI is bundled by `vite build`
+# without that type check (the Makefile's `tsc && vite build`). Needs node and npm; without them,
+# or when a step fails, Prometheus is built without the UI (the API is complete either way).
+prometheus_ui() {
+  local ui=$1/web/ui tools=$DIR/work/npm-tools
+  command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1 || {
+    echo "prometheus UI: node and npm are not on PATH" >&2
+    return 1
+  }
+  # Each step ends the subshell when it fails: set -e does not act in a function called as a condition.
+  (
+    export npm_config_cache=$NPM_CACHE CI=true
+    nice -n 19 npm install --prefix "$tools" --no-audit --no-fund --no-save -E "pnpm@$PNPM_VERSION" || exit 1
+    export PATH=$tools/node_modules/.bin:$PATH
+    cd "$ui" || exit 1
+    cat >>pnpm-workspace.yaml <<'YAML' || exit 1
+overrides:
+  '@mantine/code-highlight': 9.8.1
+  '@mantine/core': 9.8.1
+  '@mantine/dates': 9.8.1
+  '@mantine/hooks': 9.8.1
+  '@mantine/notifications': 9.8.1
+  '@mantine/store': 9.8.1
+YAML
+    # the lock's entry is replaced by the override: the release-age check cannot look it up
+    sed -i "s/^minimumReleaseAgeExclude:$/&\n  - '@mantine\/code-highlight@9.7.2'/" pnpm-workspace.yaml || exit 1
+    nice -n 19 pnpm install --no-frozen-lockfile --store-dir "$NPM_CACHE/pnpm-store" || exit 1
+    CI= nice -n 19 bash build_ui.sh --build-module || exit 1
+    (cd mantine-ui && CI= nice -n 19 pnpm exec vite build) || exit 1
+    rm -rf static && mkdir static && mv mantine-ui/dist static/mantine-ui || exit 1
+    cd "$1" && nice -n 19 bash scripts/compress_assets.sh || exit 1
+    [ -s web/ui/static/mantine-ui/index.html.gz ] && grep -q '^//go:embed' web/ui/embed.go
+  )
 }
 
 build_alertmanager() {

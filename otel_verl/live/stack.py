@@ -630,7 +630,15 @@ def _next_steps(setup: CollectorSetup, ports: dict[str, int]) -> list[str]:
             "  export OTEL_VERL_OTLP_HEADERS_FILE=<the --token-file: the token alone is sent as Bearer>",
         ]
     host = "localhost" if setup.role == "agent" else _url_host(setup.bind)
-    return ["for the training job:", f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{host}:{grpc}"]
+    steps = ["for the training job:", f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{host}:{grpc}"]
+    if setup.role == "all-in-one":  # docs/stack.md, "Where to look"
+        steps += [
+            "to look at a run (docs/stack.md, 'Where to look'):",
+            f"  otel-verl report --jaeger http://{HOST}:{ports['jaeger']} --run RUN_ID   (its steps, as one HTML page)",
+            f"  http://{HOST}:{ports['prometheus']}/query   (Prometheus's UI, if built with it)",
+            f"  http://{HOST}:{ports['victorialogs']}/select/vmui/   (logs)",
+        ]
+    return steps
 
 
 def up(

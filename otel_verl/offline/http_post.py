@@ -1,4 +1,4 @@
-"""POST to an endpoint that is not trusted: urllib3, and the rules every request and answer follow.
+"""POST to (or GET from) an endpoint that is not trusted: urllib3, and the rules every request and answer follow.
 
 ``otel-verl replay`` sends a run's telemetry, with the user's credentials, to an endpoint whose
 answers may come from anything on the way (a proxy, a load balancer, a captive portal). Each rule
@@ -268,16 +268,21 @@ class Poster:
     def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Answer:
         """POST ``body`` to ``url``: the final answer, or ``NoAnswer``, within ``timeout`` seconds."""
         with suppress_instrumentation():
-            return self._post(url, body, headers, timeout)
+            return self._send("POST", url, body, headers, timeout)
 
-    def _post(self, url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Answer:
+    def get(self, url: str, headers: Mapping[str, str], timeout: float) -> Answer:
+        """GET ``url`` under the same rules (a query API's answer, read up to ``limit`` bytes)."""
+        with suppress_instrumentation():
+            return self._send("GET", url, None, headers, timeout)
+
+    def _send(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str], timeout: float) -> Answer:
         deadline = time.monotonic() + timeout
         token = _DEADLINE.set(deadline)
         retry = self._retry
         try:
             while True:
                 response = self._manager(url).urlopen(
-                    "POST",
+                    method,
                     url,
                     body=body,
                     headers=urllib3.HTTPHeaderDict(headers),
@@ -287,10 +292,10 @@ class Poster:
                     preload_content=False,
                     decode_content=False,
                 )
-                if not retry.is_retry("POST", response.status, bool(response.headers.get("Retry-After"))):
+                if not retry.is_retry(method, response.status, bool(response.headers.get("Retry-After"))):
                     return self._answer(response)
                 try:
-                    retry = retry.increment("POST", url, response=response)
+                    retry = retry.increment(method, url, response=response)
                 except MaxRetryError:  # retries spent: this one is the answer
                     return self._answer(response)
                 wait, asked = _wait(retry, response)

@@ -19,6 +19,8 @@ against verl's own console log:
   trace-to-metrics links, every rule's selectors) on this Prometheus with Grafana's template
   variables substituted for the run; GPU-only, PPO-only and failure-only ones skip, naming why,
   and the failure-only ones are proven on a third run with a NaN fault instead;
+* what a person looks at (docs/stack.md), in Chromium: ``otel-verl report --jaeger URL --run RUN_ID``'s
+  page of the run's steps from Jaeger's API v3, and Prometheus's own web UI querying the run;
 * alerting: that NaN run fires VerlNonFiniteLossOrGradNorm in Prometheus, and Alertmanager
   delivers it to a webhook receiver on 127.0.0.1:5001 (alertmanager.yml's) with the run's
   labels; the healthy runs fire nothing.
@@ -30,7 +32,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -46,6 +50,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from components import require_chromium
 
 from otel_verl import semconv
 from otel_verl.instruments import catalog
@@ -739,3 +744,68 @@ def test_the_failure_only_queries_return_data_for_the_faulty_run(nan_run: LiveRu
         checked.append(where)
     # NaN and guard panels, alert panel and annotation, the two NonFinite rules and the guard's
     assert len(checked) >= 8, checked
+
+
+# ---------------------------------------------------------------------------------------------
+# What a person looks at (docs/stack.md, "Where to look"), in Chromium
+
+
+def _chromium(*args: str) -> str:
+    """What headless Chromium made of a page (``--dump-dom``: the DOM after its scripts ran)."""
+    done = subprocess.run(
+        [require_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _artifacts() -> Path:
+    folder = Path(
+        os.environ.get("OTEL_VERL_TEST_ARTIFACTS") or Path(__file__).resolve().parents[2] / ".work" / "artifacts"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_the_report_from_jaeger_shows_the_run_steps_in_chromium(run: LiveRun, tmp_path: Path) -> None:
+    require_chromium()
+    _traces(run)  # every span the processes sent is in Jaeger
+    page = tmp_path / "page.html"
+    argv = ["report", "--jaeger", run.stack.url("jaeger"), "--run", run.run_id, "-o", str(page)]
+    cli = subprocess.run([sys.executable, "-m", "otel_verl.cli", *argv], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    # every span the processes sent, and only this run's (the other driver's run is in Jaeger too)
+    assert f"wrote {page}: {STEPS} steps, {len(run.spans)} spans of run {run.run_id}" in cli.stdout, cli.stdout
+    dom = _chromium("--virtual-time-budget=5000", "--dump-dom", page.as_uri())
+    steps = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
+    rows = re.search(r'<table[^>]*id="stage-table".*?</table>', dom, re.S).group(0)
+    assert [int(n) for n in re.findall(r'<tr data-step="(\d+)"', rows)] == sorted(steps) == list(range(1, STEPS + 1))
+    for n, st in steps.items():  # each step's duration as the run's own span gives it
+        assert re.search(rf'<tr data-step="{n}".*?data-seconds="{st.seconds!r}"', rows, re.S), (n, st.seconds)
+    assert f"Jaeger at {run.stack.url('jaeger')}" in dom and "curves are not read from the stack" in dom
+    shown = re.findall(r'<section class="timeline shown" data-step="(\d+)">', dom)
+    assert len(shown) == 1 and int(shown[0]) in steps
+    png = _artifacts() / f"live-stack-report-{run.driver}.png"
+    png.unlink(missing_ok=True)
+    _chromium("--virtual-time-budget=5000", f"--screenshot={png}", "--window-size=1400,1800", page.as_uri())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_prometheus_serves_its_web_ui_and_it_shows_the_run(run: LiveRun) -> None:
+    require_chromium()
+    selector = f'verl_training_step{{verl_run_id="{run.run_id}"}}'
+    _until(f"{selector} in Prometheus", lambda: run.stack.prom("query", query=selector)["result"] or None)
+    home = urllib.request.urlopen(f"{run.stack.url('prometheus')}/query", timeout=30).read().decode()
+    assert "<title>Prometheus" in home and "<script" in home, home[:500]  # the UI, not the no-UI 404 page
+    # the UI's table of the query: its script asked the API and drew the series with their labels
+    params = urllib.parse.urlencode({"g0.expr": selector, "g0.tab": "table", "g0.show_tree": "0"})
+    url = f"{run.stack.url('prometheus')}/query?{params}"
+    dom = _chromium("--virtual-time-budget=15000", "--dump-dom", url)
+    assert run.run_id in dom and "verl_training_step" in dom, dom[-3000:]
+    png = _artifacts() / f"live-stack-prometheus-{run.driver}.png"
+    png.unlink(missing_ok=True)
+    _chromium("--virtual-time-budget=15000", f"--screenshot={png}", "--window-size=1400,700", url)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

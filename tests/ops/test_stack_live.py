@@ -67,6 +67,9 @@ def live_stack(tmp_path_factory) -> Iterator[dict[str, Any]]:
                 print(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}")
         assert res.returncode == 0, res.stdout + res.stderr
         assert res.stdout.count(" ready after ") == len(stack.START_ORDER), res.stdout
+        # where to look (docs/stack.md): the URLs of this stack's ports
+        assert f"otel-verl report --jaeger http://127.0.0.1:{ports['jaeger']} --run RUN_ID" in res.stdout, res.stdout
+        assert f"http://127.0.0.1:{ports['prometheus']}/query " in res.stdout, res.stdout
         yield {"ports": ports, "data_dir": data_dir}
     finally:
         started = (stack._load_state(data_dir).get("components") or {}).values()

@@ -86,7 +86,7 @@ CASES: list[Case] = [
     ("no-command", [], {}, None, USAGE, "otel-verl: error: the following arguments are required: COMMAND"),
     ("unknown-command", ["bogus"], {}, None, USAGE, "argument COMMAND: invalid choice: 'bogus'"),
     ("unknown-option", ["summary", "{run}", "--bogus"], {}, None, USAGE, "unrecognized arguments: --bogus"),
-    ("missing-folder-arg", ["report"], {}, None, USAGE, "the following arguments are required: folder"),
+    ("missing-folder-arg", ["report"], {}, None, USAGE, "give a run folder or --jaeger URL --run RUN_ID"),
     ("doctor-extra-arg", ["doctor", "now"], {}, None, USAGE, "otel-verl: error: unrecognized arguments: now"),
     ("timeout-negative", ["replay", "{run}", "--timeout", "-1"], {}, None, USAGE, "'-1' is not a number of seconds"),
     ("timeout-word", ["replay", "{run}", "--timeout", "soon"], {}, None, USAGE, "argument --timeout: 'soon' is not"),

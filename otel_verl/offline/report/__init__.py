@@ -26,25 +26,31 @@ stylesheet and the script.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from otel_verl.commands.atomic import write_file
 from otel_verl.commands.errors import USAGE, CommandError, say, warn
 from otel_verl.offline.otlp_files import run_folder, signal_files
-from otel_verl.offline.report.model import Report, build
+from otel_verl.offline.report.model import NO_POINTS_NOTE, Report, build
 from otel_verl.offline.report.page import render, render_parts
 
 __all__ = ["Report", "build", "render", "report", "write_report"]
 
 
 def write_report(
-    folder: str | Path, out: str | Path | None = None, include_validation: bool = False
+    folder: str | Path,
+    out: str | Path | None = None,
+    include_validation: bool = False,
+    source: str | None = None,
+    notes: Sequence[str] = (),
 ) -> tuple[Path, Report]:
     """Build and write the page (default ``folder/report.html``); a ``CommandError`` when ``folder``
     holds nothing to show or the page cannot be written. Never writes over an input file; the page
     replaces what is at the path only once it is whole (``atomic.write_file``: a link there is
-    replaced, not written through)."""
+    replaced, not written through). ``source``: where the files' contents came from, shown instead
+    of ``folder`` (a temporary one); its ``notes`` come first and replace the one on missing metrics."""
     folder = run_folder(folder, ("traces", "metrics"))
     path = Path(out) if out is not None else folder / "report.html"
     if path.is_dir():
@@ -57,6 +63,9 @@ def write_report(
     if path.parent.resolve() / path.name in taken:
         raise CommandError(f"-o {path} is one of the run's telemetry files; the report never writes over them", USAGE)
     rep = build(folder, include_validation)
+    if source is not None:
+        rep.source = source
+        rep.notes = [*notes, *(n for n in rep.notes if n != NO_POINTS_NOTE)]
     if not rep.spans and not rep.points:
         why = f" ({rep.skipped.describe()})" if rep.skipped else ""
         raise CommandError(f"the telemetry files in {folder} hold no spans and no metric points{why}")

@@ -168,6 +168,10 @@ class StepTotals:
         return picked_text(shown, self.count, self.rows) if shown < self.count else None
 
 
+# Said when the folder has no metric points; a page from another source says instead where they are.
+NO_POINTS_NOTE = "no metric points (metrics-*.jsonl missing or empty): no curves"
+
+
 @dataclass
 class Report:
     folder: Path
@@ -198,6 +202,7 @@ class Report:
     spool: SpoolFacts | None = None  # export outages and losses (run_facts.spool_facts)
     held: Held = field(default_factory=Held)  # the most spans and points held at once while reading
     trajectories: Sample = field(default_factory=Sample)  # every training trajectory span's count, sum and max
+    source: str | None = None  # where the spans were read, when not from ``folder`` (``live.jaeger_report``)
 
     def spool_line(self) -> str | None:
         """Whether the run had an export outage, and whether anything was lost (``SpoolFacts.line``)."""
@@ -400,7 +405,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     elif not steps:
         notes.append("no verl.step spans: the run ended before its first step, or spans of the TaskRunner are missing")
     if not fold.points:
-        notes.append("no metric points (metrics-*.jsonl missing or empty): no curves")
+        notes.append(NO_POINTS_NOTE)
     return Report(
         folder=folder,
         files={sig: len(signal_files(folder, sig)) for sig in ("traces", "metrics", "logs")},

@@ -95,7 +95,8 @@ def _parts(report: Report) -> Iterator[str]:
 def _meta(report: Report) -> str:
     meta = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in report.meta.items())
     meta += (
-        f"<dt>read</dt><dd>{esc(report.folder)}: {report.files['traces']} trace, {report.files['metrics']} metric, "
+        f"<dt>read</dt><dd>{esc(report.source or report.folder)}: {report.files['traces']} trace, "
+        f"{report.files['metrics']} metric, "
         f"{report.files['logs']} log files; {report.spans} spans, {report.points} metric points, "
         f"{report.totals.count} steps</dd>"
     )
