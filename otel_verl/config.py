@@ -46,6 +46,7 @@ PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
 RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
 GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
 GUARD_RULES = "OTEL_VERL_GUARD_RULES"
+GUARD_ACTIONS_BY_RULE = "OTEL_VERL_GUARD_ACTIONS"
 OTLP_HEADERS_FILE = "OTEL_VERL_OTLP_HEADERS_FILE"
 GUARD_EXIT_CODE = "OTEL_VERL_GUARD_EXIT_CODE"
 GUARD_MARKER = "OTEL_VERL_GUARD_MARKER"
@@ -56,7 +57,11 @@ SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
 SPOOL_MAX_MB = "OTEL_VERL_SPOOL_MAX_MB"
 ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
-GUARD_ACTIONS = ("observe", "checkpoint", "stop", "off")
+# What a rule that fires does, from least to most: record it (span event, log record, counter), also
+# page (the counter's verl.guard.action is what VerlGuardTriggered selects), also checkpoint, also stop.
+GUARD_RULE_ACTIONS = ("record", "alert", "checkpoint", "stop")
+GUARD_ACTION_ALIASES = {"observe": "alert"}  # the name `alert` had before actions were per rule
+GUARD_ACTIONS = (*GUARD_RULE_ACTIONS, *GUARD_ACTION_ALIASES, "off")
 GUARD_RESUMES = ("last_good", "guard")  # what trainer.resume_mode=auto picks after a guard checkpoint
 ENGINE_TRACING_CHOICES = ("auto", "true", "false")
 
@@ -161,6 +166,47 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return default
 
 
+def env_guard_action(name: str, default: str) -> str:
+    """One of ``GUARD_ACTIONS``, an alias (``observe``) given as the action it names."""
+    value = env_choice(name, default, GUARD_ACTIONS)
+    return GUARD_ACTION_ALIASES.get(value, value)
+
+
+GuardActions = tuple[tuple[str, str], ...]  # (rule name or pattern, action), in the setting's order
+_SHOWN_ENTRIES, _SHOWN_ENTRY_CHARS = 3, 40  # of the bad entries of OTEL_VERL_GUARD_ACTIONS, in its warning
+
+
+def env_guard_actions(name: str, default: GuardActions) -> GuardActions:
+    """``rule=action`` entries, comma-separated: a rule's name (or a ``*``/``?`` pattern of names) and
+    one of ``GUARD_RULE_ACTIONS`` or ``off`` (the rule is not evaluated). A bad entry is named in one
+    warning and left out; the good ones apply."""
+    raw = _get(name)
+    if raw is None:
+        return default
+    entries: list[tuple[str, str]] = []
+    bad: list[str] = []
+    for part in raw.split(","):
+        if not part.strip():
+            continue
+        pattern, sep, action = (x.strip() for x in part.partition("="))
+        action = GUARD_ACTION_ALIASES.get(action.lower(), action.lower())
+        if sep and pattern and action in (*GUARD_RULE_ACTIONS, "off"):
+            entries.append((pattern, action))
+        else:
+            bad.append(part.strip()[:_SHOWN_ENTRY_CHARS])
+    if bad:
+        shown = ", ".join(repr(b) for b in bad[:_SHOWN_ENTRIES]) + (", ..." if len(bad) > _SHOWN_ENTRIES else "")
+        _log.warning(
+            "otel-verl: ignoring %d entr%s of %s: %s (not valid: rule=action, the action one of %s); the others apply",
+            len(bad),
+            "y" if len(bad) == 1 else "ies",
+            name,
+            shown,
+            ", ".join((*GUARD_RULE_ACTIONS, "off")),
+        )
+    return tuple(entries)
+
+
 STALL_AFTER_MIN_S = 10.0  # a shorter limit would report every process's stacks every few seconds
 STALL_AFTER_MAX_S = 30 * 86400.0
 
@@ -226,7 +272,8 @@ class Settings:
     samples_every_n_steps: int
     samples_per_step: int
     samples_max_chars: int
-    guard_action: str
+    guard_action: str  # one of GUARD_RULE_ACTIONS or "off": rules that name no action of their own do this
+    guard_actions: GuardActions  # per rule, over the rules file's
     guard_rules: str | None
     guard_exit_code: int  # 0: a guard stop ends the job with rc 0, as a finished run
     guard_marker: str | None  # None: GUARD_MARKER_NAME in the run's checkpoint folder
@@ -525,10 +572,25 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         GUARD_ACTION,
         "guard_action",
-        "observe",
-        partial(env_choice, choices=GUARD_ACTIONS),
-        "What the guard does when a rule fires: `observe`, `checkpoint`, `stop` or `off` ([Guard](guard.md)).",
+        "alert",
+        env_guard_action,
+        "What the guard does when a rule fires, for the rules that name no action of their own: `record`, "
+        "`alert`, `checkpoint` or `stop` (`observe` is `alert`); `off`: no rule is evaluated "
+        "([Guard](guard.md#what-a-rule-does-when-it-fires)).",
         GROUP_GUARD,
+        "`alert`",
+    ),
+    Variable(
+        GUARD_ACTIONS_BY_RULE,
+        "guard_actions",
+        (),
+        env_guard_actions,
+        "Actions per rule, over the rules file's: `rule=action` entries, comma-separated, e.g. "
+        "`kl_blowup=stop,grad_norm_*=alert` (`*`/`?` patterns; the last entry that names a rule wins; `off`: "
+        "that rule is not evaluated); a bad entry is one warning and left out "
+        "([Guard](guard.md#what-a-rule-does-when-it-fires)).",
+        GROUP_GUARD,
+        "none",
     ),
     Variable(
         GUARD_RULES,

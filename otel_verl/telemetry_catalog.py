@@ -235,8 +235,12 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.ATTR_DATA_SOURCE, "string", "The dataset's `data_source` column."),
     # ------------------------------------------------------------ guard
     AttributeDoc(s.ATTR_GUARD_RULE, "string", "The rule that fired (`nonfinite`, `kl_high`, ...)."),
-    AttributeDoc(s.ATTR_GUARD_ACTION, "string", "`observe`, `checkpoint` or `stop`."),
-    AttributeDoc(s.ATTR_GUARD_VALUE, "double", "The value that made it fire."),
+    AttributeDoc(
+        s.ATTR_GUARD_ACTION, "string", "What the rule that fired did: `record`, `alert`, `checkpoint` or `stop`."
+    ),
+    AttributeDoc(
+        s.ATTR_GUARD_VALUE, "double", "The value that made it fire (a trend rule: the mean of its last window)."
+    ),
     AttributeDoc(s.ATTR_GUARD_LIMIT, "double", "The rule's threshold, fraction, ratio or factor."),
     AttributeDoc(s.ATTR_GUARD_BASELINE, "double", "The baseline a relative rule compared with."),
     AttributeDoc(s.ATTR_GUARD_CHECKPOINT, "string", "The folder verl saved to, when the action saved one."),

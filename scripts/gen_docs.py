@@ -76,8 +76,18 @@ def _condition(rule) -> str:
         )
     elif rule.kind == "ratio_below":
         text = f"below {rule.ratio:.0%} of the mean of the previous {rule.window} steps"
-    else:
+    elif rule.kind == "spike":
         text = f"above {rule.factor:g}x the median of the previous {rule.window} steps"
+    elif rule.kind == "rise":
+        text = f"its mean over the last {rule.window} steps above {rule.factor:g}x its mean over the {rule.window}"
+        text += " before"
+    else:
+        text = (
+            f"its mean over the last {rule.window} steps more than {rule.fraction:.0%} below its mean over the "
+            f"{rule.window} before"
+        )
+    if rule.kind in ("rise", "fall") and rule.min_baseline:
+        text += f" (ignored while that mean is within {rule.min_baseline:g} of 0)"
     if rule.for_steps > 1:
         text += f", {rule.for_steps} steps in a row"
     return text
@@ -87,11 +97,19 @@ def guard_rules_page() -> str:
     from otel_verl.guard.rules import load_rules
 
     rows = [
-        (f"`{r.name}`", f"`{r.kind}`", _code(r.keys), _condition(r), f"`{r.alert}`" if r.alert else "")
+        (
+            f"`{r.name}`",
+            f"`{r.kind}`",
+            _code(r.keys),
+            _condition(r),
+            f"`{r.action}`" if r.action else "`OTEL_VERL_GUARD_ACTION`'s",
+            f"`{r.alert}`" if r.alert else "",
+        )
         for r in load_rules(None)
     ]
     head = HEAD.format(source="otel_verl/guard/rules.yaml")
-    return head + _table(("Rule", "Kind", "Keys", "Fires when", "Prometheus alert with the same threshold"), rows)
+    columns = ("Rule", "Kind", "Keys", "Fires when", "Action", "Prometheus alert with the same threshold")
+    return head + _table(columns, rows)
 
 
 def _hardware(spec) -> bool:

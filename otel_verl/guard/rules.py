@@ -5,7 +5,8 @@ format of a user's ``OTEL_VERL_GUARD_RULES`` file: a regular file of at most ``M
 read by ``read_rules_file``, off the training thread by ``RulesLoad``). ``Evaluator.step`` is fed
 the dict verl logs at each training step end and returns the rules that fire at that step: a rule
 fires once when its condition becomes true for a key, and again only after the condition was
-false in between.
+false in between. ``resolve_actions`` says what each rule does when it fires: its
+``OTEL_VERL_GUARD_ACTIONS`` entry, else its own ``action``, else ``OTEL_VERL_GUARD_ACTION``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ from importlib import resources
 from typing import Any
 
 from otel_verl._values import as_float
+from otel_verl.config import GUARD_RULE_ACTIONS, GuardActions
 
-KINDS = ("nonfinite", "above", "below", "drop", "ratio_below", "spike")
+KINDS = ("nonfinite", "above", "below", "drop", "ratio_below", "spike", "rise", "fall")
+TRENDS = ("rise", "fall")  # early warnings: the mean of the last window steps against the window before
 _NEEDS = {
     "above": ("threshold",),
     "below": ("threshold",),
     "drop": ("fraction", "window"),
     "ratio_below": ("ratio", "window"),
     "spike": ("factor", "window"),
+    "rise": ("factor", "window"),
+    "fall": ("fraction", "window"),
 }
+MAX_WINDOW = 100_000  # steps of history kept per rule and key
 DEFAULT_MIN_STEPS = 5
 
 
@@ -53,6 +59,7 @@ class Rule:
     for_steps: int = 1
     min_steps: int = DEFAULT_MIN_STEPS
     alert: str | None = None
+    action: str | None = None  # one of GUARD_RULE_ACTIONS; None: OTEL_VERL_GUARD_ACTION's
 
     def matches(self, key: str) -> bool:
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.keys)
@@ -68,6 +75,9 @@ class Rule:
 
 @dataclass(frozen=True)
 class Firing:
+    """A rule that fired for a key at a step: ``value`` is the value verl logged (for a trend, the
+    mean of the last ``window`` steps), ``baseline`` what a relative rule compared it with."""
+
     rule: Rule
     key: str
     value: float
@@ -84,8 +94,18 @@ class Firing:
             what = f"{self.key}={v:.4g} is more than {r.fraction:.0%} below its recent mean {self.baseline:.4g}"
         elif r.kind == "ratio_below":
             what = f"{self.key}={v:.4g} is below {r.ratio:.0%} of its recent mean {self.baseline:.4g}"
-        else:
+        elif r.kind == "spike":
             what = f"{self.key}={v:.4g} is above {r.factor:g}x its recent median {self.baseline:.4g}"
+        elif r.kind == "rise":
+            what = (
+                f"{self.key}'s mean over the last {r.window} steps {v:.4g} is above {r.factor:g}x "
+                f"its mean over the {r.window} before {self.baseline:.4g}"
+            )
+        else:
+            what = (
+                f"{self.key}'s mean over the last {r.window} steps {v:.4g} is more than {r.fraction:.0%} "
+                f"below its mean over the {r.window} before {self.baseline:.4g}"
+            )
         return f"rule {r.name} at step {self.step}: {what}"
 
 
@@ -129,8 +149,15 @@ def parse_rules(data: Any) -> tuple[Rule, ...]:
         for key in ("window", "for_steps", "min_steps"):
             if key in raw:
                 kwargs[key] = _number(raw, name, key, integer=True)
+        if kwargs.get("window", 0) > MAX_WINDOW:
+            raise RuleError(f"rule {name!r}: window must be at most {MAX_WINDOW}")
+        action = raw.get("action")
+        if action is not None and action not in GUARD_RULE_ACTIONS:
+            raise RuleError(f"rule {name!r}: action must be one of {', '.join(GUARD_RULE_ACTIONS)}, not {action!r}")
         alert = raw.get("alert")
-        rules.append(Rule(name=name, kind=kind, keys=tuple(keys), alert=str(alert) if alert else None, **kwargs))
+        rules.append(
+            Rule(name=name, kind=kind, keys=tuple(keys), alert=str(alert) if alert else None, action=action, **kwargs)
+        )
     names = [r.name for r in rules]
     if len(names) != len(set(names)):
         raise RuleError("rule names must be unique")
@@ -235,11 +262,71 @@ class RulesLoad:
         return self._rules, self._problem
 
 
+def resolve_actions(rules: tuple[Rule, ...], by_rule: GuardActions, default: str) -> tuple[dict[str, str], list[str]]:
+    """What each rule does when it fires (``{name: action}``, ``off`` included): the last entry of
+    ``by_rule`` (``OTEL_VERL_GUARD_ACTIONS``) whose name or pattern matches it, else the rule's own
+    ``action``, else ``default`` (``OTEL_VERL_GUARD_ACTION``); and the entries that match no rule."""
+    actions = {r.name: r.action or default for r in rules}
+    unmatched = []
+    for pattern, action in by_rule:
+        named = [r.name for r in rules if fnmatch.fnmatchcase(r.name, pattern)]
+        for name in named:
+            actions[name] = action
+        if not named:
+            unmatched.append(f"{pattern}={action}")
+    return actions, unmatched
+
+
+def _exact_sum(values: deque[float]) -> float:
+    try:
+        return math.fsum(values)
+    except OverflowError:  # finite values whose sum is not: +-inf, as a plain sum says
+        return sum(values)
+
+
+@dataclass
+class _Trend:
+    """The last ``2 * window`` values of a key as two windows with running sums: O(1) per step.
+    The sums are recomputed exactly every ``window`` values, and at once when a value that leaves a
+    window was larger than what remains of its sum (that subtraction's rounding would dominate the
+    sum) or a sum is not finite: rounding never piles up, whatever the values' range."""
+
+    window: int
+    recent: deque[float] = field(default_factory=deque)
+    earlier: deque[float] = field(default_factory=deque)
+    recent_sum: float = 0.0
+    earlier_sum: float = 0.0
+    added: int = 0
+
+    def add(self, value: float) -> tuple[float, float] | None:
+        """Append ``value``; the two windows' means ``(recent, earlier)`` once both are full."""
+        self.recent.append(value)
+        self.recent_sum += value
+        self.added += 1
+        exact = self.added % self.window == 0
+        if len(self.recent) > self.window:
+            moved = self.recent.popleft()
+            self.recent_sum -= moved
+            self.earlier.append(moved)
+            self.earlier_sum += moved
+            exact = exact or abs(moved) > abs(self.recent_sum)
+            if len(self.earlier) > self.window:
+                gone = self.earlier.popleft()
+                self.earlier_sum -= gone
+                exact = exact or abs(gone) > abs(self.earlier_sum)
+        if exact or not math.isfinite(self.recent_sum + self.earlier_sum):
+            self.recent_sum, self.earlier_sum = _exact_sum(self.recent), _exact_sum(self.earlier)
+        if len(self.earlier) < self.window:
+            return None
+        return self.recent_sum / self.window, self.earlier_sum / self.window
+
+
 @dataclass
 class _Track:
     history: deque[float]
     streak: int = 0
     active: bool = False
+    trend: _Trend | None = None
 
 
 @dataclass
@@ -258,7 +345,9 @@ class Evaluator:
     def _track(self, rule: Rule, key: str) -> _Track:
         track = self._tracks.get((rule.name, key))
         if track is None:
-            track = self._tracks[(rule.name, key)] = _Track(deque(maxlen=max(rule.window, 1)))
+            trend = _Trend(rule.window) if rule.kind in TRENDS else None
+            history: deque[float] = deque(maxlen=0 if trend else max(rule.window, 1))
+            track = self._tracks[(rule.name, key)] = _Track(history, trend=trend)
         return track
 
     def step(self, values: Mapping[str, Any], step: int) -> list[Firing]:
@@ -291,9 +380,11 @@ class Evaluator:
             hit = value > rule.threshold  # type: ignore[operator]
         elif rule.kind == "below":
             hit = value < rule.threshold  # type: ignore[operator]
+        elif track.trend is not None:
+            hit, value, baseline = self._trend(rule, track.trend, value)
         else:
             hit, baseline = self._relative(rule, track, value)
-        if rule.kind not in ("nonfinite", "above", "below") and not hit:
+        if rule.kind not in ("nonfinite", "above", "below", *TRENDS) and not hit:
             track.history.append(value)  # the baseline is what came before the problem
         track.streak = track.streak + 1 if hit else 0
         if track.streak >= rule.for_steps and not track.active:
@@ -302,6 +393,19 @@ class Evaluator:
         if not hit:
             track.active = False
         return None
+
+    @staticmethod
+    def _trend(rule: Rule, trend: _Trend, value: float) -> tuple[bool, float, float | None]:
+        """(hit, the recent window's mean, the earlier window's): every value counts, the trend is the signal."""
+        means = trend.add(value)
+        if means is None:
+            return False, value, None
+        recent, earlier = means
+        if abs(earlier) <= rule.min_baseline:
+            return False, recent, earlier
+        if rule.kind == "rise":
+            return earlier > 0 and recent / earlier > rule.factor, recent, earlier  # type: ignore[operator]
+        return (earlier - recent) / abs(earlier) > rule.fraction, recent, earlier  # type: ignore[operator]
 
     @staticmethod
     def _relative(rule: Rule, track: _Track, value: float) -> tuple[bool, float | None]:

@@ -10,7 +10,7 @@ Where things are made (the full list of names: docs/reference.md):
 * ``waits``: ``verl.wait`` spans where the trainer waits (v1 replay buffer);
 * ``replicas``: ``verl.replicas.*`` spans where the trainer sleeps, wakes, syncs and resumes the replicas;
 * ``samples``: opt-in sampled generations as log records;
-* ``guard``: rules over each step's values, and the action (observe, checkpoint, stop);
+* ``guard``: rules over each step's values, and each rule's action (record, alert, checkpoint, stop);
   ``guard_checkpoint`` its checkpoint (never at the cost of one of verl's), ``guard_exit`` its stop's marker;
 * ``ray_launch``: ``ray.init`` hands the ``OTEL_*`` settings to the job's Ray workers.
 

@@ -2,11 +2,14 @@
 
 ``Tracking.log`` (after verl's own backends) hands the step's dict to the rules (``otel_verl.guard``):
 a few comparisons per key on the training thread, which is the decision itself. A rule that fires
-is reported (a ``verl.guard`` span in the step's trace with a ``verl.guard.triggered`` event, a
-WARNING log record, the ``verl.guard.triggered`` counter and one console line) and acted on by
-``OTEL_VERL_GUARD_ACTION``:
+is reported (a ``verl.guard`` span in the step's trace with a ``verl.guard.triggered`` event, a log
+record, the ``verl.guard.triggered`` counter and one console line, each with the action it got) and
+acted on by its own action (``rules.resolve_actions``: its ``OTEL_VERL_GUARD_ACTIONS`` entry, the
+rules file's ``action``, else ``OTEL_VERL_GUARD_ACTION``):
 
-* ``observe`` (default): report only;
+* ``record``: report only, the log record at INFO;
+* ``alert`` (default; ``observe`` is its former name): report, the log record at WARNING; the
+  counter's ``verl.guard.action`` is what the ``VerlGuardTriggered`` alert selects (not ``record``);
 * ``checkpoint``: also save a checkpoint through verl's own ``_save_checkpoint`` at the end of that
   step (once per firing), which never removes one of verl's and which ``trainer.resume_mode=auto``
   does not pick unless ``OTEL_VERL_GUARD_RESUME=guard`` (``guard_checkpoint``);
@@ -19,7 +22,10 @@ WARNING log record, the ``verl.guard.triggered`` counter and one console line) a
   a WARNING say that it stopped without one. A stop also writes a marker file and can end the job
   with an exit code of its own (``guard_exit``), for a scheduler to tell it from a finished run.
 
-A guard error never stops training: it is logged once and the step goes on.
+When rules with different actions fire at the same step, the step is checkpointed once if any of
+them asks for it, and stopped if any of them says ``stop`` (the stop's reason and marker name those
+rules only). ``OTEL_VERL_GUARD_ACTION=off`` turns the whole guard off. A guard error never stops
+training: it is logged once and the step goes on.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from opentelemetry import trace
 from otel_verl import config, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
-from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules
+from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules, resolve_actions
 from otel_verl.hooks import guard_checkpoint, guard_exit, targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
@@ -51,6 +57,7 @@ class GuardStop(Exception):
 class _Guard:
     def __init__(self) -> None:
         self.evaluator: Evaluator | None = None
+        self.actions: dict[str, str] = {}  # rule name -> what it does when it fires
         self.rules_load: RulesLoad | None = None  # the user's rules file, read off the training thread
         self.stop_reason: str | None = None
         self.stopped_after: int | None = None
@@ -89,16 +96,32 @@ def _evaluator() -> Evaluator:
                 warn_once(
                     "guard rules", "ignoring OTEL_VERL_GUARD_RULES=%s (%s); using the built-in rules", path, problem
                 )
-        _GUARD.evaluator = Evaluator(rules if rules is not None else load_rules(None))
+        rules = rules if rules is not None else load_rules(None)
+        s = settings()
+        actions, unmatched = resolve_actions(rules, s.guard_actions, s.guard_action)
+        if unmatched:
+            warn_once(
+                "guard actions",
+                "%s: %s name(s) no rule (the rules: %s); ignored",
+                config.GUARD_ACTIONS_BY_RULE,
+                ", ".join(unmatched)[:200],
+                ", ".join(r.name for r in rules)[:200],
+            )
+        _GUARD.actions = actions
+        _GUARD.evaluator = Evaluator(tuple(r for r in rules if actions[r.name] != "off"))
     return _GUARD.evaluator
 
 
+Acted = list[tuple[Firing, str]]  # the step's firings, each with its action
+
+
 @safe("guard rules evaluation")
-def _evaluate(data: Mapping[str, Any]) -> tuple[int, list[Firing]] | None:
+def _evaluate(data: Mapping[str, Any]) -> tuple[int, Acted] | None:
     step = data.get(TRAINING_STEP_KEY)
     if not isinstance(step, int) or isinstance(step, bool):
         return None  # validation before training and other non-step logs
-    return step, _evaluator().step(data, step)
+    firings = _evaluator().step(data, step)
+    return step, [(f, _GUARD.actions[f.rule.name]) for f in firings]
 
 
 def _attributes(firing: Firing, action: str) -> dict[str, Any]:
@@ -116,29 +139,33 @@ def _attributes(firing: Firing, action: str) -> dict[str, Any]:
     return attrs
 
 
+SAVES = ("checkpoint", "stop")  # the actions that checkpoint the step
+
+
 @safe("guard report")
-def _report(firings: list[Firing], action: str, checkpoint: str | None) -> None:
+def _report(acted: Acted, checkpoint: str | None) -> None:
+    from opentelemetry._logs import SeverityNumber
+
     last = PROCESS.last_step  # verl logs a step's values after its ``step`` span ended: join that trace
     context = trace.set_span_in_context(trace.NonRecordingSpan(last[1])) if last is not None else None
-    span = start_span(semconv.SPAN_GUARD, context=context, attributes={semconv.ATTR_STEP: firings[0].step})
+    span = start_span(semconv.SPAN_GUARD, context=context, attributes={semconv.ATTR_STEP: acted[0][0].step})
     provider = PROCESS.logger_provider()
     logger = provider.get_logger(semconv.SCOPE) if provider is not None else None
     counter = PROCESS.instruments.training.guard_triggered
-    for firing in firings:
+    for firing, action in acted:
         attrs = _attributes(firing, action)
-        if checkpoint:
+        if checkpoint and action in SAVES:
             attrs[semconv.ATTR_GUARD_CHECKPOINT] = checkpoint
         text = f"otel-verl guard: {firing.describe()}; action: {action}"
         span.add_event(semconv.EVENT_GUARD_TRIGGERED, attrs)
-        counter.add(1, {semconv.ATTR_GUARD_RULE: firing.rule.name})
+        counter.add(1, {semconv.ATTR_GUARD_RULE: firing.rule.name, semconv.ATTR_GUARD_ACTION: action})
         if logger is not None:
-            from opentelemetry._logs import SeverityNumber
-
+            severity = SeverityNumber.INFO if action == "record" else SeverityNumber.WARN
             logger.emit(
                 event_name=semconv.EVENT_GUARD_TRIGGERED,
                 body=text,
-                severity_number=SeverityNumber.WARN,
-                severity_text="WARNING",
+                severity_number=severity,
+                severity_text="INFO" if action == "record" else "WARNING",
                 attributes=attrs,
                 context=trace.set_span_in_context(span),
             )
@@ -179,19 +206,20 @@ def _request_stop(trainer: Any, firings: list[Firing], saved: guard_checkpoint.S
 
 def _guard_after_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     result = wrapped(*args, **kwargs)
-    action = settings().guard_action
     trainer = PROCESS.trainer
-    if action == "off" or trainer is None:
+    if settings().guard_action == "off" or trainer is None:
         return result
     evaluated = _evaluate(kwargs["data"] if "data" in kwargs else (args[0] if args else {}))
     if evaluated and evaluated[1]:
-        step, firings = evaluated
-        saved = guard_checkpoint.save(trainer, step) if action in ("checkpoint", "stop") else None
-        _report(firings, action, saved.folder if saved else None)
+        step, acted = evaluated
+        saves = any(action in SAVES for _, action in acted)
+        saved = guard_checkpoint.save(trainer, step) if saves else None
+        _report(acted, saved.folder if saved else None)
         if saved is not None:
             _say_resume(saved)
-        if action == "stop" and saved is not None:
-            _request_stop(trainer, firings, saved)
+        stops = [firing for firing, action in acted if action == "stop"]
+        if stops and saved is not None:
+            _request_stop(trainer, stops, saved)
     return result
 
 

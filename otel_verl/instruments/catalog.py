@@ -141,9 +141,9 @@ GUARD_TRIGGERED = InstrumentSpec(
     semconv.M_GUARD_TRIGGERED,
     COUNTER,
     "{firing}",
-    "Guard rules that fired (attribute verl.guard.rule)",
-    attributes=(semconv.ATTR_GUARD_RULE,),
-    source="Guard rules that fired (TaskRunner; [Guard](guard.md)).",
+    "Guard rules that fired (attributes verl.guard.rule, verl.guard.action)",
+    attributes=(semconv.ATTR_GUARD_RULE, semconv.ATTR_GUARD_ACTION),
+    source="Guard rules that fired, with the action each got (TaskRunner; [Guard](guard.md)).",
 )
 STEP_TIME = InstrumentSpec(
     semconv.M_STEP_TIME,

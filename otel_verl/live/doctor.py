@@ -330,17 +330,29 @@ def _check_prometheus(r: Checks, signal: str) -> None:
 
 
 def check_guard_rules(r: Checks, s: config.Settings) -> None:
-    """The user's rules file (``OTEL_VERL_GUARD_RULES``), read by the rule the guard applies."""
-    from otel_verl.guard.rules import RuleError, load_rules
+    """The user's rules file (``OTEL_VERL_GUARD_RULES``), read by the rule the guard applies, and
+    the per-rule actions (``OTEL_VERL_GUARD_ACTIONS``) against the rules the guard would use."""
+    from otel_verl.guard.rules import RuleError, load_rules, resolve_actions
 
-    if not s.guard_rules or s.guard_action == "off":
+    if s.guard_action == "off":
         return
-    try:
-        rules = load_rules(s.guard_rules)
-    except RuleError as exc:
-        r.bad(f"{config.GUARD_RULES}: {exc}; the guard would use its built-in rules")
-        return
-    r.ok(f"guard rules: {len(rules)} from {s.guard_rules}")
+    rules = None
+    if s.guard_rules:
+        try:
+            rules = load_rules(s.guard_rules)
+        except RuleError as exc:
+            r.bad(f"{config.GUARD_RULES}: {exc}; the guard would use its built-in rules")
+        else:
+            r.ok(f"guard rules: {len(rules)} from {s.guard_rules}")
+    if s.guard_actions:
+        rules = rules if rules is not None else load_rules(None)
+        actions, unmatched = resolve_actions(rules, s.guard_actions, s.guard_action)
+        if unmatched:
+            r.bad(f"{config.GUARD_ACTIONS_BY_RULE}: {', '.join(unmatched)} name(s) no rule of the guard's")
+        by_action: dict[str, list[str]] = {}
+        for name, action in actions.items():
+            by_action.setdefault(action, []).append(name)
+        r.ok("guard actions: " + "; ".join(f"{a}: {', '.join(names)}" for a, names in by_action.items()))
 
 
 def check_headers(r: Checks, s: config.Settings) -> None:

@@ -12,8 +12,13 @@
 * the shipped alert rules, on the series the stopped run exported (``promreplay``): the NaN/Inf
   alerts name exactly the keys verl logged as NaN, the guard's alert its rule, the heartbeat's
   alert the run's end; all silent at step 1.
-* ``observe`` (v1): training goes on to the last step, each rule fires once per episode, and a
-  user rules file (a KL rule with a tiny threshold, as for a drifting run) fires too.
+* per-rule actions (v1; ``OTEL_VERL_GUARD_ACTION=observe``, the former name of ``alert``, and a user
+  rules file): each rule fires once per episode; at step 2 ``nonfinite`` alerts and ``kl_drift``
+  (``action: record`` in the file, a KL rule with a tiny threshold, as for a drifting run) is only
+  recorded: training goes on, no checkpoint; at step 3 ``long_run`` (``alert`` in the file,
+  ``stop`` by ``OTEL_VERL_GUARD_ACTIONS``) stops training after that step with the guard's
+  checkpoint; on the series the run exported, ``VerlGuardTriggered`` fires for the alerting and the
+  stopping rule and never for the recorded one.
 """
 
 from __future__ import annotations
@@ -182,25 +187,70 @@ def observed(tmp_path_factory, run_verl_instrumented):
     rules.write_text(
         "rules:\n"
         '  - {name: nonfinite, kind: nonfinite, keys: ["*loss*", "*grad_norm*"]}\n'
-        '  - {name: kl_drift, kind: above, keys: ["actor/ppo_kl"], threshold: -1, for_steps: 2}\n'
+        '  - {name: kl_drift, kind: above, keys: ["actor/ppo_kl"], threshold: -1, for_steps: 2, action: record}\n'
+        # a key the NaN reward leaves finite: true at every step, so it fires at step 3
+        '  - {name: long_run, kind: above, keys: ["response_length/mean"], threshold: -1, for_steps: 3,'
+        " action: alert}\n"
     )
-    env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": NAN_AFTER, "OTEL_VERL_GUARD_RULES": str(rules)}
-    return _guard_run(run_verl_instrumented, workdir, "v1", "observe", env=env, steps=3)
+    env = {
+        "VERL_CPU_HARNESS_NAN_REWARD_AFTER": NAN_AFTER,
+        "OTEL_VERL_GUARD_RULES": str(rules),
+        "OTEL_VERL_GUARD_ACTIONS": "long_run=stop",  # over the file's alert
+    }
+    return _guard_run(run_verl_instrumented, workdir, "v1", "observe", env=env, steps=STEPS)
 
 
-def test_observe_keeps_training_and_each_rule_fires_once(observed):
+def _fired(run) -> dict[tuple[str, int], dict]:
+    """(rule, step) -> the attributes of its ``verl.guard.triggered`` event (one key per rule here)."""
+    return {
+        (e[semconv.ATTR_GUARD_RULE], s.attributes["verl.step"]): e
+        for s in run.spans
+        if s.name == semconv.SPAN_GUARD
+        for e in s.event_attributes(semconv.EVENT_GUARD_TRIGGERED)
+        if e[semconv.ATTR_METRIC_KEY] in ("actor/pg_loss", "actor/ppo_kl", "response_length/mean")
+    }
+
+
+def test_each_rule_fires_once_and_acts_by_its_own_action(observed):
     run = observed
     assert run.returncode == 0, run.output[-3000:]
-    assert sorted(run.console) == [1, 2, 3]
-    spans = sorted((s for s in run.spans if s.name == semconv.SPAN_GUARD), key=lambda s: s.attributes["verl.step"])
-    fired = {
-        (e[semconv.ATTR_GUARD_RULE], e[semconv.ATTR_METRIC_KEY], s.attributes["verl.step"])
-        for s in spans
-        for e in s.event_attributes(semconv.EVENT_GUARD_TRIGGERED)
+    assert sorted(run.console) == [1, 2, 3]  # recorded and alerted at 2: on; stopped after 3, not 4
+    fired = _fired(run)
+    assert {k: e[semconv.ATTR_GUARD_ACTION] for k, e in fired.items()} == {
+        ("nonfinite", 2): "alert",  # observe: the former name of alert
+        ("kl_drift", 2): "record",  # "above" for 2 steps in a row: fires at step 2, and not again at 3
+        ("long_run", 3): "stop",
     }
-    assert ("kl_drift", "actor/ppo_kl", 2) in fired  # "above" for 2 steps in a row: fires at step 2 ...
-    assert not [f for f in fired if f[0] == "kl_drift" and f[2] == 3]  # ... and not again while it lasts
-    nonfinite_steps = {step for rule, _, step in fired if rule == "nonfinite"}
-    assert nonfinite_steps == {2}
-    assert "otel-verl guard: rule kl_drift at step 2" in run.output
-    assert not (run.telemetry_dir.parent / "checkpoints").exists()  # observe saves nothing
+    assert re.search(
+        r"otel-verl guard: rule kl_drift at step 2: actor/ppo_kl=\S+ above -1 .*; action: record", run.output
+    )
+    assert "otel-verl guard: stopping training after step 3" in run.output
+    ckpt = run.telemetry_dir.parent / "checkpoints"
+    # the stop's checkpoint only: neither the recorded nor the alerting rule saved one
+    assert sorted(p.name for p in (ckpt / "otel-verl-guard").glob("global_step_*")) == ["global_step_3"]
+    assert semconv.ATTR_GUARD_CHECKPOINT in fired[("long_run", 3)]
+    assert semconv.ATTR_GUARD_CHECKPOINT not in fired[("kl_drift", 2)]
+    marker = json.loads((ckpt / "otel-verl-guard-stop.json").read_text())
+    assert marker["step"] == 3 and marker["rules"] == ["long_run"]
+    severity = {}
+    for r in _records(run):
+        if r.get("eventName") == semconv.EVENT_GUARD_TRIGGERED:
+            attrs = {a["key"]: a["value"].get("stringValue") for a in r["attributes"]}
+            severity.setdefault(attrs[semconv.ATTR_GUARD_RULE], set()).add(r["severityText"])
+    assert severity == {"nonfinite": {"WARNING"}, "kl_drift": {"INFO"}, "long_run": {"WARNING"}}
+
+
+def test_the_guard_alert_pages_for_the_rules_that_alert_or_stop_never_for_a_recorded_one(observed, tmp_path):
+    require_tool("promtool")
+    replay = Replay(run_series(observed.telemetry_dir), slower=SLOWER)
+    step1 = replay.after("verl_training_step")
+    recorded = replay.after("verl_guard_triggered_total", verl_guard_rule="kl_drift", verl_guard_action="record")
+    stopped = replay.after("verl_guard_triggered_total", verl_guard_rule="long_run", verl_guard_action="stop")
+    got = replay.alerts(tmp_path, [("VerlGuardTriggered", t) for t in (step1, recorded, stopped)])
+
+    def paged(t):
+        return {(a["verl_guard_rule"], a["verl_guard_action"]) for a in got[("VerlGuardTriggered", t)]}
+
+    assert paged(step1) == set()
+    assert paged(recorded) == {("nonfinite", "alert")}  # kl_drift fired at the same step: counted, not paged
+    assert ("long_run", "stop") in paged(stopped) and not {a for a in paged(stopped) if a[0] == "kl_drift"}

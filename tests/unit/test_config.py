@@ -101,7 +101,8 @@ INVALID = {
     config.SAMPLES_EVERY_N_STEPS: ("0", "samples_every_n_steps", 10, "10"),
     config.SAMPLES_PER_STEP: ("four", "samples_per_step", 4, "4"),
     config.SAMPLES_MAX_CHARS: ("-5", "samples_max_chars", 2000, "2000"),
-    config.GUARD_ACTION: ("pause", "guard_action", "observe", "'observe'"),
+    config.GUARD_ACTION: ("pause", "guard_action", "alert", "'alert'"),
+    config.GUARD_ACTIONS_BY_RULE: ("kl_blowup", "guard_actions", (), "the others apply"),  # no =action
     config.GUARD_RESUME: ("latest", "guard_resume", "last_good", "'last_good'"),
     config.STALL_AFTER: ("soon", "stall_after_s", None, "'auto'"),
     config.SPOOL: ("disk", "spool", True, "True"),
@@ -252,7 +253,11 @@ def _check(s: config.Settings) -> None:
         elif isinstance(v.default, bool):
             assert isinstance(value, bool), (v.name, value)
         elif v.name == config.GUARD_ACTION:
-            assert value in config.GUARD_ACTIONS
+            assert value in (*config.GUARD_RULE_ACTIONS, "off")  # an alias comes as the action it names
+        elif v.name == config.GUARD_ACTIONS_BY_RULE:
+            assert isinstance(value, tuple), value
+            for pattern, action in value:
+                assert action in (*config.GUARD_RULE_ACTIONS, "off") and pattern and pattern.isprintable()
         elif v.name == config.GUARD_RESUME:
             assert value in config.GUARD_RESUMES
         else:  # free-form text: bounded, printable (it goes into file names and every span's resource)
@@ -321,3 +326,22 @@ def test_values_at_the_edges_of_their_range_are_taken(monkeypatch, caplog, var, 
     with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
         assert getattr(config.settings(), field) == value
     assert [r for r in caplog.records if r.name == "otel_verl.config"] == []
+
+
+def test_guard_actions_per_rule_keep_the_good_entries_and_name_the_bad_ones_once(monkeypatch, caplog):
+    raw = " kl_blowup=stop, grad_norm_*=ALERT ,old=observe,,=stop,y=,z,w=explode,n=off"
+    monkeypatch.setenv(config.GUARD_ACTIONS_BY_RULE, raw)
+    with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+        got = config.settings().guard_actions
+    assert got == (("kl_blowup", "stop"), ("grad_norm_*", "alert"), ("old", "alert"), ("n", "off"))
+    (record,) = [r for r in caplog.records if r.name == "otel_verl.config"]
+    message = record.getMessage()
+    assert "ignoring 4 entries of OTEL_VERL_GUARD_ACTIONS: '=stop', 'y=', 'z', ..." in message
+    assert "record, alert, checkpoint, stop, off" in message
+
+
+def test_the_former_guard_action_observe_is_alert(monkeypatch, caplog):
+    monkeypatch.setenv(config.GUARD_ACTION, "Observe")
+    with caplog.at_level(logging.WARNING, logger="otel_verl.config"):
+        assert config.settings().guard_action == "alert"
+    assert caplog.records == []

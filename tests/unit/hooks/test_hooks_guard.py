@@ -1,8 +1,9 @@
 """The guard hook on verl's real ``Tracking.log``: report, checkpoint through verl's own method,
-stop after the step; a guard error never stops training."""
+stop after the step, each rule by its own action; a guard error never stops training."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import types
@@ -58,7 +59,7 @@ def _log(tracking, trainer, step, **values):
 
 
 def test_observe_reports_each_firing_once_and_keeps_going(captured, tracking, trainer, monkeypatch, capsys):
-    _action(monkeypatch, "observe")
+    _action(monkeypatch, "observe")  # the former name of alert: a setting that keeps working
     _log(tracking, trainer, 1, **{"actor/pg_loss": 0.1})
     _log(tracking, trainer, 2, **{"actor/pg_loss": NAN})
     _log(tracking, trainer, 3, **{"actor/pg_loss": NAN})  # still NaN: the same episode
@@ -69,9 +70,10 @@ def test_observe_reports_each_firing_once_and_keeps_going(captured, tracking, tr
     assert event.name == semconv.EVENT_GUARD_TRIGGERED
     assert event.attributes[semconv.ATTR_GUARD_RULE] == "nonfinite"
     assert event.attributes[semconv.ATTR_METRIC_KEY] == "actor/pg_loss"
-    assert event.attributes[semconv.ATTR_GUARD_ACTION] == "observe"
+    assert event.attributes[semconv.ATTR_GUARD_ACTION] == "alert"
     (point,) = captured.metric_points()[semconv.M_GUARD_TRIGGERED]
-    assert point.value == 1 and point.attributes[semconv.ATTR_GUARD_RULE] == "nonfinite"
+    assert point.value == 1
+    assert dict(point.attributes) == {semconv.ATTR_GUARD_RULE: "nonfinite", semconv.ATTR_GUARD_ACTION: "alert"}
     assert trainer.saved == [] and trainer.total_training_steps == 10
 
 
@@ -250,3 +252,88 @@ def test_a_verl_without_save_checkpoint_is_said_with_its_version(captured, track
     (message,) = [r.getMessage() for r in caplog.records if "_save_checkpoint" in r.getMessage()]
     assert f"verl {importlib.metadata.version('verl')}" in message
     assert [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]  # still reported
+
+
+RULES = """\
+rules:
+  - {name: spiky, kind: above, keys: [actor/grad_norm], threshold: 1, action: record}
+  - {name: kl, kind: above, keys: [actor/ppo_kl], threshold: 0.5, action: alert}
+  - {name: cold, kind: below, keys: [actor/entropy], threshold: 0.1}
+  - {name: noisy, kind: above, keys: [response_length/mean], threshold: 0}
+"""
+
+
+@pytest.fixture
+def logs(monkeypatch):
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    monkeypatch.setattr(PROCESS, "_given_logs", provider)
+    return exporter
+
+
+def _fired(captured) -> dict[tuple[str, int], dict]:
+    return {
+        (e.attributes[semconv.ATTR_GUARD_RULE], e.attributes[semconv.ATTR_STEP]): dict(e.attributes)
+        for s in captured.finished()
+        if s.name == semconv.SPAN_GUARD
+        for e in s.events
+    }
+
+
+def test_each_rule_acts_by_its_own_action(captured, logs, tracking, trainer, monkeypatch, caplog, capsys, tmp_path):
+    """The rules file's action (``spiky``: record), overridden by OTEL_VERL_GUARD_ACTIONS (``kl``:
+    alert -> stop), the global action for the rest (``cold``: record), ``off`` for one (``noisy``):
+    the recorded rule neither checkpoints nor stops nor pages, the stop stops for its own rule only."""
+    monkeypatch.setattr(_safe, "_seen", set())
+    (tmp_path / "rules.yaml").write_text(RULES)
+    monkeypatch.setenv(config.GUARD_RULES, str(tmp_path / "rules.yaml"))
+    monkeypatch.setenv(config.GUARD_ACTIONS_BY_RULE, "kl=stop, noisy=off, klx=stop, spiky=explode")
+    _action(monkeypatch, "record")
+    with caplog.at_level(logging.WARNING):
+        _log(tracking, trainer, 2, **{"actor/grad_norm": 5.0, "response_length/mean": 9.0})
+        assert trainer.saved == [] and trainer.total_training_steps == 10  # recorded only
+        _log(tracking, trainer, 3, **{"actor/ppo_kl": 0.9, "actor/entropy": 0.01})
+    # the bad entry and the one that names no rule: each said once, the good ones applied
+    assert "ignoring 1 entry of OTEL_VERL_GUARD_ACTIONS: 'spiky=explode'" in caplog.text
+    assert "OTEL_VERL_GUARD_ACTIONS: klx=stop name(s) no rule" in caplog.text
+    fired = _fired(captured)
+    assert {k: v[semconv.ATTR_GUARD_ACTION] for k, v in fired.items()} == {
+        ("spiky", 2): "record",
+        ("kl", 3): "stop",
+        ("cold", 3): "record",
+    }  # noisy is off: never evaluated
+    assert trainer.saved == [3] and trainer.total_training_steps == 3  # kl stopped after step 3
+    # the step's checkpoint is named on the firing that asked for it only
+    assert semconv.ATTR_GUARD_CHECKPOINT in fired[("kl", 3)] and semconv.ATTR_GUARD_CHECKPOINT not in fired[("cold", 3)]
+    marker = json.loads((tmp_path / "otel-verl-guard-stop.json").read_text())
+    assert marker["rules"] == ["kl"] and "rule cold" not in marker["reason"]
+    counted = {
+        (p.attributes[semconv.ATTR_GUARD_RULE], p.attributes[semconv.ATTR_GUARD_ACTION]): p.value
+        for p in captured.metric_points()[semconv.M_GUARD_TRIGGERED]
+    }
+    assert counted == {("spiky", "record"): 1, ("kl", "stop"): 1, ("cold", "record"): 1}
+    severities = {
+        r.log_record.attributes[semconv.ATTR_GUARD_RULE]: r.log_record.severity_text for r in logs.get_finished_logs()
+    }
+    assert severities == {"spiky": "INFO", "kl": "WARNING", "cold": "INFO"}
+    out = capsys.readouterr().out
+    assert "rule spiky at step 2: actor/grad_norm=5 above 1 for 1 step(s); action: record" in out
+    assert "rule kl at step 3: actor/ppo_kl=0.9 above 0.5 for 1 step(s); action: stop" in out
+
+
+def test_a_checkpoint_rule_and_an_alert_rule_at_the_same_step(captured, tracking, trainer, monkeypatch, tmp_path):
+    (tmp_path / "rules.yaml").write_text(RULES)
+    monkeypatch.setenv(config.GUARD_RULES, str(tmp_path / "rules.yaml"))
+    monkeypatch.setenv(config.GUARD_ACTIONS_BY_RULE, "*=alert,cold=checkpoint")
+    _action(monkeypatch, "stop")  # every rule names its action here: the global one applies to none
+    _log(tracking, trainer, 4, **{"actor/grad_norm": 5.0, "actor/entropy": 0.01})
+    assert trainer.saved == [4] and trainer.total_training_steps == 10  # saved once, not stopped
+    fired = _fired(captured)
+    assert {k: v[semconv.ATTR_GUARD_ACTION] for k, v in fired.items()} == {
+        ("spiky", 4): "alert",
+        ("cold", 4): "checkpoint",
+    }

@@ -179,6 +179,8 @@ def _non_default(variable: config.Variable) -> str:
         return "stop"
     if variable.name == config.GUARD_RESUME:
         return "guard"
+    if variable.name == config.GUARD_ACTIONS_BY_RULE:
+        return "kl_blowup=stop"
     if variable.name == config.STALL_AFTER:
         return "120"
     if variable.name == config.ENGINE_TRACING:
@@ -345,6 +347,19 @@ def test_the_guard_rules_file_is_checked_as_the_guard_reads_it(env, tmp_path):
         rc, text = _run()
         assert rc == 1
         assert f"!!  {config.GUARD_RULES}: " in text and why in text and "built-in rules" in text
+
+
+def test_the_guard_actions_are_checked_against_the_guards_rules(env):
+    env.setenv("OTEL_TRACES_EXPORTER", "none")
+    env.setenv("OTEL_METRICS_EXPORTER", "none")
+    env.setenv(config.GUARD_ACTIONS_BY_RULE, "*=record,kl_blowup=stop,grad_norm_*=alert")
+    rc, text = _run()
+    assert rc == 0, text
+    line = next(ln for ln in text.splitlines() if "guard actions:" in ln)
+    assert "stop: kl_blowup;" in line and "alert: grad_norm_spike, grad_norm_rise" in line and "record: nonfinite" in line
+    env.setenv(config.GUARD_ACTIONS_BY_RULE, "kl_blwup=stop")  # a typo: no rule of that name
+    rc, text = _run()
+    assert rc == 1 and f"!!  {config.GUARD_ACTIONS_BY_RULE}: kl_blwup=stop name(s) no rule" in text, text
 
 
 @pytest.mark.parametrize("raw", ["abc", "-1", "70000"])
