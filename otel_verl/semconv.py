@@ -181,18 +181,22 @@ STATUS_CANCELLED = "cancelled"
 
 # official GenAI conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
-GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"  # token ids in, token ids out
+# verl's agent loop sends the engine one already templated prompt as token ids and gets its
+# continuation back (a completions call), not chat messages nor multimodal content parts
+GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"
 GEN_AI_OPERATION_EXECUTE_TOOL = "execute_tool"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"  # rollout backend: vllm, sglang, trtllm, ...
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"  # the model the rollout serves (hooks/rollout/llm.py)
 GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_ERROR_TYPE = "error.type"  # the failed call's exception class (general error conventions)
 
 M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
 M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"

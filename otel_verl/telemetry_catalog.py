@@ -212,12 +212,19 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.GEN_AI_LATENCY_TTFT, "double", "Seconds from arrival to the first token (vLLM)."),
     AttributeDoc(s.GEN_AI_LATENCY_E2E, "double", "Seconds from arrival to the last token (vLLM)."),
     AttributeDoc(s.GEN_AI_TOOL_CALL_ID, "string", "The tool call's id."),
+    AttributeDoc(
+        s.GEN_AI_REQUEST_MODEL,
+        "string",
+        "The model the rollout serves: `rollout.prometheus.served_model_name` when set, else "
+        "`actor_rollout_ref.model.path` (a Hugging Face id as is, a local or remote path by its last part).",
+    ),
     AttributeDoc(s.GEN_AI_REQUEST_MAX_TOKENS, "int", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_REQUEST_TEMPERATURE, "double", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_REQUEST_TOP_P, "double", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_RESPONSE_FINISH_REASONS, "string[]", "Why generation stopped."),
     AttributeDoc(s.GEN_AI_USAGE_INPUT_TOKENS, "int", "Prompt tokens of the call."),
     AttributeDoc(s.GEN_AI_USAGE_OUTPUT_TOKENS, "int", "Tokens the call generated."),
+    AttributeDoc(s.ATTR_ERROR_TYPE, "string", "A failed LLM call's exception class (`asyncio.CancelledError`, ...)."),
     # ------------------------------------------------------------ hardware
     AttributeDoc(s.ATTR_HW_ID, "string", "The GPU's UUID (required by the hardware conventions)."),
     AttributeDoc(s.ATTR_HW_TYPE, "string", f"`{s.HW_TYPE_GPU}`."),
@@ -405,6 +412,7 @@ SPANS: tuple[SpanDoc, ...] = (
         (
             s.GEN_AI_OPERATION_NAME,
             s.GEN_AI_PROVIDER_NAME,
+            s.GEN_AI_REQUEST_MODEL,
             s.GEN_AI_USAGE_INPUT_TOKENS,
             s.GEN_AI_USAGE_OUTPUT_TOKENS,
             s.GEN_AI_REQUEST_MAX_TOKENS,
@@ -419,8 +427,11 @@ SPANS: tuple[SpanDoc, ...] = (
             s.ATTR_ROLLOUT_SUBMIT_STEP,
             s.ATTR_ROLLOUT_VALIDATE,
             s.ATTR_ROLLOUT_STATUS,
+            s.ATTR_ERROR_TYPE,
         ),
-        "One engine call of a trajectory (`LLMServerClient.generate`).",
+        "One engine call of a trajectory (`LLMServerClient.generate`), attributed by the GenAI conventions "
+        "(named `verl.rollout.llm_call`, not the conventions' `text_completion <model>`: the kit and the report "
+        "find it by this name).",
     ),
     SpanDoc(
         s.SPAN_ENGINE_REQUEST,
