@@ -33,6 +33,16 @@ RES_RANK = "verl.rank"
 # exports (``process.point_identity``), so that a backend that makes no labels of resource
 # attributes (Prometheus 3's default OTLP settings, Mimir, Datadog) has them as labels too.
 RES_SERIES_IDENTITY = (RES_RUN_ID, RES_PROJECT, RES_EXPERIMENT, RES_ROLE, RES_RANK, RES_HOST_NAME)
+# where the process runs, from the environment of its node (process/resource.py: ``FROM_ENV``);
+# Kubernetes: OpenTelemetry's k8s.* conventions; Slurm has none: otel-verl's slurm.* names
+RES_K8S_POD_NAME = "k8s.pod.name"
+RES_K8S_POD_UID = "k8s.pod.uid"
+RES_K8S_NAMESPACE_NAME = "k8s.namespace.name"
+RES_K8S_NODE_NAME = "k8s.node.name"
+RES_SLURM_CLUSTER_NAME = "slurm.cluster.name"
+RES_SLURM_JOB_ID = "slurm.job.id"
+RES_SLURM_STEP_ID = "slurm.step.id"
+RES_SLURM_NODE_ID = "slurm.node.id"  # the node's index in the job's allocation
 
 # process roles (values of RES_ROLE)
 ROLE_TASKRUNNER = "taskrunner"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otel_verl import semconv as s
+from otel_verl.process.resource import FROM_ENV
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ RESOURCE: tuple[str, ...] = (
     s.RES_HOST_NAME,
     s.RES_DISTRO_NAME,
     s.RES_DISTRO_VERSION,
+    *(attr for attr, _ in FROM_ENV),
 )
 
 _ROLES = ", ".join(
@@ -75,7 +77,11 @@ _ROLES = ", ".join(
 
 ATTRIBUTES: tuple[AttributeDoc, ...] = (
     # ------------------------------------------------------------ resource
-    AttributeDoc(s.RES_SERVICE_NAME, "string", f"`OTEL_SERVICE_NAME`, default `{s.SERVICE_NAME_DEFAULT}`."),
+    AttributeDoc(
+        s.RES_SERVICE_NAME,
+        "string",
+        f"`OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`), default `{s.SERVICE_NAME_DEFAULT}`.",
+    ),
     AttributeDoc(s.RES_SERVICE_INSTANCE_ID, "string", "One per process (the SDK's)."),
     AttributeDoc(s.RES_RUN_ID, "string", "The job's run id, shared by all its processes (`OTEL_VERL_RUN_ID`)."),
     AttributeDoc(s.RES_PROJECT, "string", "verl's `trainer.project_name` (or `OTEL_VERL_PROJECT`)."),
@@ -87,7 +93,16 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     ),
     AttributeDoc(s.RES_RANK, "int", "The worker rank (worker processes; also on `verl.worker.*` spans)."),
     AttributeDoc(s.RES_PROCESS_PID, "int", "The process id."),
-    AttributeDoc(s.RES_HOST_NAME, "string", "The node's host name."),
+    AttributeDoc(s.RES_HOST_NAME, "string", "The node's host name (unless `OTEL_RESOURCE_ATTRIBUTES` sets one)."),
+    *(
+        AttributeDoc(
+            attr,
+            "string",
+            f"`{var}` of the process's environment, when set and `OTEL_RESOURCE_ATTRIBUTES` has no `{attr}`"
+            + (" (map it from the pod's downward API)." if attr.startswith("k8s.") else " (Slurm sets it)."),
+        )
+        for attr, var in FROM_ENV
+    ),
     AttributeDoc(s.RES_DISTRO_NAME, "string", f"`{s.DISTRO_NAME}`."),
     AttributeDoc(s.RES_DISTRO_VERSION, "string", "otel-verl's version."),
     # ------------------------------------------------------------ steps and stages
