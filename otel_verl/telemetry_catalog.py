@@ -60,6 +60,7 @@ RESOURCE: tuple[str, ...] = (
     s.RES_DISTRO_NAME,
     s.RES_DISTRO_VERSION,
     *(attr for attr, _ in FROM_ENV),
+    s.ATTR_HW_DRIVER_VERSION,
 )
 
 _ROLES = ", ".join(
@@ -246,7 +247,12 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.ATTR_HW_NAME, "string", "`gpu<index>` (`cuda:<index>` from torch)."),
     AttributeDoc(s.ATTR_HW_VENDOR, "string", "The GPU's vendor."),
     AttributeDoc(s.ATTR_HW_MODEL, "string", "The GPU's model (`NVIDIA H200`)."),
-    AttributeDoc(s.ATTR_HW_DRIVER_VERSION, "string", "The driver's version."),
+    AttributeDoc(
+        s.ATTR_HW_DRIVER_VERSION,
+        "string",
+        "On the resource of a process with NVML GPUs: the host's driver version (not on the `hw.*` points: "
+        "a driver update would start new series).",
+    ),
     AttributeDoc(
         s.ATTR_HW_GPU_TASK, "string", f"`{s.GPU_TASK_GENERAL}`, `{s.GPU_TASK_ENCODER}`, `{s.GPU_TASK_DECODER}`."
     ),
