@@ -228,7 +228,7 @@ M_VLLM_KV_CACHE_USAGE = "vllm.kv_cache_usage_perc"
 M_VLLM_REQUESTS_RUNNING = "vllm.num_requests_running"
 M_VLLM_REQUESTS_WAITING = "vllm.num_requests_waiting"
 M_VLLM_PREEMPTIONS = "vllm.num_preemptions"
-M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram, with the engine's own buckets
+M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram: .bucket (le), .sum, .count
 
 # ---------------------------------------------------------------- GPU (hardware semconv: hardware/gpu.md, common.md)
 M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
@@ -341,8 +341,6 @@ OVERHEAD_COMPONENTS = (
 # An observable instrument that never reports a point: its callback records the histogram values the
 # agent loop queued (instruments.deferred), at the start of each collection. Not a metric.
 DEFERRED_RECORDER = "otel_verl.deferred_records"
-# Likewise: its callback replays the engine's histograms into real ones (instruments.engine_metrics).
-ENGINE_HISTOGRAM_FEED = "otel_verl.engine_histograms"
 
 # ---------------------------------------------------------------- what otel-verl had to drop (process.drops)
 M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"  # observable counter, attribute ATTR_DROPPED_KIND

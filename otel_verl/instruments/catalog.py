@@ -293,13 +293,18 @@ VLLM_KV_CACHE_USAGE = _bridged(semconv.M_VLLM_KV_CACHE_USAGE, OBSERVABLE_GAUGE, 
 VLLM_REQUESTS_RUNNING = _bridged(semconv.M_VLLM_REQUESTS_RUNNING, OBSERVABLE_GAUGE, "requests running")
 VLLM_REQUESTS_WAITING = _bridged(semconv.M_VLLM_REQUESTS_WAITING, OBSERVABLE_GAUGE, "requests waiting (its queue)")
 VLLM_PREEMPTIONS = _bridged(semconv.M_VLLM_PREEMPTIONS, OBSERVABLE_COUNTER, "preemptions")
-VLLM_TTFT = _bridged(semconv.M_VLLM_TTFT, HISTOGRAM, "time to first token, s, in the engine's own buckets")
+VLLM_TTFT_BUCKET, VLLM_TTFT_SUM, VLLM_TTFT_COUNT = (
+    _bridged(f"{semconv.M_VLLM_TTFT}.{part}", OBSERVABLE_UP_DOWN_COUNTER, f"TTFT {part}")
+    for part in ("bucket", "sum", "count")
+)
 ENGINE: tuple[InstrumentSpec, ...] = (
     VLLM_KV_CACHE_USAGE,
     VLLM_REQUESTS_RUNNING,
     VLLM_REQUESTS_WAITING,
     VLLM_PREEMPTIONS,
-    VLLM_TTFT,
+    VLLM_TTFT_BUCKET,
+    VLLM_TTFT_SUM,
+    VLLM_TTFT_COUNT,
 )
 
 # ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)

@@ -11,17 +11,14 @@ run's resource:
 
 * a counter ``vllm:x`` (series ``vllm:x_total``) -> observable counter ``vllm.x``;
 * a gauge ``vllm:x`` -> observable gauge ``vllm.x``;
-* a histogram ``vllm:x`` -> a histogram ``vllm.x`` with the engine's own bucket bounds (its ``le``
-  labels). No OpenTelemetry instrument takes pre-aggregated buckets (the spec's MetricProducer is
-  not in the Python SDK), so at every collection the engine's new observations are replayed into
-  it (``Replay``): per series, each bucket's new count as that many values inside the bucket,
-  placed so that they add up to the engine's new sum. Bucket counts, count and sum are the
-  engine's; only min and max are values of the bounds' buckets, not the engine's.
+* a histogram ``vllm:x`` -> three observable up-down counters ``vllm.x.bucket`` (label ``le``),
+  ``vllm.x.sum`` and ``vllm.x.count``: the engine's cumulative buckets exactly as it counted them
+  (no OpenTelemetry instrument takes pre-aggregated buckets).
 
 In Prometheus (OTLP translation) these are the engine's usual names with ``:`` as ``_``:
 ``vllm_kv_cache_usage_perc``, ``vllm_num_preemptions_total``,
-``vllm_time_to_first_token_seconds_bucket{le=...}`` (and ``_sum``, ``_count``), so dashboards
-written for vLLM's own ``/metrics`` work on them by that one substitution.
+``vllm_time_to_first_token_seconds_bucket{le=...}``, so dashboards written for vLLM's own
+``/metrics`` work on them by that one substitution.
 
 The registry is read once per collection (one snapshot shared by the instruments); families are
 found when the engine has started and again at most every ``DISCOVER_EVERY_S`` (an engine may
@@ -39,7 +36,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from otel_verl import semconv
-from otel_verl._safe import safe, warn_once
+from otel_verl._safe import safe
 from otel_verl.process.state import PROCESS
 
 PREFIXES = ("vllm:", "sglang:")
@@ -48,8 +45,6 @@ MAX_FAMILIES = 256
 MAX_SERIES = 512
 MAX_LABELS = 16
 MAX_LABEL_CHARS = 256
-MAX_BUCKETS = 64  # bounds of one histogram family
-MAX_REPLAYED = 100_000  # values one collection replays into one series (beyond: counts scaled down)
 SNAPSHOT_TTL_S = 1.0  # one registry read serves every instrument of one collection
 DISCOVER_EVERY_S = 60.0
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,120}:[a-zA-Z_][a-zA-Z0-9_:]{0,200}")
@@ -69,110 +64,6 @@ def _attributes(labels: dict[str, str], replica: int | None) -> dict[str, Any] |
     return attrs
 
 
-def _bounds(family: Any) -> tuple[float, ...] | None:
-    """The finite ``le`` bounds of a histogram family's first series, None until it has one."""
-    les: list[float] = []
-    first: tuple[tuple[str, str], ...] | None = None
-    for sample in getattr(family, "samples", ()):
-        if not sample.name.endswith("_bucket"):
-            continue
-        labels = dict(sample.labels)
-        key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
-        if first is None:
-            first = key
-        if key != first:
-            continue
-        try:
-            le = float(labels.get("le", "nan"))
-        except ValueError:
-            return None
-        if math.isfinite(le):
-            les.append(le)
-    if first is None or len(les) > MAX_BUCKETS or les != sorted(set(les)):
-        return None
-    return tuple(les)
-
-
-class Replay:
-    """One engine histogram family fed into an OpenTelemetry histogram, its new observations at a time."""
-
-    def __init__(self, histogram: Any, bounds: tuple[float, ...]) -> None:
-        self.histogram = histogram
-        self.bounds = bounds
-        self._seen: dict[tuple[tuple[str, str], ...], tuple[list[float], float]] = {}  # series -> (per-bucket, sum)
-        self._lock = threading.Lock()  # readers may collect at once: each new observation is replayed once
-
-    def series(self, samples: Iterable[Any]) -> dict[tuple[tuple[str, str], ...], tuple[list[float], float]]:
-        """Per series (labels without ``le``): its per-bucket counts (the last one ``+Inf``'s) and sum."""
-        cumulative: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
-        sums: dict[tuple[tuple[str, str], ...], float] = {}
-        for sample in samples:
-            labels = dict(sample.labels)
-            key = tuple(sorted((str(k), str(v)) for k, v in labels.items() if k != "le"))
-            value = sample.value
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
-                continue
-            if sample.name.endswith("_bucket"):
-                try:
-                    cumulative.setdefault(key, {})[float(labels.get("le", "nan"))] = float(value)
-                except ValueError:
-                    continue
-            elif sample.name.endswith("_sum"):
-                sums[key] = float(value)
-        out = {}
-        for key, by_le in cumulative.items():
-            if key not in sums or len(out) >= MAX_SERIES:
-                continue
-            edges = [*self.bounds, math.inf]
-            if set(by_le) != set(edges):
-                continue  # other bounds than the family's first series: left out
-            running = [by_le[e] for e in edges]
-            out[key] = ([b - a for a, b in zip([0.0, *running[:-1]], running, strict=True)], sums[key])
-        return out
-
-    def feed(self, samples: Iterable[Any], replica: int | None) -> None:
-        """Record what each series counted since the last feed (all of it after an engine restart)."""
-        with self._lock:
-            for key, (counts, total) in self.series(samples).items():
-                self._feed_series(key, counts, total, replica)
-
-    def _feed_series(
-        self, key: tuple[tuple[str, str], ...], counts: list[float], total: float, replica: int | None
-    ) -> None:
-        before = self._seen.get(key)
-        if before is None and len(self._seen) >= MAX_SERIES:
-            return
-        self._seen[key] = (counts, total)
-        if before is not None and all(c >= b for c, b in zip(counts, before[0], strict=True)):
-            counts = [c - b for c, b in zip(counts, before[0], strict=True)]
-            total -= before[1]
-        attrs = _attributes(dict(key), replica)
-        if attrs is None or not any(counts):
-            return
-        for value, n in self.values(counts, total):
-            for _ in range(n):
-                self.histogram.record(value, attrs)
-
-    def values(self, counts: list[float], total: float) -> list[tuple[float, int]]:
-        """(value, how many) inside each bucket, adding up to ``total`` where the buckets allow it."""
-        bounds = self.bounds
-        n = [max(0, int(c)) for c in counts]
-        over = sum(n) - MAX_REPLAYED
-        if over > 0:  # bounded: the largest buckets give up counts (the sum stays close)
-            scale = MAX_REPLAYED / sum(n)
-            n = [int(c * scale) for c in n]
-        low = [min(0.0, bounds[0]) if bounds else 0.0] + [math.nextafter(b, math.inf) for b in bounds]
-        high = [*bounds, low[-1]]  # +Inf: from just above the last bound, the rest of the sum added below
-        floor = sum(k * lo for k, lo in zip(n, low, strict=True))
-        span = sum(k * (hi - lo) for k, lo, hi in zip(n[:-1], low[:-1], high[:-1], strict=True))
-        t = min(1.0, max(0.0, (total - floor) / span)) if span > 0 else 0.0
-        out = [(lo + t * (hi - lo), k) for k, lo, hi in zip(n[:-1], low[:-1], high[:-1], strict=True) if k]
-        if n[-1]:
-            rest = total - floor - t * span  # what the finite buckets could not hold
-            out.append((low[-1] + max(0.0, rest) / n[-1], n[-1]))
-        return out
-
-
 class Bridge:
     """The engine families of ``registry`` (``prometheus_client.REGISTRY``) as instruments of ``meter``."""
 
@@ -186,8 +77,6 @@ class Bridge:
         self._taken = -math.inf
         self._discovered = -math.inf
         self.families: dict[str, str] = {}  # family name -> kind, for those with instruments
-        self._replays: dict[str, Replay] = {}  # histogram family -> its replay
-        self._feed: Any = None  # the observable instrument whose callback feeds the replays
 
     def _families(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -216,40 +105,20 @@ class Bridge:
         self._discovered = now
         for name, family in self._families().items():
             if name not in self.families and len(self.families) < MAX_FAMILIES:
-                if self._instrument(name, family, str(getattr(family, "documentation", ""))[:200]):
-                    self.families[name] = family.type
+                self._instrument(name, family.type, str(getattr(family, "documentation", ""))[:200])
+                self.families[name] = family.type
 
-    def _instrument(self, name: str, family: Any, doc: str) -> bool:
-        """Instruments for ``family``; False when it cannot have them yet (a histogram without series)."""
-        base, kind = otel_name(name), family.type
+    def _instrument(self, name: str, kind: str, doc: str) -> None:
+        base = otel_name(name)
         if kind == "counter":
             self._meter.create_observable_counter(base, callbacks=[self._reader(name, ("_total",))], description=doc)
         elif kind == "gauge":
             self._meter.create_observable_gauge(base, callbacks=[self._reader(name, ("",))], description=doc)
         else:
-            bounds = _bounds(family)
-            if bounds is None:
-                return False  # its bounds are known once it has a series: found again later
-            histogram = self._meter.create_histogram(
-                base, description=doc, explicit_bucket_boundaries_advisory=list(bounds)
-            )
-            self._replays[name] = Replay(histogram, bounds)
-            if self._feed is None:  # runs before the SDK reads the histograms' aggregations
-                self._feed = self._meter.create_observable_gauge(
-                    semconv.ENGINE_HISTOGRAM_FEED, callbacks=[self._fed], description="feeds histograms; no points"
+            for part in ("bucket", "sum", "count"):
+                self._meter.create_observable_up_down_counter(
+                    f"{base}.{part}", callbacks=[self._reader(name, (f"_{part}",))], description=doc
                 )
-        return True
-
-    def _fed(self, options: Any) -> Iterable[Any]:
-        snapshot = self.snapshot()
-        for name, replay in list(self._replays.items()):
-            family = snapshot.get(name)
-            if family is not None:
-                try:
-                    replay.feed(family.samples, self.replica)
-                except Exception:  # noqa: BLE001 - one odd family must not stop the others
-                    warn_once(f"engine histogram {name}", "could not replay %s", name, exc_info=True)
-        return ()
 
     def _reader(self, family: str, suffixes: tuple[str, ...]) -> Any:
         names = {family + s for s in suffixes}
