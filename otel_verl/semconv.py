@@ -228,7 +228,7 @@ M_VLLM_KV_CACHE_USAGE = "vllm.kv_cache_usage_perc"
 M_VLLM_REQUESTS_RUNNING = "vllm.num_requests_running"
 M_VLLM_REQUESTS_WAITING = "vllm.num_requests_waiting"
 M_VLLM_PREEMPTIONS = "vllm.num_preemptions"
-M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram: .bucket (le), .sum, .count
+M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram, with the engine's own buckets
 
 # ---------------------------------------------------------------- GPU (hardware semconv: hardware/gpu.md, common.md)
 M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
