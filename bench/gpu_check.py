@@ -87,7 +87,7 @@ def main() -> int:
         return 2
     torch.cuda.init()
     index = torch.cuda.current_device()
-    source = gpu.find_source(rank=0)
+    source = gpu.find_source()
     if not isinstance(source, gpu.NvmlSource):
         print("gpu_check: NVML (nvidia-ml-py) is not usable; install otel-verl[gpu]", file=sys.stderr)
         return 2

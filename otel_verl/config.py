@@ -706,7 +706,12 @@ STANDARD_VARIABLES: tuple[Documented, ...] = (
         "([Recipes](recipes.md#opentelemetrys-declarative-configuration-otel_config_file)).",
     ),
     Documented("OTEL_SERVICE_NAME", "verl", "`service.name` of every process of the job."),
-    Documented("OTEL_RESOURCE_ATTRIBUTES", "(none)", "`k=v,...` added to every process's resource."),
+    Documented(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "(none)",
+        "`k=v,...` added to every process's resource, over otel-verl's defaults (`service.name`, `host.name`, "
+        "`k8s.*`, `slurm.*`); job-wide: it reaches every Ray process with the launcher's value.",
+    ),
     Documented(
         "OTEL_EXPORTER_PROMETHEUS_HOST",
         "127.0.0.1",

@@ -33,6 +33,16 @@ RES_RANK = "verl.rank"
 # exports (``process.point_identity``), so that a backend that makes no labels of resource
 # attributes (Prometheus 3's default OTLP settings, Mimir, Datadog) has them as labels too.
 RES_SERIES_IDENTITY = (RES_RUN_ID, RES_PROJECT, RES_EXPERIMENT, RES_ROLE, RES_RANK, RES_HOST_NAME)
+# where the process runs, from the environment of its node (process/resource.py: ``FROM_ENV``);
+# Kubernetes: OpenTelemetry's k8s.* conventions; Slurm has none: otel-verl's slurm.* names
+RES_K8S_POD_NAME = "k8s.pod.name"
+RES_K8S_POD_UID = "k8s.pod.uid"
+RES_K8S_NAMESPACE_NAME = "k8s.namespace.name"
+RES_K8S_NODE_NAME = "k8s.node.name"
+RES_SLURM_CLUSTER_NAME = "slurm.cluster.name"
+RES_SLURM_JOB_ID = "slurm.job.id"
+RES_SLURM_STEP_ID = "slurm.step.id"
+RES_SLURM_NODE_ID = "slurm.node.id"  # the node's index in the job's allocation
 
 # process roles (values of RES_ROLE)
 ROLE_TASKRUNNER = "taskrunner"
@@ -181,18 +191,22 @@ STATUS_CANCELLED = "cancelled"
 
 # official GenAI conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/)
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
-GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"  # token ids in, token ids out
+# verl's agent loop sends the engine one already templated prompt as token ids and gets its
+# continuation back (a completions call), not chat messages nor multimodal content parts
+GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"
 GEN_AI_OPERATION_EXECUTE_TOOL = "execute_tool"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"  # rollout backend: vllm, sglang, trtllm, ...
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"  # the model the rollout serves (hooks/rollout/llm.py)
 GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ATTR_ERROR_TYPE = "error.type"  # the failed call's exception class (general error conventions)
 
 M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
 M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
@@ -214,7 +228,7 @@ M_VLLM_KV_CACHE_USAGE = "vllm.kv_cache_usage_perc"
 M_VLLM_REQUESTS_RUNNING = "vllm.num_requests_running"
 M_VLLM_REQUESTS_WAITING = "vllm.num_requests_waiting"
 M_VLLM_PREEMPTIONS = "vllm.num_preemptions"
-M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram: .bucket (le), .sum, .count
+M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram, with the engine's own buckets
 
 # ---------------------------------------------------------------- GPU (hardware semconv: hardware/gpu.md, common.md)
 M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"

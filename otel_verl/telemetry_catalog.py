@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otel_verl import semconv as s
+from otel_verl.process.resource import FROM_ENV
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ RESOURCE: tuple[str, ...] = (
     s.RES_HOST_NAME,
     s.RES_DISTRO_NAME,
     s.RES_DISTRO_VERSION,
+    *(attr for attr, _ in FROM_ENV),
+    s.ATTR_HW_DRIVER_VERSION,
 )
 
 _ROLES = ", ".join(
@@ -75,7 +78,11 @@ _ROLES = ", ".join(
 
 ATTRIBUTES: tuple[AttributeDoc, ...] = (
     # ------------------------------------------------------------ resource
-    AttributeDoc(s.RES_SERVICE_NAME, "string", f"`OTEL_SERVICE_NAME`, default `{s.SERVICE_NAME_DEFAULT}`."),
+    AttributeDoc(
+        s.RES_SERVICE_NAME,
+        "string",
+        f"`OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`), default `{s.SERVICE_NAME_DEFAULT}`.",
+    ),
     AttributeDoc(s.RES_SERVICE_INSTANCE_ID, "string", "One per process (the SDK's)."),
     AttributeDoc(s.RES_RUN_ID, "string", "The job's run id, shared by all its processes (`OTEL_VERL_RUN_ID`)."),
     AttributeDoc(s.RES_PROJECT, "string", "verl's `trainer.project_name` (or `OTEL_VERL_PROJECT`)."),
@@ -87,7 +94,16 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     ),
     AttributeDoc(s.RES_RANK, "int", "The worker rank (worker processes; also on `verl.worker.*` spans)."),
     AttributeDoc(s.RES_PROCESS_PID, "int", "The process id."),
-    AttributeDoc(s.RES_HOST_NAME, "string", "The node's host name."),
+    AttributeDoc(s.RES_HOST_NAME, "string", "The node's host name (unless `OTEL_RESOURCE_ATTRIBUTES` sets one)."),
+    *(
+        AttributeDoc(
+            attr,
+            "string",
+            f"`{var}` of the process's environment, when set and `OTEL_RESOURCE_ATTRIBUTES` has no `{attr}`"
+            + (" (map it from the pod's downward API)." if attr.startswith("k8s.") else " (Slurm sets it)."),
+        )
+        for attr, var in FROM_ENV
+    ),
     AttributeDoc(s.RES_DISTRO_NAME, "string", f"`{s.DISTRO_NAME}`."),
     AttributeDoc(s.RES_DISTRO_VERSION, "string", "otel-verl's version."),
     # ------------------------------------------------------------ steps and stages
@@ -212,19 +228,31 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.GEN_AI_LATENCY_TTFT, "double", "Seconds from arrival to the first token (vLLM)."),
     AttributeDoc(s.GEN_AI_LATENCY_E2E, "double", "Seconds from arrival to the last token (vLLM)."),
     AttributeDoc(s.GEN_AI_TOOL_CALL_ID, "string", "The tool call's id."),
+    AttributeDoc(
+        s.GEN_AI_REQUEST_MODEL,
+        "string",
+        "The model the rollout serves: `rollout.prometheus.served_model_name` when set, else "
+        "`actor_rollout_ref.model.path` (a Hugging Face id as is, a local or remote path by its last part).",
+    ),
     AttributeDoc(s.GEN_AI_REQUEST_MAX_TOKENS, "int", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_REQUEST_TEMPERATURE, "double", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_REQUEST_TOP_P, "double", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_RESPONSE_FINISH_REASONS, "string[]", "Why generation stopped."),
     AttributeDoc(s.GEN_AI_USAGE_INPUT_TOKENS, "int", "Prompt tokens of the call."),
     AttributeDoc(s.GEN_AI_USAGE_OUTPUT_TOKENS, "int", "Tokens the call generated."),
+    AttributeDoc(s.ATTR_ERROR_TYPE, "string", "A failed LLM call's exception class (`asyncio.CancelledError`, ...)."),
     # ------------------------------------------------------------ hardware
     AttributeDoc(s.ATTR_HW_ID, "string", "The GPU's UUID (required by the hardware conventions)."),
     AttributeDoc(s.ATTR_HW_TYPE, "string", f"`{s.HW_TYPE_GPU}`."),
     AttributeDoc(s.ATTR_HW_NAME, "string", "`gpu<index>` (`cuda:<index>` from torch)."),
     AttributeDoc(s.ATTR_HW_VENDOR, "string", "The GPU's vendor."),
     AttributeDoc(s.ATTR_HW_MODEL, "string", "The GPU's model (`NVIDIA H200`)."),
-    AttributeDoc(s.ATTR_HW_DRIVER_VERSION, "string", "The driver's version."),
+    AttributeDoc(
+        s.ATTR_HW_DRIVER_VERSION,
+        "string",
+        "On the resource of a process with NVML GPUs: the host's driver version (not on the `hw.*` points: "
+        "a driver update would start new series).",
+    ),
     AttributeDoc(
         s.ATTR_HW_GPU_TASK, "string", f"`{s.GPU_TASK_GENERAL}`, `{s.GPU_TASK_ENCODER}`, `{s.GPU_TASK_DECODER}`."
     ),
@@ -409,6 +437,7 @@ SPANS: tuple[SpanDoc, ...] = (
         (
             s.GEN_AI_OPERATION_NAME,
             s.GEN_AI_PROVIDER_NAME,
+            s.GEN_AI_REQUEST_MODEL,
             s.GEN_AI_USAGE_INPUT_TOKENS,
             s.GEN_AI_USAGE_OUTPUT_TOKENS,
             s.GEN_AI_REQUEST_MAX_TOKENS,
@@ -423,8 +452,11 @@ SPANS: tuple[SpanDoc, ...] = (
             s.ATTR_ROLLOUT_SUBMIT_STEP,
             s.ATTR_ROLLOUT_VALIDATE,
             s.ATTR_ROLLOUT_STATUS,
+            s.ATTR_ERROR_TYPE,
         ),
-        "One engine call of a trajectory (`LLMServerClient.generate`).",
+        "One engine call of a trajectory (`LLMServerClient.generate`), attributed by the GenAI conventions "
+        "(named `verl.rollout.llm_call`, not the conventions' `text_completion <model>`: the kit and the report "
+        "find it by this name).",
     ),
     SpanDoc(
         s.SPAN_ENGINE_REQUEST,

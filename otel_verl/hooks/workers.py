@@ -107,7 +107,7 @@ def _worker_start(instance: Any, method: str, args: Any, kwargs: Any) -> SpanSta
         parent = otel_context.get_current()
     rank = _rank(instance)
     PROCESS.identify(role=semconv.ROLE_WORKER, rank=rank)
-    worker_metrics.ensure_worker_metrics(rank)  # hw.gpu.* / process.* gauges of this rank, once
+    worker_metrics.ensure_worker_metrics()  # hw.gpu.* / process.* gauges of this rank, once
     attrs: dict[str, Any] = {
         semconv.ATTR_WORKER_METHOD: method,
         semconv.ATTR_WORKER_CLASS: type(instance).__name__,

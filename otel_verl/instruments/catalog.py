@@ -293,18 +293,13 @@ VLLM_KV_CACHE_USAGE = _bridged(semconv.M_VLLM_KV_CACHE_USAGE, OBSERVABLE_GAUGE, 
 VLLM_REQUESTS_RUNNING = _bridged(semconv.M_VLLM_REQUESTS_RUNNING, OBSERVABLE_GAUGE, "requests running")
 VLLM_REQUESTS_WAITING = _bridged(semconv.M_VLLM_REQUESTS_WAITING, OBSERVABLE_GAUGE, "requests waiting (its queue)")
 VLLM_PREEMPTIONS = _bridged(semconv.M_VLLM_PREEMPTIONS, OBSERVABLE_COUNTER, "preemptions")
-VLLM_TTFT_BUCKET, VLLM_TTFT_SUM, VLLM_TTFT_COUNT = (
-    _bridged(f"{semconv.M_VLLM_TTFT}.{part}", OBSERVABLE_UP_DOWN_COUNTER, f"TTFT {part}")
-    for part in ("bucket", "sum", "count")
-)
+VLLM_TTFT = _bridged(semconv.M_VLLM_TTFT, HISTOGRAM, "time to first token")
 ENGINE: tuple[InstrumentSpec, ...] = (
     VLLM_KV_CACHE_USAGE,
     VLLM_REQUESTS_RUNNING,
     VLLM_REQUESTS_WAITING,
     VLLM_PREEMPTIONS,
-    VLLM_TTFT_BUCKET,
-    VLLM_TTFT_SUM,
-    VLLM_TTFT_COUNT,
+    VLLM_TTFT,
 )
 
 # ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)

@@ -4,9 +4,11 @@
 ``hw.gpu.memory.utilization`` and ``hw.gpu.utilization`` (gauges, ``1``; the latter per
 ``hw.gpu.task``: ``general``, and ``encoder``/``decoder`` where NVML reports them), the generic
 ``hw.power`` (W), ``hw.energy`` (J, a counter) and ``hw.temperature`` (Cel), each with ``hw.type=gpu``
-and the identifying attributes ``hw.id`` (GPU UUID), ``hw.name``, ``hw.vendor``, ``hw.model``,
-``hw.driver_version``, plus ``verl.rank`` and ``verl.gpu.index``; and ``verl.process.gpu.memory.usage``:
-the memory this rank's own process holds on the device (which rank leaks).
+and the identifying attributes ``hw.id`` (GPU UUID), ``hw.name``, ``hw.vendor``, ``hw.model`` and
+``verl.gpu.index``; and ``verl.process.gpu.memory.usage``: the memory this rank's own process holds on
+the device (which rank leaks). The rank is the resource's ``verl.rank``, and the host's driver
+(``hw.driver_version``) goes on the resource too (``resource_attributes``): on every point, a
+driver update would start a new series of every GPU metric.
 
 Source: NVML (``pynvml``, from ``nvidia-ml-py``, extra ``otel-verl[gpu]``) for the GPUs this process
 sees (``CUDA_VISIBLE_DEVICES``); without it, ``torch.cuda`` for the device this process has already
@@ -47,7 +49,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _identity(hw_id: str, index: int | None, rank: int | None, **extra: Any) -> dict[str, Any]:
+def _identity(hw_id: str, index: int | None, **extra: Any) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         semconv.ATTR_HW_ID: hw_id,
         semconv.ATTR_HW_TYPE: semconv.HW_TYPE_GPU,
@@ -57,8 +59,6 @@ def _identity(hw_id: str, index: int | None, rank: int | None, **extra: Any) -> 
         attrs[semconv.ATTR_HW_NAME] = f"gpu{index}"
         attrs[semconv.ATTR_GPU_INDEX] = index
     attrs.update({k: v for k, v in extra.items() if v})
-    if rank is not None:
-        attrs[semconv.RES_RANK] = rank
     return attrs
 
 
@@ -80,6 +80,11 @@ class GpuSource:
     """What a source can read; each method yields ``(attributes, value)`` per device."""
 
     devices: list[GpuDevice]
+    driver_version: str | None = None
+
+    def resource_attributes(self) -> dict[str, Any]:
+        """What the process's resource carries of its GPUs: the host's driver, where known."""
+        return {semconv.ATTR_HW_DRIVER_VERSION: self.driver_version} if self.driver_version else {}
 
     def memory(self) -> Iterable[tuple[dict[str, Any], int, int]]:
         return ()
@@ -101,12 +106,12 @@ class GpuSource:
 
 
 class NvmlSource(GpuSource):
-    def __init__(self, nvml: Any, rank: int | None) -> None:
+    def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
         self._unsupported: set[tuple[str, int]] = set()  # (reading, id(device)) that failed once
         nvml.nvmlInit()
         count = nvml.nvmlDeviceGetCount()
-        driver = self._optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        self.driver_version = self._optional(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
         self.devices = []
         for ref in _visible_indices(count):
             if isinstance(ref, int):
@@ -118,12 +123,7 @@ class NvmlSource(GpuSource):
                 handle = nvml.nvmlDeviceGetHandleByUUID(ref)
                 index = self._optional(lambda h=handle: int(nvml.nvmlDeviceGetIndex(h)))
             model = self._optional(lambda h=handle: _text(nvml.nvmlDeviceGetName(h)))
-            attrs = _identity(
-                _text(nvml.nvmlDeviceGetUUID(handle)),
-                index,
-                rank,
-                **{semconv.ATTR_HW_MODEL: model, semconv.ATTR_HW_DRIVER_VERSION: driver},
-            )
+            attrs = _identity(_text(nvml.nvmlDeviceGetUUID(handle)), index, **{semconv.ATTR_HW_MODEL: model})
             self.devices.append(GpuDevice(handle, index, attrs))
 
     @staticmethod
@@ -190,9 +190,8 @@ class NvmlSource(GpuSource):
 class TorchSource(GpuSource):
     """Memory of the CUDA device this process already uses (no NVML)."""
 
-    def __init__(self, torch: Any, rank: int | None) -> None:
+    def __init__(self, torch: Any) -> None:
         self._torch = torch
-        self._rank = rank
         self.devices = []
 
     def _current(self) -> list[GpuDevice]:
@@ -202,7 +201,7 @@ class TorchSource(GpuSource):
             props = cuda.get_device_properties(index)
             uuid = getattr(props, "uuid", None)
             hw_id = f"GPU-{uuid}" if uuid is not None else f"cuda:{index}"
-            attrs = _identity(hw_id, None, self._rank, **{semconv.ATTR_HW_MODEL: getattr(props, "name", None)})
+            attrs = _identity(hw_id, None, **{semconv.ATTR_HW_MODEL: getattr(props, "name", None)})
             attrs[semconv.ATTR_HW_NAME] = f"cuda:{index}"  # the process's own (logical) index
             self.devices = [GpuDevice(index, index, attrs)]
         return self.devices
@@ -217,7 +216,7 @@ class TorchSource(GpuSource):
             yield dev.attrs, float(self._torch.cuda.memory_reserved(dev.handle))
 
 
-def find_source(rank: int | None) -> GpuSource | None:
+def find_source() -> GpuSource | None:
     """NVML if importable and it sees a GPU, else torch.cuda if usable, else None."""
     try:
         import pynvml  # nvidia-ml-py
@@ -225,7 +224,7 @@ def find_source(rank: int | None) -> GpuSource | None:
         pynvml = None
     if pynvml is not None:
         try:
-            source = NvmlSource(pynvml, rank)
+            source = NvmlSource(pynvml)
             if source.devices:
                 return source
         except Exception:  # noqa: BLE001 - no driver / no GPU: NVMLError
@@ -234,7 +233,7 @@ def find_source(rank: int | None) -> GpuSource | None:
     if torch is not None:
         try:
             if torch.cuda.is_available():
-                return TorchSource(torch, rank)
+                return TorchSource(torch)
         except Exception:  # noqa: BLE001
             _log.debug("torch.cuda not usable", exc_info=True)
     return None

@@ -190,6 +190,17 @@ def prometheus_ports(first: int) -> range:
     return range(first, min(first + PROMETHEUS_PORTS, 65536))
 
 
+def _with_engine_histograms(cls: type) -> type:
+    """The pull reader ``cls``, its collections with the rollout engine's histograms (``step_reader``)."""
+    from otel_verl.process.step_reader import with_engine_histograms
+
+    class Reader(cls):  # type: ignore[misc,valid-type]
+        def _receive_metrics(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> None:
+            super()._receive_metrics(with_engine_histograms(metrics_data), timeout_millis, **kwargs)
+
+    return Reader
+
+
 def prometheus_reader() -> Any:
     """The Prometheus pull reader on the first free port from ``OTEL_EXPORTER_PROMETHEUS_PORT``, or None.
 
@@ -211,7 +222,7 @@ def prometheus_reader() -> Any:
         except OSError:  # another verl process on this host has this port: take the next one
             continue
         _log.debug("Prometheus exporter on %s:%s", host, port)
-        return PrometheusMetricReader(
+        return _with_engine_histograms(PrometheusMetricReader)(
             resource_attribute_filter=PROMOTED_RESOURCE_ATTRIBUTES.__contains__, registry=registry
         )
     warn_once(

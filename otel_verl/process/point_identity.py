@@ -8,7 +8,7 @@ everywhere. So the step metric reader hands its exporters each batch with the re
 ``semconv.RES_SERIES_IDENTITY`` attributes copied onto every data point of that resource: every
 push exporter (OTLP, the JSON files, the spool) sends the same points, whatever instrument made
 them (otel-verl's, the GPU readings, the bridged engine metrics, a user's through the global
-provider). A point's own attribute of the same name is kept (a GPU reading's ``verl.rank``).
+provider). A point's own attribute of the same name is kept (a user's point with its own ``verl.rank``).
 
 The copies change no series: they are constant for a process, whose series differ already by its
 ``service.instance.id``. Where a backend also promotes those resource attributes (the kit's

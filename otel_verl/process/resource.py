@@ -67,15 +67,60 @@ def ray_actor_class() -> str | None:
     return UNKNOWN_ACTOR if name is None else str(name)
 
 
+# Where the process runs, from its node's environment: Slurm sets SLURM_* in every task of a job
+# step (and Ray's processes on a node inherit them from its raylet); Kubernetes gives the pod's own
+# through the downward API, mapped by the user to these names (docs/multi-node.md). Not OTEL_*
+# variables: those travel to every Ray process with the launcher's values (hooks/ray_launch.py).
+FROM_ENV: tuple[tuple[str, str], ...] = (
+    (semconv.RES_K8S_POD_NAME, "K8S_POD_NAME"),
+    (semconv.RES_K8S_POD_UID, "K8S_POD_UID"),
+    (semconv.RES_K8S_NAMESPACE_NAME, "K8S_NAMESPACE_NAME"),
+    (semconv.RES_K8S_NODE_NAME, "K8S_NODE_NAME"),
+    (semconv.RES_SLURM_CLUSTER_NAME, "SLURM_CLUSTER_NAME"),
+    (semconv.RES_SLURM_JOB_ID, "SLURM_JOB_ID"),
+    (semconv.RES_SLURM_STEP_ID, "SLURM_STEP_ID"),
+    (semconv.RES_SLURM_NODE_ID, "SLURM_NODEID"),
+)
+_ENV_VALUE_MAX = 256  # names and ids: bounded whatever the environment holds
+
+
+def _from_env() -> dict[str, str]:
+    out = {}
+    for attr, var in FROM_ENV:
+        value = os.environ.get(var, "").strip()
+        if value:
+            out[attr] = value[:_ENV_VALUE_MAX]
+    return out
+
+
+def _user_set() -> frozenset[str]:
+    """The resource attributes the user set (``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``)."""
+    from opentelemetry.sdk.environment_variables import OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
+
+    # their keys only, read as the SDK's OTELResourceDetector reads them (which warns of a bad entry itself)
+    keys = {item.split("=", 1)[0].strip() for item in os.environ.get(OTEL_RESOURCE_ATTRIBUTES, "").split(",")}
+    if os.environ.get(OTEL_SERVICE_NAME):
+        keys.add(semconv.RES_SERVICE_NAME)
+    return frozenset(keys)
+
+
 def build_resource(identity: Identity) -> Resource:
     # imported here: this module is loaded wherever verl is, the SDK only where telemetry is built
-    from opentelemetry.sdk.environment_variables import OTEL_SERVICE_NAME
     from opentelemetry.sdk.resources import Resource
 
-    attrs: dict[str, Any] = {
+    # defaults: what the user set in OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME wins over them
+    # (Resource.create merges the given attributes over the environment's, so they are left out here)
+    defaults: dict[str, Any] = {
+        semconv.RES_SERVICE_NAME: semconv.SERVICE_NAME_DEFAULT,
+        semconv.RES_HOST_NAME: socket.gethostname(),
+        **_from_env(),
+    }
+    user = _user_set()
+    attrs: dict[str, Any] = {k: v for k, v in defaults.items() if k not in user}
+    # this process's identity: facts of the process, ours whatever a job-wide variable says
+    attrs |= {
         semconv.RES_ROLE: identity.role,
         semconv.RES_PROCESS_PID: os.getpid(),
-        semconv.RES_HOST_NAME: socket.gethostname(),
         semconv.RES_DISTRO_NAME: semconv.DISTRO_NAME,
         semconv.RES_DISTRO_VERSION: __version__,
     }
@@ -95,7 +140,4 @@ def build_resource(identity: Identity) -> Resource:
         instance += f"-{identity.rank}"
     attrs[semconv.RES_SERVICE_INSTANCE_ID] = f"{instance}-{os.getpid()}"
     attrs.update(identity.extra)
-    if not os.environ.get(OTEL_SERVICE_NAME):
-        attrs[semconv.RES_SERVICE_NAME] = semconv.SERVICE_NAME_DEFAULT
-    # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME on top.
     return Resource.create(attrs)

@@ -63,6 +63,11 @@ class ProcessState:
 
     # -- access --------------------------------------------------------------------
     @property
+    def built(self) -> bool:
+        """Whether this process's telemetry (and so its resource) is made already."""
+        return self._telemetry is not None
+
+    @property
     def telemetry(self) -> Telemetry:
         tel = self._telemetry
         if tel is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -42,6 +43,17 @@ def _interval_ms() -> float:
     return value if value > 0 else DEFAULT_INTERVAL_MS
 
 
+def with_engine_histograms(batch: MetricsData, delta: dict[Any, Any] | None = None) -> MetricsData:
+    """``batch`` with the rollout engine's histograms of this process, if any (never an error)."""
+    try:
+        from otel_verl.instruments import engine_metrics
+
+        return engine_metrics.add_histograms(batch, delta)
+    except Exception:  # noqa: BLE001 - the batch goes as collected
+        warn_once("engine histograms", "could not add the engine's histograms to a metric export", exc_info=True)
+        return batch
+
+
 class StepMetricReader(MetricReader):
     def __init__(self, exporter: MetricExporter, export_interval_millis: float | None = None) -> None:
         # The exporter's preferences, as the SDK's own readers take them (private attributes):
@@ -60,6 +72,15 @@ class StepMetricReader(MetricReader):
                 preferences = {}  # both defaults, said once
                 break
         super().__init__(**preferences)
+        # the engine's histograms (instruments.engine_metrics) follow the exporter's temporality
+        from opentelemetry.sdk.metrics import Histogram
+        from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+        temporality = preferences.get("preferred_temporality") or {}
+        self._engine_delta: dict[Any, Any] | None = (
+            {} if temporality.get(Histogram) == AggregationTemporality.DELTA else None
+        )
+        self._engine_lock = threading.Lock()
         self._exporter = exporter
         self._stopped = False
         self._worker: OrderedWorker[MetricsData] = OrderedWorker(
@@ -88,6 +109,8 @@ class StepMetricReader(MetricReader):
     # -- called by the SDK after collect()
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> None:
         if metrics_data is not None:
+            with self._engine_lock:
+                metrics_data = with_engine_histograms(metrics_data, self._engine_delta)
             self._worker.put(metrics_data)
 
     def mark_step(self) -> None:

@@ -22,21 +22,27 @@ _registered: set[int] = set()  # id() of meters that have the gauges
 
 
 @safe("worker-metrics", default=False)  # and its CPU (the pipeline build on first use) counts as hooks
-def ensure_worker_metrics(rank: int | None = None) -> bool:
+def ensure_worker_metrics() -> bool:
     """Register GPU and process metrics once per process (per meter); returns whether GPU gauges exist."""
     try:
+        cfg = settings()
+        # a process's first call comes before its resource is made: the GPUs' driver goes on it
+        early = cfg.gpu_metrics and not PROCESS.built
+        source = gpu.find_source() if early else None
+        if source is not None:
+            PROCESS.identity.extra.update(source.resource_attributes())
         telemetry = PROCESS.telemetry
         with _lock:
             if id(telemetry.meter) in _registered:
                 return False
             _registered.add(id(telemetry.meter))
         register_overhead_metric(telemetry.meter)  # otel-verl's own CPU, in every verl process
-        cfg = settings()
         if cfg.process_metrics:
             system.start_process_metrics(telemetry.meter_provider)
         if not cfg.gpu_metrics:
             return False
-        source = gpu.find_source(rank)
+        if not early:
+            source = gpu.find_source()
         if source is None:
             return False
         gpu.register_gpu_metrics(telemetry.meter, source)

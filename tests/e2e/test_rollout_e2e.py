@@ -94,6 +94,7 @@ def _check_rollout(run, n_gpus):
             )
             assert call.attributes[semconv.GEN_AI_PROVIDER_NAME] == "hfcpu"
             assert call.attributes[semconv.GEN_AI_OPERATION_NAME] == "text_completion"
+            assert call.attributes[semconv.GEN_AI_REQUEST_MODEL] == "model"  # the harness's model folder, by name
             assert call.attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS]
             assert semconv.ATTR_ROLLOUT_SERVER_ID in call.attributes
             assert t.start_ns <= call.start_ns and call.end_ns <= t.end_ns

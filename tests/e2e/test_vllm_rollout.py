@@ -106,8 +106,7 @@ def test_engine_metrics_arrive_per_replica_with_the_runs_identity_and_move(run):
         "vllm.num_requests_running",
         "vllm.num_requests_waiting",
         "vllm.num_preemptions",
-        "vllm.time_to_first_token_seconds.bucket",
-        "vllm.time_to_first_token_seconds.count",
+        "vllm.time_to_first_token_seconds",  # a histogram, in the engine's own buckets
     ):
         assert by_name[name], f"no {name}: {sorted(by_name)}"
         for p in by_name[name]:
@@ -116,7 +115,10 @@ def test_engine_metrics_arrive_per_replica_with_the_runs_identity_and_move(run):
             assert p.resource[semconv.RES_ROLE] == semconv.ROLE_ROLLOUT_SERVER
             assert "model_name" in p.attributes and "engine" in p.attributes  # the engine's own labels
     # the engine's request count grows from export to export (the server exports when it goes idle)
-    counts = sorted((p.time_ns, p.value) for p in by_name["vllm.time_to_first_token_seconds.count"])
+    ttft = by_name["vllm.time_to_first_token_seconds"]
+    assert all(p.kind == "histogram" and p.bounds and len(p.bucket_counts) == len(p.bounds) + 1 for p in ttft)
+    assert all(sum(p.bucket_counts) == p.count for p in ttft)
+    counts = sorted((p.time_ns, p.count) for p in ttft)
     values = [v for _, v in counts]
     assert values == sorted(values) and values[-1] >= STEPS * PER_STEP and len(set(values)) >= 2, counts
 

@@ -1,7 +1,9 @@
 """LLM call spans: every engine call of an agent loop (``LLMServerClient.generate``).
 
-``verl.rollout.llm_call`` (CLIENT, child of the trajectory) with the ``gen_ai.*`` request and usage
-attributes; ``LLMServerClient._acquire_server`` adds the server id and the seconds the load
+``verl.rollout.llm_call`` (CLIENT, child of the trajectory) with the GenAI conventions' ``gen_ai.*``
+request and usage attributes (operation ``text_completion``: verl sends the engine a templated prompt as
+token ids and takes its continuation back; the model is the one the rollout serves, ``model_name``);
+``LLMServerClient._acquire_server`` adds the server id and the seconds the load
 balancer took to hand it out. A record until its trajectory's tree is decided (``trajectory``);
 the ``verl.rollout.llm_call.duration`` histogram counts every call, kept or not.
 ``LLMServerClient._vllm_request_id`` (the id verl makes for each engine call) carries the call's
@@ -34,6 +36,53 @@ def _provider(instance: Any) -> str | None:
     return st.provider or None
 
 
+_MODEL_MAX = 256  # a name, not a path: bounded whatever the config holds
+
+
+def model_name(config: Any) -> str | None:
+    """The model verl's rollout serves, as ``gen_ai.request.model``.
+
+    ``rollout.prometheus.served_model_name`` when set (its last path part: the name verl has the
+    engine serve under); else ``actor_rollout_ref.model.path``: a Hugging Face id (``Qwen/Qwen3-8B``)
+    as is, a Hub cache folder (``.../models--Qwen--Qwen3-8B/snapshots/<hash>``) as its id, any other
+    path (local, ``hdfs://``, ...) by its last part only: the rest names the user's folders.
+    """
+    ref = config.actor_rollout_ref
+    served = None
+    try:
+        served = ref.rollout.prometheus.served_model_name
+    except Exception:  # noqa: BLE001 - older verl: no prometheus block
+        pass
+    if isinstance(served, str) and served.strip("/ "):
+        name = served.strip("/ ").rsplit("/", 1)[-1]
+    else:
+        path = ref.model.path
+        if not isinstance(path, str) or not path.strip("/ "):
+            return None
+        name = _name_of_path(path.strip().rstrip("/"))
+    return name[:_MODEL_MAX] or None
+
+
+def _name_of_path(path: str) -> str:
+    parts = [p for p in path.split("/") if p]
+    for part in parts:
+        if part.startswith("models--") and part.count("--") >= 2:  # the Hub cache's folder of one model
+            return "/".join(part.split("--", 2)[1:])
+    if len(parts) == 2 and "://" not in path and path[0] not in "/.~":  # org/name: a Hub id
+        return path
+    return parts[-1]
+
+
+def _model(instance: Any) -> str | None:
+    st = rs.STATE
+    if st.model is None:
+        try:
+            st.model = model_name(instance.config) or ""
+        except Exception:  # noqa: BLE001 - a custom client may have another config
+            st.model = ""
+    return st.model or None
+
+
 def _request_attributes(instance: Any, traj: rs.Trajectory, kwargs: dict[str, Any]) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         semconv.GEN_AI_OPERATION_NAME: semconv.GEN_AI_OPERATION_TEXT_COMPLETION,
@@ -43,6 +92,9 @@ def _request_attributes(instance: Any, traj: rs.Trajectory, kwargs: dict[str, An
     provider = _provider(instance)
     if provider:
         attrs[semconv.GEN_AI_PROVIDER_NAME] = provider
+    model = _model(instance)
+    if model:
+        attrs[semconv.GEN_AI_REQUEST_MODEL] = model
     prompt_ids = kwargs.get("prompt_ids")
     if prompt_ids is not None:
         attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = len(prompt_ids)
@@ -109,9 +161,16 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
     if rec is None:
         return
     rec.attributes[semconv.ATTR_ROLLOUT_STATUS] = status
+    if error is not None:  # the GenAI conventions require it on a failed call
+        rec.attributes[semconv.ATTR_ERROR_TYPE] = _error_type(error)
     if output is not None:
         _response_attributes(rec.attributes, output)
     rs.ended(rec, time.time_ns(), status, error)
+
+
+def _error_type(error: BaseException) -> str:
+    module, qualname = type(error).__module__, type(error).__qualname__
+    return f"{module}.{qualname}" if module and module != "builtins" else qualname
 
 
 async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -185,6 +185,7 @@ class RolloutState:
         self.groups: OrderedDict[tuple[int, bool], Group] = OrderedDict()
         self.identified = False
         self.provider: str | None = None
+        self.model: str | None = None  # gen_ai.request.model ("" when the config names none)
 
     def group(self, key: tuple[int, bool]) -> Group:
         group = self.groups.get(key)

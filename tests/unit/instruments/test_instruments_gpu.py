@@ -122,7 +122,7 @@ def test_nvml_gauges_for_the_visible_gpus(captured, fresh):
     devices = [("GPU-aaa", 1 * GiB, 80 * GiB, 10), ("GPU-bbb", 5 * GiB, 80 * GiB, 75), ("GPU-ccc", 0, 80 * GiB, 0)]
     fresh.setitem(sys.modules, "pynvml", fake_nvml(devices))
     fresh.setenv("CUDA_VISIBLE_DEVICES", "1")  # this rank's GPU (Ray sets it per actor)
-    assert worker_metrics.ensure_worker_metrics(rank=3) is True
+    assert worker_metrics.ensure_worker_metrics() is True
     usage = points(captured, semconv.M_GPU_MEMORY_USAGE)
     limit = points(captured, semconv.M_GPU_MEMORY_LIMIT)
     util = points(captured, semconv.M_GPU_UTILIZATION)
@@ -130,29 +130,29 @@ def test_nvml_gauges_for_the_visible_gpus(captured, fresh):
     assert usage["GPU-bbb"].value == 5 * GiB
     assert limit["GPU-bbb"].value == 80 * GiB
     assert util["GPU-bbb"].value == pytest.approx(0.75)
-    assert usage["GPU-bbb"].attributes[semconv.RES_RANK] == 3
+    assert semconv.RES_RANK not in usage["GPU-bbb"].attributes  # the resource's, not again on each point
     assert usage["GPU-bbb"].attributes[semconv.ATTR_HW_VENDOR] == "nvidia"
     # values are read at collection time, not frozen at registration
     devices[1] = ("GPU-bbb", 7 * GiB, 80 * GiB, 20)
     assert points(captured, semconv.M_GPU_MEMORY_USAGE)["GPU-bbb"].value == 7 * GiB
     # once per process: a second worker span registers nothing new
-    assert worker_metrics.ensure_worker_metrics(rank=3) is False
+    assert worker_metrics.ensure_worker_metrics() is False
 
 
 def test_all_devices_when_cuda_visible_devices_unset_and_none_when_empty(captured, fresh):
     devices = [("GPU-aaa", GiB, 2 * GiB, 1), ("GPU-bbb", GiB, 2 * GiB, 1)]
     fresh.setitem(sys.modules, "pynvml", fake_nvml(devices))
-    assert len(gpu.find_source(None).devices) == 2
+    assert len(gpu.find_source().devices) == 2
     fresh.setenv("CUDA_VISIBLE_DEVICES", "")  # Ray: an actor without GPUs
-    assert gpu.find_source(None) is None
+    assert gpu.find_source() is None
     fresh.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbb")  # UUID form
-    (dev,) = gpu.find_source(None).devices
+    (dev,) = gpu.find_source().devices
     assert dev.attrs[semconv.ATTR_HW_ID] == "GPU-bbb"
 
 
 def test_no_gpu_means_no_gpu_metrics_not_zeros(captured, fresh):
     fresh.setitem(sys.modules, "pynvml", fake_nvml([], fail_init=True))  # driver missing
-    assert worker_metrics.ensure_worker_metrics(rank=0) is False  # torch here is the CPU build
+    assert worker_metrics.ensure_worker_metrics() is False  # torch here is the CPU build
     names = set(captured.metric_points())
     assert not {n for n in names if n.startswith("hw.gpu.")}
 
@@ -160,7 +160,7 @@ def test_no_gpu_means_no_gpu_metrics_not_zeros(captured, fresh):
 def test_nvml_read_error_is_swallowed(captured, fresh):
     mod = fake_nvml([("GPU-aaa", GiB, 2 * GiB, 1)])
     fresh.setitem(sys.modules, "pynvml", mod)
-    assert worker_metrics.ensure_worker_metrics(rank=0)
+    assert worker_metrics.ensure_worker_metrics()
 
     def broken(h):
         raise NVMLError("GPU is lost")
@@ -170,7 +170,7 @@ def test_nvml_read_error_is_swallowed(captured, fresh):
 
 
 def test_torch_fallback_reports_memory_of_the_device_in_use(captured, fresh):
-    source = gpu.TorchSource(fake_torch(), rank=1)
+    source = gpu.TorchSource(fake_torch())
     gpu.register_gpu_metrics(PROCESS.telemetry.meter, source)
     usage = points(captured, semconv.M_GPU_MEMORY_USAGE)
     assert usage["GPU-1234"].value == 50 * GiB
@@ -184,7 +184,7 @@ def test_process_metrics_are_limited_to_process_star(captured, fresh):
     fresh.setitem(sys.modules, "pynvml", fake_nvml([], fail_init=True))
     system.stop_process_metrics()
     SystemMetricsInstrumentor().instrument()  # what opentelemetry-instrument does (global provider)
-    worker_metrics.ensure_worker_metrics(rank=0)
+    worker_metrics.ensure_worker_metrics()
     names = set(captured.metric_points())
     assert {"process.memory.usage", "process.cpu.time", "process.thread.count"} <= names
     assert not {n for n in names if n.startswith("system.") or n.startswith("cpython.")}
@@ -209,7 +209,7 @@ def test_kinds_and_units_follow_the_hardware_conventions(captured, fresh):
     from opentelemetry.sdk.metrics.export import Gauge, Sum
 
     fresh.setitem(sys.modules, "pynvml", fake_nvml([("GPU-aaa", GiB, 4 * GiB, 50)], pid=os.getpid()))
-    assert worker_metrics.ensure_worker_metrics(rank=0)
+    assert worker_metrics.ensure_worker_metrics()
     expected = {
         semconv.M_GPU_MEMORY_USAGE: (Sum, False, "By"),
         semconv.M_GPU_MEMORY_LIMIT: (Sum, False, "By"),
@@ -233,7 +233,7 @@ def test_every_gpu_metric_carries_the_identifying_attributes(captured, fresh):
     devices = [("GPU-aaa", GiB, 4 * GiB, 10), ("GPU-bbb", 2 * GiB, 4 * GiB, 90)]
     fresh.setitem(sys.modules, "pynvml", fake_nvml(devices, pid=os.getpid()))
     fresh.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert worker_metrics.ensure_worker_metrics(rank=5)
+    assert worker_metrics.ensure_worker_metrics()
     names = [
         semconv.M_GPU_MEMORY_USAGE,
         semconv.M_GPU_MEMORY_LIMIT,
@@ -252,13 +252,14 @@ def test_every_gpu_metric_carries_the_identifying_attributes(captured, fresh):
             assert a[semconv.ATTR_HW_ID] == "GPU-bbb", name  # required
             assert a[semconv.ATTR_HW_TYPE] == "gpu", name
             assert (a[semconv.ATTR_HW_VENDOR], a[semconv.ATTR_HW_MODEL]) == ("nvidia", "NVIDIA H200"), name
-            assert a[semconv.ATTR_HW_DRIVER_VERSION] == "550.54.15", name
-            assert (a[semconv.ATTR_HW_NAME], a[semconv.ATTR_GPU_INDEX], a[semconv.RES_RANK]) == ("gpu1", 1, 5), name
+            assert (a[semconv.ATTR_HW_NAME], a[semconv.ATTR_GPU_INDEX]) == ("gpu1", 1), name
+            # on the resource: a driver update must not start new series, the rank is there already
+            assert semconv.ATTR_HW_DRIVER_VERSION not in a and semconv.RES_RANK not in a, name
 
 
 def test_readings_convert_nvml_units(captured, fresh):
     fresh.setitem(sys.modules, "pynvml", fake_nvml([("GPU-aaa", GiB, 4 * GiB, 50)], pid=os.getpid()))
-    assert worker_metrics.ensure_worker_metrics(rank=0)
+    assert worker_metrics.ensure_worker_metrics()
     pts = captured.metric_points()
     assert pts[semconv.M_HW_POWER][0].value == pytest.approx(250.5)  # mW -> W
     assert pts[semconv.M_HW_TEMPERATURE][0].value == 60
@@ -275,7 +276,7 @@ def test_readings_convert_nvml_units(captured, fresh):
 def test_unsupported_readings_are_left_out_and_not_asked_again(captured, fresh):
     mod = fake_nvml([("GPU-aaa", GiB, 4 * GiB, 50)], unsupported=("energy", "encoder", "decoder", "processes"))
     fresh.setitem(sys.modules, "pynvml", mod)
-    assert worker_metrics.ensure_worker_metrics(rank=0)
+    assert worker_metrics.ensure_worker_metrics()
     for _ in range(2):
         pts = captured.metric_points()
         assert semconv.M_HW_ENERGY not in pts
@@ -286,9 +287,33 @@ def test_unsupported_readings_are_left_out_and_not_asked_again(captured, fresh):
 
 
 def test_torch_fallback_reports_the_process_allocator(captured, fresh):
-    gpu.register_gpu_metrics(PROCESS.telemetry.meter, gpu.TorchSource(fake_torch(), rank=1))
+    gpu.register_gpu_metrics(PROCESS.telemetry.meter, gpu.TorchSource(fake_torch()))
     pts = captured.metric_points()
     (mine,) = pts[semconv.M_PROCESS_GPU_MEMORY_USAGE]
     assert mine.value == 12 * GiB and mine.attributes[semconv.ATTR_HW_MODEL] == "NVIDIA H200"
     assert pts[semconv.M_GPU_MEMORY_UTILIZATION][0].value == pytest.approx(50 / 80)
     assert semconv.M_HW_POWER not in pts  # torch has no power reading
+
+
+def test_the_driver_and_the_rank_are_on_the_workers_resource(fresh, tmp_path):
+    """A worker rank's first call finds its GPUs before its telemetry is made: the host's driver
+    joins the resource, beside the rank (``hw.*`` points then carry neither)."""
+    from otel_verl import config
+    from otel_verl.process.state import ProcessState
+
+    for signal in ("TRACES", "METRICS", "LOGS"):
+        fresh.setenv(f"OTEL_{signal}_EXPORTER", "none")
+    fresh.setenv("OTEL_VERL_FILE_DIR", str(tmp_path))
+    config.settings.cache_clear()
+    fresh.setitem(sys.modules, "pynvml", fake_nvml([("GPU-aaa", GiB, 4 * GiB, 10)]))
+    process = ProcessState()
+    fresh.setattr(worker_metrics, "PROCESS", process)
+    process.identify(role=semconv.ROLE_WORKER, rank=4)
+    try:
+        assert worker_metrics.ensure_worker_metrics()
+        resource = process.telemetry.tracer_provider.resource.attributes
+        assert resource[semconv.ATTR_HW_DRIVER_VERSION] == "550.54.15"
+        assert resource[semconv.RES_RANK] == 4
+    finally:
+        process.telemetry.shutdown(5)
+        config.settings.cache_clear()

@@ -203,3 +203,38 @@ def test_a_file_of_this_user_left_by_an_earlier_process_of_the_same_pid_is_appen
     path = _json_file_run(monkeypatch, tmp_path, lambda p: Path(p).write_text('{"earlier": 1}\n'))
     lines = Path(path).read_text().splitlines()
     assert lines[0] == '{"earlier": 1}' and len(lines) == 3
+
+
+def test_the_pull_endpoint_serves_the_engines_histogram_as_one(monkeypatch):
+    """A rollout server's pull reader adds the engine's histograms (``engine_metrics``) too: its
+    ``/metrics`` has the engine's buckets as one histogram, ``_bucket``/``_sum``/``_count``."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from otel_verl.instruments import engine_metrics
+
+    first = _two_free_ports()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(first))
+    config.settings.cache_clear()
+    registry = CollectorRegistry()
+    ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT", ["engine"], buckets=(0.1, 1.0), registry=registry)
+    for v in (0.05, 0.5, 5.0):
+        ttft.labels(engine="0").observe(v)
+    try:
+        tel = build_own(Identity(role=semconv.ROLE_ROLLOUT_SERVER))
+        tel.meter.create_gauge("verl.some.gauge").set(1)
+        engine_metrics._STATE.bridge = engine_metrics.Bridge(tel.meter, registry, replica=2)
+        engine_metrics._STATE.bridge.discover(force=True)
+        with urllib.request.urlopen(f"http://127.0.0.1:{first}/metrics", timeout=10) as resp:
+            page = resp.read().decode()
+    finally:
+        engine_metrics.reset()
+        config.settings.cache_clear()
+    lines = [line for line in page.splitlines() if line.startswith("vllm_time_to_first_token_seconds")]
+    bucket = {line.split('le="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in lines if "_bucket{" in line}
+    assert bucket == {"0.1": "1.0", "1.0": "2.0", "+Inf": "3.0"}, lines
+    assert any(line.startswith("vllm_time_to_first_token_seconds_count{") and line.endswith(" 3.0") for line in lines)
+    assert all('verl_rollout_replica="2"' in line for line in lines)

@@ -40,7 +40,7 @@ def _export(folder: Path, resource: dict) -> list[dict]:
         meter.create_up_down_counter("u").add(2)
         meter.create_gauge("g").set(3.0)
         meter.create_histogram("h").record(0.5, {"verl.stage": "gen"})
-        # a point with an identity attribute of its own (the GPU readings' verl.rank): it is kept
+        # a point with an identity attribute of its own (a user's verl.rank): it is kept
         meter.create_observable_gauge("o", callbacks=[lambda _: [Observation(1.0, {semconv.RES_RANK: 0})]])
         reader.mark_step()
         assert reader.force_flush(10_000)

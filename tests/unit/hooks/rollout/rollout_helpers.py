@@ -88,6 +88,7 @@ CONFIG = OmegaConf.create(
     {
         "data": {},
         "actor_rollout_ref": {
+            "model": {"path": "/home/someone/ckpt/Qwen2.5-0.5B-Instruct/"},
             "rollout": {
                 "name": "vllm",
                 "temperature": 1.0,
@@ -96,7 +97,7 @@ CONFIG = OmegaConf.create(
                 "calculate_log_probs": False,
                 "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0},
                 "agent": {"default_agent_loop": "otel_test_agent"},
-            }
+            },
         },
     }
 )

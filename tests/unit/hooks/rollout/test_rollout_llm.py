@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from opentelemetry import trace
-from rollout_helpers import PROMPT, by_name, hist, make_batch, make_worker
+from rollout_helpers import PROMPT, FakeBalancer, FakeServer, by_name, hist, make_batch, make_worker
 
 from otel_verl import semconv
 
@@ -45,6 +46,8 @@ def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
         assert c.kind == trace.SpanKind.CLIENT
         assert a[semconv.GEN_AI_OPERATION_NAME] == "text_completion"
         assert a[semconv.GEN_AI_PROVIDER_NAME] == "vllm"
+        assert a[semconv.GEN_AI_REQUEST_MODEL] == "Qwen2.5-0.5B-Instruct"  # the folder's name, not the user's path
+        assert semconv.ATTR_ERROR_TYPE not in a
         assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == len(PROMPT)
         assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == traj.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS]
         assert a[semconv.GEN_AI_REQUEST_MAX_TOKENS] == a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]
@@ -98,3 +101,65 @@ def test_the_reward_worker_call_carries_its_trajectorys_context(captured):
     assert current_step(ctx) == 5
     assert traj.attributes[semconv.ATTR_ROLLOUT_REWARD] == 0.75
     assert traj.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS] == 1
+
+
+@pytest.mark.parametrize(
+    ("served", "path", "model"),
+    [
+        (None, "Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),  # a Hugging Face id: as verl hands it to the engine
+        (None, "/data/ckpt/my-sft-run/", "my-sft-run"),
+        (None, "~/models/llama", "llama"),
+        (None, "./llama", "llama"),
+        (None, "hdfs://nn:8020/user/me/models/qwen-7b", "qwen-7b"),
+        (None, "/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-7B/snapshots/a09a3545", "Qwen/Qwen2.5-7B"),
+        ("/mnt/models/served-7b", "/data/ckpt/x", "served-7b"),  # verl serves it under the last part
+        ("", "Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
+        (None, "", None),
+        (None, "/", None),
+        (None, 42, None),
+        (None, "/" + "m" * 10_000, "m" * 256),  # bounded whatever the config holds
+    ],
+)
+def test_the_model_is_the_one_verls_rollout_serves_by_name_never_the_users_folders(served, path, model):
+    from omegaconf import OmegaConf
+
+    from otel_verl.hooks.rollout.llm import model_name
+
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "model": {"path": path},
+                "rollout": {"name": "vllm", "prometheus": {"enable": True, "served_model_name": served}},
+            }
+        }
+    )
+    assert model_name(config) == model
+
+
+def test_a_config_without_a_model_leaves_the_attribute_out(captured):
+    from omegaconf import OmegaConf
+
+    worker = make_worker()
+    worker.llm_client.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})
+    asyncio.run(worker.generate_sequences(make_batch(prompts=1, n=1)))
+    (call,) = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    assert semconv.GEN_AI_REQUEST_MODEL not in call.attributes
+    assert call.attributes[semconv.GEN_AI_PROVIDER_NAME] == "vllm"
+
+
+def test_a_failed_engine_call_carries_its_error_type(captured):
+    """The GenAI conventions require ``error.type`` on a call that ended in an error; verl gets the error."""
+    worker = make_worker()
+    server = FakeServer()
+
+    async def broken(**kwargs):
+        raise ConnectionResetError("engine gone")
+
+    server.generate.remote = broken
+    worker.llm_client._load_balancer = FakeBalancer(server)
+    with pytest.raises(ConnectionResetError, match="engine gone"):
+        asyncio.run(worker.generate_sequences(make_batch(prompts=1, n=1)))
+    (call,) = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    assert call.attributes[semconv.ATTR_ERROR_TYPE] == "ConnectionResetError"
+    assert call.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_ERROR
+    assert call.attributes[semconv.GEN_AI_REQUEST_MODEL] == "Qwen2.5-0.5B-Instruct"
