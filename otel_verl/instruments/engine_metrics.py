@@ -41,7 +41,6 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.process.state import PROCESS
 
 PREFIXES = ("vllm:", "sglang:")
 KINDS = ("counter", "gauge", "histogram")
@@ -272,14 +271,15 @@ _STATE = _State()
 
 
 @safe("engine metrics")
-def bridge(replica: int | None) -> Bridge | None:
-    """Bridge this process's engine metrics (once; later calls look for new families)."""
+def bridge(meter: Any, replica: int | None) -> Bridge | None:
+    """Bridge this process's engine metrics into ``meter`` (once; later calls look for new families).
+    The caller passes the process's meter: instruments never import the process state."""
     if _STATE.bridge is None:
         try:
             import prometheus_client
         except ImportError:
             return None  # an engine without prometheus_client has no metrics to bridge
-        _STATE.bridge = Bridge(PROCESS.telemetry.meter, prometheus_client.REGISTRY, replica)
+        _STATE.bridge = Bridge(meter, prometheus_client.REGISTRY, replica)
         _STATE.bridge.discover(force=True)
     else:
         if _STATE.bridge.replica is None:

@@ -82,7 +82,7 @@ def _after_vllm(engine: Any, tracing: bool) -> None:
     )
     if processor is not None:
         _switch_tracing(processor, tracing)
-    engine_metrics.bridge(replica_rank())
+    engine_metrics.bridge(PROCESS.telemetry.meter, replica_rank())
 
 
 def _switch_tracing(processor: Any, wanted: bool) -> None:

@@ -110,7 +110,8 @@ def _start(instance: Any) -> bool:
         rank = getattr(instance, "replica_rank", None)
         _STATE.clock.rank = rank if isinstance(rank, int) else None
         catalog.create_observable(PROCESS.telemetry.meter, catalog.REPLICA_BUSY_TIME, [_observe])
-    engine_metrics.bridge(_STATE.clock.rank)  # families an engine registered late (at most once a minute)
+    # and the families an engine registered late (at most once a minute)
+    engine_metrics.bridge(PROCESS.telemetry.meter, _STATE.clock.rank)
     _STATE.clock.begin()
     _STATE.calls.begin()
     return True
