@@ -190,4 +190,13 @@ def test_built_in_rules_cover_what_the_issue_asks():
         "reward_collapse": "drop",
         "entropy_collapse": "ratio_below",
         "grad_norm_spike": "spike",
+        "rollout_policy_mismatch": "below",
     }
+
+
+def test_rollout_policy_mismatch_fires_on_two_steps_of_a_collapsed_correlation():
+    """verl's key: a correlation NaN (no valid token) neither fires nor breaks the streak's count."""
+    (r,) = [r for r in load_rules() if r.name == "rollout_policy_mismatch"]
+    key = "training/rollout_actor_probs_pearson_corr"
+    assert run((r,), [0.997, 0.3, 0.99, 0.2, 0.1, 0.1, 0.99, 0.4, 0.4], key=key) == [5, 9]
+    assert run((r,), [0.997, NAN, 0.3], key=key) == []
