@@ -9,7 +9,8 @@ log-probs). Checked on those runs:
 
 * verl logged the collapse at every step, and the named instruments carry exactly verl's values
   (correlation, probability differences, ``rollout_corr/*``, v1's staleness);
-* the guard's built-in ``rollout_policy_mismatch`` rule fired at step 2 (two steps below 0.5);
+* the guard's built-in ``rollout_policy_mismatch`` rule fired at step 2 (two steps below 0.5), and
+  ``summary``'s health block says so, with the alert the run's values would have fired;
 * ``VerlRolloutPolicyMismatch`` (warning and critical) fires on the run's own series, replayed
   stretched to two hours (``promreplay``), and is silent before its ``for``; on v1, with the run's
   own staleness series raised by 5 model versions for the last 30 minutes, ``VerlOffPolicyStalenessHigh``.
@@ -17,6 +18,7 @@ log-probs). Checked on those runs:
 
 from __future__ import annotations
 
+import io
 import math
 import sys
 from collections import defaultdict
@@ -27,6 +29,7 @@ import pytest
 from test_rollout_tail_e2e import STEPS, tail_run
 
 from otel_verl import semconv
+from otel_verl.offline.summary import summary
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
 from opskit import require_tool  # noqa: E402
@@ -84,7 +87,7 @@ def test_named_instruments_carry_verls_values_of_the_mismatch(run):
             assert exported[(semconv.M_OFF_POLICY_STALENESS, attrs)] == logged[key] == 0  # synchronous
 
 
-def test_the_guards_rule_fired_at_the_second_step(run):
+def test_the_guards_rule_fired_at_the_second_step_and_summary_says_so(run):
     assert f"otel-verl guard: rule {RULE} at step 2: {semconv.PROBS_CORRELATION_KEY}=" in run.output
     counts = [
         p.value
@@ -92,6 +95,11 @@ def test_the_guards_rule_fired_at_the_second_step(run):
         if p.name == semconv.M_GUARD_TRIGGERED and p.attributes.get(semconv.ATTR_GUARD_RULE) == RULE
     ]
     assert counts and max(counts) == 1
+    out = io.StringIO()
+    assert summary(run.telemetry_dir, out=out, err=io.StringIO()) == 0
+    health = out.getvalue().split("\n\n")[0]  # its first block: the run's health
+    assert f"[check] guard: {RULE} fired 1 time at step 2 ({semconv.PROBS_CORRELATION_KEY}=" in health, health
+    assert "would have fired: VerlRolloutPolicyMismatch from step 2" in health, health
 
 
 def test_the_mismatch_alerts_fire_on_the_runs_own_series(run, tmp_path):
