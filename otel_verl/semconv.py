@@ -102,6 +102,29 @@ REWARD_KEYS = {
     "critic/rewards/mean": "rewards",
 }
 THROUGHPUT_KEY = "perf/throughput"
+
+# Rollout/training mismatch: verl's own comparisons of the rollout engine's token log-probs with the
+# trainer's (logged when the rollout returns log-probs: rollout.calculate_log_probs, on by default)
+# and the off-policy staleness of what is trained on. Exported as verl logged them, never recomputed.
+M_ROLLOUT_PROBS_DIFF = "verl.training.rollout_probs.diff"
+M_ROLLOUT_PROBS_CORRELATION = "verl.training.rollout_probs.correlation"
+M_ROLLOUT_MISMATCH = "verl.training.rollout_mismatch"
+M_OFF_POLICY_STALENESS = "verl.training.off_policy.staleness"
+ATTR_STAT = "verl.stat"  # mean | max | min | std: which statistic of the batch verl logged
+ATTR_MISMATCH_MEASURE = "verl.mismatch.measure"
+ATTR_STALENESS_BOUND = "verl.staleness.bound"  # lower | worst
+PROBS_DIFF_KEYS = {f"training/rollout_probs_diff_{stat}": stat for stat in ("mean", "max", "std")}
+PROBS_CORRELATION_KEY = "training/rollout_actor_probs_pearson_corr"
+MISMATCH_MEASURES = ("kl", "k3_kl", "log_ppl_abs_diff", "chi2_token", "chi2_seq")
+# rollout_corr/<measure>: the trainer's (decoupled mode); actor/rollout_corr/<measure>: the actor's (bypass mode)
+MISMATCH_KEYS = {
+    f"{prefix}rollout_corr/{measure}": measure for prefix in ("", "actor/") for measure in MISMATCH_MEASURES
+}
+STALENESS_KEYS = {
+    f"training/off_policy/trajectory_staleness{suffix}/{stat}": (bound, stat)
+    for suffix, bound in (("", "lower"), ("_worst", "worst"))
+    for stat in ("mean", "max", "min")
+}
 STEP_KEY = "training/global_step"  # verl's step number: carried by verl.training.step, not forwarded again
 TIMING_PREFIX = "timing_s/"  # verl's per-step stage seconds: feeds M_STAGE_DURATION (see stage_of)
 

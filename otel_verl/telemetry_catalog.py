@@ -159,6 +159,18 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.ATTR_KL_SOURCE, "string", ", ".join(f"`{v}`" for v in s.KL_KEYS.values()) + " (verl's key)."),
     AttributeDoc(s.ATTR_REWARD_SOURCE, "string", "`score` (before the KL penalty), `rewards` (after)."),
     AttributeDoc(s.ATTR_METRIC_KEY, "string", "The key verl logged (`actor/pg_loss`)."),
+    AttributeDoc(s.ATTR_STAT, "string", "Which statistic of the batch verl logged: `mean`, `max`, `min`, `std`."),
+    AttributeDoc(
+        s.ATTR_MISMATCH_MEASURE,
+        "string",
+        ", ".join(f"`{m}`" for m in s.MISMATCH_MEASURES) + " (verl's `rollout_corr/<measure>`).",
+    ),
+    AttributeDoc(
+        s.ATTR_STALENESS_BOUND,
+        "string",
+        "`lower` (from the newest weights a trajectory used: verl's `trajectory_staleness`), `worst` (from the "
+        "oldest: `trajectory_staleness_worst`).",
+    ),
     # ------------------------------------------------------------ rollout
     AttributeDoc(s.ATTR_ROLLOUT_SUBMIT_STEP, "int", "The global step when the trajectory was submitted."),
     AttributeDoc(s.ATTR_ROLLOUT_SAMPLE_INDEX, "int", "The prompt's index in the batch."),

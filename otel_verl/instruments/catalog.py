@@ -116,6 +116,53 @@ THROUGHPUT = InstrumentSpec(
     "Tokens per second per GPU (perf/throughput)",
     source="`perf/throughput` (tokens/s per GPU).",
 )
+# Rollout/training mismatch and staleness: verl's own values, never recomputed.
+ROLLOUT_PROBS_DIFF = InstrumentSpec(
+    semconv.M_ROLLOUT_PROBS_DIFF,
+    GAUGE,
+    "",
+    "Absolute difference of the rollout's and the trainer's token probabilities over the batch (verl.stat)",
+    attributes=(semconv.ATTR_STAT,),
+    source=(
+        "`training/rollout_probs_diff_{mean,max,std}`: verl's |p_trainer - p_rollout| over the batch's response "
+        "tokens (probabilities, not log-probs), `verl.stat` = `mean`, `max`, `std`."
+    ),
+)
+ROLLOUT_PROBS_CORRELATION = InstrumentSpec(
+    semconv.M_ROLLOUT_PROBS_CORRELATION,
+    GAUGE,
+    "",
+    "Pearson correlation of the rollout's and the trainer's token probabilities over the batch",
+    source=(
+        "`training/rollout_actor_probs_pearson_corr`: near 1 while the rollout engine samples from the policy the "
+        "trainer trains (a broken weight sync or diverging numerics pull it down)."
+    ),
+)
+ROLLOUT_MISMATCH = InstrumentSpec(
+    semconv.M_ROLLOUT_MISMATCH,
+    GAUGE,
+    "",
+    "Rollout policy against the trained policy over the batch, by verl.mismatch.measure (verl's rollout_corr/*)",
+    attributes=(semconv.ATTR_MISMATCH_MEASURE,),
+    source=(
+        "`rollout_corr/<measure>` (`actor/rollout_corr/<measure>` in bypass mode), `verl.mismatch.measure` = "
+        + ", ".join(f"`{m}`" for m in semconv.MISMATCH_MEASURES)
+        + ": KL(rollout || trainer) and its k3 estimate, the mean absolute log-perplexity difference, "
+        "token and sequence chi-squared."
+    ),
+)
+OFF_POLICY_STALENESS = InstrumentSpec(
+    semconv.M_OFF_POLICY_STALENESS,
+    GAUGE,
+    "{version}",
+    "Model versions the trained trajectories lag behind the policy (verl.staleness.bound, verl.stat)",
+    attributes=(semconv.ATTR_STALENESS_BOUND, semconv.ATTR_STAT),
+    source=(
+        "v1 driver: `training/off_policy/trajectory_staleness/{mean,max,min}` (`verl.staleness.bound` = `lower`: "
+        "from the newest weights a trajectory used) and `.../trajectory_staleness_worst/*` (`worst`: from the "
+        "oldest); 0 in synchronous training."
+    ),
+)
 NONFINITE = InstrumentSpec(
     semconv.M_NONFINITE,
     COUNTER,
@@ -440,6 +487,10 @@ ALL: tuple[InstrumentSpec, ...] = (
     KL,
     REWARD,
     THROUGHPUT,
+    ROLLOUT_PROBS_DIFF,
+    ROLLOUT_PROBS_CORRELATION,
+    ROLLOUT_MISMATCH,
+    OFF_POLICY_STALENESS,
     NONFINITE,
     GUARD_TRIGGERED,
     TRAINING_STALLED,

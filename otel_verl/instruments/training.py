@@ -32,6 +32,25 @@ def _span_context(span: SpanContext | None) -> otel_context.Context:
     return trace.set_span_in_context(trace.NonRecordingSpan(span), otel_context.Context())
 
 
+def _mismatch_instruments(meter: Meter) -> dict[str, tuple[Any, dict[str, str]]]:
+    """verl key -> (named instrument, attributes) of the rollout/training mismatch and staleness keys."""
+    diff = catalog.create(meter, catalog.ROLLOUT_PROBS_DIFF)
+    mismatch = catalog.create(meter, catalog.ROLLOUT_MISMATCH)
+    staleness = catalog.create(meter, catalog.OFF_POLICY_STALENESS)
+    out: dict[str, tuple[Any, dict[str, str]]] = {
+        semconv.PROBS_CORRELATION_KEY: (catalog.create(meter, catalog.ROLLOUT_PROBS_CORRELATION), {})
+    }
+    out.update({k: (diff, {semconv.ATTR_STAT: stat}) for k, stat in semconv.PROBS_DIFF_KEYS.items()})
+    out.update({k: (mismatch, {semconv.ATTR_MISMATCH_MEASURE: m}) for k, m in semconv.MISMATCH_KEYS.items()})
+    out.update(
+        {
+            k: (staleness, {semconv.ATTR_STALENESS_BOUND: bound, semconv.ATTR_STAT: stat})
+            for k, (bound, stat) in semconv.STALENESS_KEYS.items()
+        }
+    )
+    return out
+
+
 class TrainingMetrics:
     def __init__(self, meter: Meter) -> None:
         self._meter = meter
@@ -43,6 +62,7 @@ class TrainingMetrics:
         self.kl = catalog.create(meter, catalog.KL)
         self.reward = catalog.create(meter, catalog.REWARD)
         self.throughput = catalog.create(meter, catalog.THROUGHPUT)
+        self._mismatch = _mismatch_instruments(meter)
         self.nonfinite = catalog.create(meter, catalog.NONFINITE)
         self.guard_triggered = catalog.create(meter, catalog.GUARD_TRIGGERED)
         self.stalled = catalog.create(meter, catalog.TRAINING_STALLED)
@@ -83,6 +103,8 @@ class TrainingMetrics:
                 self.reward.set(value, {semconv.ATTR_REWARD_SOURCE: semconv.REWARD_KEYS[key]})
             elif key == semconv.THROUGHPUT_KEY:
                 self.throughput.set(value)
+            elif (named := self._mismatch.get(key)) is not None:
+                named[0].set(value, named[1])
             elif (stage := semconv.stage_of(key)) is not None and value >= 0:
                 # One value per stage and step, exactly what verl reports: cheaper than a record
                 # per stage call on the training thread, and equal to timing_s by construction.

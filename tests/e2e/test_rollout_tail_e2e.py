@@ -4,7 +4,9 @@ One run per driver with a span budget below the trajectories per step (3 trees o
 ``rollout.n`` 2 = 8 trajectories, the slowest 1 of them kept as such) and the harness's switch that
 makes every 5th sampled request wait 1 s (so every step has a slow trajectory, whichever it is);
 on v1 every 7th sampled request also fails (v1 keeps training: a failed prompt group is padded;
-on v0 a failed trajectory fails the step, so that run has none). Checked on each step:
+on v0 a failed trajectory fails the step, so that run has none). The same runs carry the harness's
+rollout/training mismatch (``VERL_CPU_HARNESS_LOGPROB_NOISE``: noisy rollout log-probs, which verl
+compares with the trainer's and does not train on), checked in test_mismatch_e2e.py. Checked on each step:
 
 * the step's slowest trajectory, named by its ``verl.rollout.slowest_trajectory`` event, is
   exported with ``kept_because=slowest`` and its whole tree: its LLM call and the reward worker's
@@ -34,6 +36,7 @@ ENV = {
     "OTEL_VERL_ROLLOUT_SPANS_PER_STEP": str(BUDGET),
     "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP": "1",
     "VERL_CPU_HARNESS_SLOW_EVERY": f"5:{SLOW_S}",
+    "VERL_CPU_HARNESS_LOGPROB_NOISE": "1.0",  # test_mismatch_e2e.py's
 }
 FAIL_EVERY = 7
 

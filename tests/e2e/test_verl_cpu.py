@@ -150,6 +150,16 @@ def test_every_logged_metric_is_exported_with_the_logged_value(run):
         kl_key = "actor/kl_loss" if run.algo == "ppo" else "actor/ppo_kl"
         source = semconv.KL_KEYS[kl_key]
         assert _same(exported[(semconv.M_KL, ((semconv.ATTR_KL_SOURCE, source),))].value, logged[kl_key])
+        # verl's rollout/training comparison (the rollout returns log-probs by default): a healthy run
+        # (test_mismatch_e2e.py: one that is not)
+        corr = logged[semconv.PROBS_CORRELATION_KEY]
+        assert corr > 0.9 and _same(exported[semconv.M_ROLLOUT_PROBS_CORRELATION].value, corr), corr
+        if run.driver == "v1":  # synchronous: 0
+            lower = (
+                semconv.M_OFF_POLICY_STALENESS,
+                ((semconv.ATTR_STALENESS_BOUND, "lower"), (semconv.ATTR_STAT, "mean")),
+            )
+            assert exported[lower].value == logged["training/off_policy/trajectory_staleness/mean"] == 0
         assert exported[semconv.M_TRAINING_STEPS].value == n
         assert exported[semconv.M_LAST_STEP_TIMESTAMP].value > 1.7e9
 

@@ -15,6 +15,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 from components import require_tool, require_vllm_cpu
 
@@ -147,10 +148,17 @@ def test_the_engine_alerts_fire_on_the_series_this_run_exported(run, tmp_path):
 
 
 def test_weight_sync_still_matches(run):
-    """The rollout's token probabilities match the actor's at every step: weights reach vLLM."""
-    corr = {step: values.get("training/rollout_actor_probs_pearson_corr") for step, values in run.console.items()}
+    """The rollout's token probabilities match the actor's at every step: weights reach vLLM; the
+    named instrument carries verl's figure."""
+    corr = {step: values.get(semconv.PROBS_CORRELATION_KEY) for step, values in run.console.items()}
     assert sorted(corr) == list(range(1, STEPS + 1)), corr
     assert all(c is not None and c > 0.99 for c in corr.values()), corr
+    named = {
+        float(p.value)
+        for p in run.points
+        if p.name == semconv.M_ROLLOUT_PROBS_CORRELATION and p.resource.get(semconv.RES_ROLE) == semconv.ROLE_TASKRUNNER
+    }
+    assert {float(np.float32(c)) for c in corr.values()} == {float(np.float32(v)) for v in named}, (corr, named)
 
 
 def test_summary_splits_each_steps_slowest_trajectory_in_the_engine(run):

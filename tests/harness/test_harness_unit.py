@@ -186,6 +186,23 @@ def test_validation_faults_act_on_greedy_requests_only(monkeypatch):
     assert hung == [3]
 
 
+def test_logprob_noise_switch_perturbs_returned_log_probs_only_when_set(monkeypatch):
+    from verl_cpu_harness import hfcpu
+
+    monkeypatch.delenv(hfcpu.LOGPROB_NOISE, raising=False)
+    assert hfcpu._logprob_noise() == 0.0
+    for bad in ("x", "-1", "inf", "nan"):
+        monkeypatch.setenv(hfcpu.LOGPROB_NOISE, bad)
+        assert hfcpu._logprob_noise() == 0.0, bad
+    monkeypatch.setenv(hfcpu.LOGPROB_NOISE, "1.0")
+    assert hfcpu._logprob_noise() == 1.0
+    clean = [-5.5] * 200
+    noisy = hfcpu._perturbed(clean, 1.0, torch.Generator().manual_seed(0))
+    assert len(noisy) == len(clean) and all(v <= 0 for v in noisy)  # still log-probs
+    diffs = [n - c for n, c in zip(noisy, clean, strict=True)]
+    assert 0.7 < (sum(d * d for d in diffs) / len(diffs)) ** 0.5 < 1.3  # sigma 1
+
+
 # ---------------------------------------------------------------- the vLLM mode (vllm_cpu shims)
 def test_vllm_args_and_its_model(tmp_path):
     from verl_cpu_harness.assets import make_assets

@@ -545,6 +545,23 @@ def logged_prometheus_names(console: dict[int, dict[str, float]]) -> set[str]:
     }
 
 
+def keyed_prometheus_names() -> dict[str, set[str]]:
+    """Named instruments that carry only keys verl logs in some configurations (staleness: the v1
+    driver; the mismatch: a rollout that returns log-probs) -> the Prometheus 3 names of those keys'
+    generic gauges."""
+    from otel_verl import semconv
+    from otel_verl.instruments import catalog
+    from otel_verl.instruments.prometheus import prometheus_name
+
+    keys = {
+        catalog.ROLLOUT_PROBS_DIFF: semconv.PROBS_DIFF_KEYS,
+        catalog.ROLLOUT_PROBS_CORRELATION: (semconv.PROBS_CORRELATION_KEY,),
+        catalog.ROLLOUT_MISMATCH: semconv.MISMATCH_KEYS,
+        catalog.OFF_POLICY_STALENESS: semconv.STALENESS_KEYS,
+    }
+    return {prometheus_name(spec): {prometheus_name(catalog.logged_value(k)) for k in ks} for spec, ks in keys.items()}
+
+
 def why_absent(name: str, logged: set[str]) -> str | None:
     """Why a healthy run on the CPU harness may have no series ``name``; None: it must have one.
     ``logged``: ``logged_prometheus_names`` of the run."""
@@ -554,6 +571,9 @@ def why_absent(name: str, logged: set[str]) -> str | None:
         return f"{name} exists only after a failure (NaN/Inf, a guard rule firing, a stall)"
     if name in ALERT_STATE:
         return f"{name}: written only while an alert fires"
+    keyed = keyed_prometheus_names().get(name)
+    if keyed is not None and not keyed & logged:
+        return f"verl logged none of the keys {name} carries in this run (staleness: the v1 driver only)"
     if name.startswith(ENGINE_PREFIXES):
         return f"{name} comes from verl's vLLM rollout (tests/e2e/test_vllm_rollout.py); these runs use the HF one"
     if name.startswith("verl_") and name not in catalog_prometheus_names() and name not in logged:

@@ -341,6 +341,7 @@ AS_IT_HAPPENED = {  # the run had the failure itself
     "VerlTrainingTelemetryLost": "tests/e2e/test_guard.py (the run's end)",
     "VerlStallDoctorStalled": "tests/e2e/faults/test_stall.py (a rollout server that stops answering)",
     "VerlTrainingStalled": "tests/e2e/faults/test_stall.py (replayed slower: its stall lasts hours)",
+    "VerlRolloutPolicyMismatch": "tests/e2e/test_mismatch_e2e.py (a rollout server returning noisy log-probs)",
 }
 WHAT_IF = {  # the failure put into the values of a healthy run's own series
     **dict.fromkeys(
@@ -360,6 +361,7 @@ WHAT_IF = {  # the failure put into the values of a healthy run's own series
         ("VerlEngineKVCacheSaturated", "VerlEnginePreemptionStorm", "VerlEngineQueueGrowing"),
         "tests/e2e/test_vllm_rollout.py (verl's vLLM rollout on vLLM's CPU build)",
     ),
+    "VerlOffPolicyStalenessHigh": "tests/e2e/test_mismatch_e2e.py (the v1 run's own staleness series)",
 }
 NOT_ON_CPU = {  # no real series on the CPU harness: hand-written promtool cases only
     "VerlGPUMemoryNearLimit": "hw.gpu.* needs a GPU",

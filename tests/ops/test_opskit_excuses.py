@@ -32,3 +32,15 @@ def test_the_reason_names_what_was_checked_instead():
     excused = {GPU: f"{GPU} needs a GPU"}
     assert opskit.excused_reason(excused, {GPU}) == f"{GPU} needs a GPU"
     assert opskit.excused_reason(excused, {GPU, LOSS}) == f"{GPU} needs a GPU (its other names have series: [{LOSS!r}])"
+
+
+def test_a_keyed_named_instrument_is_excused_only_while_the_run_logged_none_of_its_keys():
+    stale = "verl_training_off_policy_staleness"  # the v1 driver's keys only
+    v0 = {LOSS}
+    v1 = {LOSS, "verl_training_off_policy_trajectory_staleness_mean"}
+    assert "v1 driver" in opskit.excused_names("q", {stale}, v0, lambda name: False)[stale]
+    with pytest.raises(AssertionError, match=stale):
+        opskit.excused_names("q", {stale}, v1, lambda name: False)  # logged: its named series must be there
+    corr = "verl_training_rollout_probs_correlation"
+    with pytest.raises(AssertionError, match=corr):
+        opskit.excused_names("q", {corr}, {"verl_training_rollout_actor_probs_pearson_corr"}, lambda name: False)

@@ -123,6 +123,27 @@ def _validation_faults(params: dict[str, Any], lock: threading.Lock) -> None:
             time.sleep(slow)
 
 
+# Rollout/training mismatch for tests (opt-in): VERL_CPU_HARNESS_LOGPROB_NOISE=<sigma> adds Gaussian
+# noise of that standard deviation to every log-prob the server returns (what the trainer compares with
+# its own: verl's training/rollout_probs_diff_*, rollout_actor_probs_pearson_corr, rollout_corr/*), as a
+# rollout engine whose numerics or weights disagree with the trainer's; the tokens it samples are
+# unchanged, and so is training (verl recomputes the log-probs it trains on).
+LOGPROB_NOISE = "VERL_CPU_HARNESS_LOGPROB_NOISE"
+
+
+def _logprob_noise() -> float:
+    try:
+        sigma = float(os.environ.get(LOGPROB_NOISE, "") or 0.0)
+    except ValueError:
+        return 0.0
+    return sigma if sigma > 0 and sigma < float("inf") else 0.0
+
+
+def _perturbed(log_probs: list[float], sigma: float, generator: torch.Generator) -> list[float]:
+    noise = torch.randn(len(log_probs), generator=generator, dtype=torch.float64) * sigma
+    return [min(0.0, lp + float(n)) for lp, n in zip(log_probs, noise, strict=True)]  # still a log-prob
+
+
 class HFCPUServer:
     def __init__(self, config, model_config, replica_rank: int) -> None:
         from transformers import AutoModelForCausalLM
@@ -134,6 +155,7 @@ class HFCPUServer:
         self.replica_rank = replica_rank
         self.global_steps = None
         self._lock = threading.Lock()  # one generate / weight load at a time
+        self._noise = torch.Generator().manual_seed(replica_rank)  # LOGPROB_NOISE's, under the lock
 
         torch.set_num_threads(1)
         torch.manual_seed(getattr(self.config, "seed", 0) + replica_rank)
@@ -194,6 +216,9 @@ class HFCPUServer:
                 torch.log_softmax(logits[0].float(), dim=-1)[tok].item()
                 for logits, tok in zip(out.logits, token_ids, strict=False)
             ]
+            if sigma := _logprob_noise():
+                with self._lock:
+                    log_probs = _perturbed(log_probs, sigma, self._noise)
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs,

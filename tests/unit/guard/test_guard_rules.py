@@ -249,6 +249,7 @@ def test_built_in_rules_cover_what_the_issue_asks():
         "grad_norm_spike": "spike",
         "grad_norm_rise": "rise",
         "entropy_fall": "fall",
+        "rollout_policy_mismatch": "below",
     }
     # the trends warn, they never stop a run by themselves; the others do what OTEL_VERL_GUARD_ACTION says
     assert {r.name: r.action for r in load_rules() if r.action} == {"grad_norm_rise": "alert", "entropy_fall": "alert"}
@@ -307,3 +308,11 @@ def test_the_recipes_of_the_guard_page_are_settings_that_work(monkeypatch, caplo
             assert actions == {**{name: "record" for name in actions}, **named}
             assert set(actions.values()) == {"stop", "alert", "record"}
     config.settings.cache_clear()
+
+
+def test_rollout_policy_mismatch_fires_on_two_steps_of_a_collapsed_correlation():
+    """verl's key: a correlation NaN (no valid token) neither fires nor breaks the streak's count."""
+    (r,) = [r for r in load_rules() if r.name == "rollout_policy_mismatch"]
+    key = "training/rollout_actor_probs_pearson_corr"
+    assert run((r,), [0.997, 0.3, 0.99, 0.2, 0.1, 0.1, 0.99, 0.4, 0.4], key=key) == [5, 9]
+    assert run((r,), [0.997, NAN, 0.3], key=key) == []

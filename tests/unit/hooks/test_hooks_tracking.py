@@ -107,3 +107,63 @@ def test_only_verls_stage_timers_are_stages(captured, tracking):
     assert points["verl.timing_s.agent_loop.num_preempted.min"][0].value == -1
     assert points["verl.timing_s.agent_loop.slowest.prompt_length"][0].value == 12
     assert semconv.stage_of("timing_s/") is None and semconv.stage_of("actor/x") is None
+
+
+def _verl_mismatch_metrics() -> dict:
+    """What verl 0.9.1's own code logs for a batch whose rollout log-probs disagree with the trainer's:
+    ``calculate_debug_metrics`` (training/rollout_probs_diff_*, the Pearson correlation) and the
+    rollout-correction helper (rollout_corr/*), on the same tensors."""
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+    from verl.utils.debug.metrics import calculate_debug_metrics
+
+    g = torch.Generator().manual_seed(0)
+    old = torch.log_softmax(torch.randn(4, 6, 16, generator=g), dim=-1)[..., 0]
+    rollout = old + 0.3 * torch.randn(old.shape, generator=g)
+    mask = torch.ones_like(old)
+    batch = DataProto.from_dict(
+        {
+            "rollout_log_probs": rollout,
+            "old_log_probs": old,
+            "response_mask": mask,
+            "responses": torch.zeros_like(old, dtype=torch.long),
+        }
+    )
+    _, _, corr = compute_rollout_correction_and_rejection_mask(old, rollout, mask)
+    return {**calculate_debug_metrics(batch), **corr}
+
+
+def test_rollout_mismatch_and_staleness_get_named_instruments_with_verls_values(captured, tracking):
+    logged = _verl_mismatch_metrics()
+    staleness = {
+        f"training/off_policy/trajectory_staleness{s}/{stat}": np.int64(v)
+        for s, base in (("", 1), ("_worst", 3))
+        for stat, v in (("mean", base), ("max", base + 1), ("min", base - 1))
+    }
+    tracking.log(data={**logged, **staleness, "actor/rollout_corr/k3_kl": 0.5}, step=3)
+    points = captured.metric_points()
+
+    diff = {p.attributes[semconv.ATTR_STAT]: p.value for p in points[semconv.M_ROLLOUT_PROBS_DIFF]}
+    assert diff == {s: logged[f"training/rollout_probs_diff_{s}"] for s in ("mean", "max", "std")}
+    (corr,) = points[semconv.M_ROLLOUT_PROBS_CORRELATION]
+    assert corr.value == logged[semconv.PROBS_CORRELATION_KEY] and dict(corr.attributes) == {}
+    assert 0 < corr.value < 0.99  # the disagreement shows
+    mismatch = {p.attributes[semconv.ATTR_MISMATCH_MEASURE]: p.value for p in points[semconv.M_ROLLOUT_MISMATCH]}
+    # the trainer's rollout_corr/* (decoupled mode) and the actor's (bypass mode) share the instrument: a run
+    # logs one of the two; here the actor's k3_kl came last
+    assert mismatch == {**{m: logged[f"rollout_corr/{m}"] for m in semconv.MISMATCH_MEASURES}, "k3_kl": 0.5}
+    stale = {
+        (p.attributes[semconv.ATTR_STALENESS_BOUND], p.attributes[semconv.ATTR_STAT]): p.value
+        for p in points[semconv.M_OFF_POLICY_STALENESS]
+    }
+    assert stale == {
+        ("lower", "mean"): 1,
+        ("lower", "max"): 2,
+        ("lower", "min"): 0,
+        ("worst", "mean"): 3,
+        ("worst", "max"): 4,
+        ("worst", "min"): 2,
+    }
+    # and still every key under its generic name
+    assert points["verl.training.rollout_actor_probs_pearson_corr"][0].value == corr.value
+    assert points["verl.rollout_corr.chi2_seq"][0].value == logged["rollout_corr/chi2_seq"]
