@@ -33,8 +33,9 @@ sets nothing). Inside a trajectory that is not recorded at all (budget 0, or the
 the current span is an unsampled one, so what it causes elsewhere is not recorded either.
 
 When a step's trajectories in this worker are all done, ``verl.rollout.tail_ratio`` (slowest /
-median) and ``verl.rollout.degenerate_ratio`` (the share of each degenerate kind) are set and the slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on
-the v0 batch span; v1: on a short ``verl.rollout.tail`` span), with the trees kept and not kept.
+median) and ``verl.rollout.degenerate_ratio`` (the share of each degenerate kind) are set and the
+slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on the v0 batch span; v1: on a
+short ``verl.rollout.tail`` span), with the trees kept and not kept.
 """
 
 from __future__ import annotations
