@@ -4,14 +4,14 @@ agent-loop worker's event loop, at 1,024 trajectories per worker per step, side 
 verl's real ``AgentLoopWorker``, ``LLMServerClient`` and ``RewardLoopWorker`` with the rollout unit
 tests' stand-ins for the Ray boundary (as ``bench/tail_cost.py --micro``: ``_tail_micro``), otel-verl
 instrumented with its file exporters. Each step is 64 prompts x 16 = 1,024 trajectories whose
-responses have ``L`` token ids (random ids from a 150k vocabulary, or a 7-token loop); steps
-alternate between the check on and the check replaced by a no-op, ``--rounds`` times each, and the
-event loop thread's CPU (``time.thread_time``) per trajectory is compared: the difference is what
-the check costs there, next to otel-verl's whole hooks' CPU per trajectory (``otel_verl._hook_clock``)
-and the event loop's CPU per trajectory (verl's work and ours). Also the check alone
-(``health.measure``) per response, by length.
+responses have ``L`` token ids (random ids from a 150k vocabulary, or a 7-token loop); after a
+warm-up step, ``--rounds`` steps per response kind. Per trajectory (medians over the steps): the
+check's own CPU where it runs on the event loop (``health.measure`` timed with the thread's CPU
+clock, the clock's own cost taken off), otel-verl's hooks' CPU there (``otel_verl._hook_clock``,
+the check included) and the event loop thread's whole CPU (``time.thread_time``: verl's work and
+ours), with the check's share of each; and the check alone, 2,000 calls on one response.
 
-``python bench/genhealth_cost.py [--rounds 5] [--lengths 16,256,1024,8192]``
+``python bench/genhealth_cost.py [--rounds 3] [--lengths 16,1024,8192] [--shapes random,loop]``
 """
 
 from __future__ import annotations
