@@ -191,6 +191,13 @@ ATTR_ROLLOUT_TOOL_REWARD = "verl.rollout.tool.reward"
 ATTR_ROLLOUT_CACHED_TOKENS = "verl.rollout.cached_tokens"  # vLLM prefix-cache hits
 ATTR_ROLLOUT_PREEMPTIONS = "verl.rollout.preemptions"
 ATTR_ROLLOUT_WEIGHT_VERSION = "verl.rollout.weight_version"  # TokenOutput.extra_fields["global_steps"]
+# generation health (hooks/rollout/health.py): on the trajectory span, from its response's token ids
+ATTR_ROLLOUT_REPETITION = "verl.rollout.response.repetition"  # seq-rep-4 of the response's end
+ATTR_ROLLOUT_DEGENERATE = "verl.rollout.degenerate"  # the kinds below it is, if any (a sequence)
+ATTR_ROLLOUT_DEGENERATE_KIND = "verl.rollout.degenerate.kind"  # on verl.rollout.degenerate_ratio
+DEGENERATE_LENGTH_LIMIT = "length_limit"  # as long as rollout.response_length
+DEGENERATE_EMPTY = "empty"  # no token but end-of-sequence / padding
+DEGENERATE_REPETITIVE = "repetitive"  # seq-rep-4 >= 0.5
 # which trajectory trees are exported (hooks/rollout/keep.py): on the trajectory span of a kept tree
 ATTR_ROLLOUT_KEPT_BECAUSE = "verl.rollout.kept_because"  # slowest | error | sample
 ATTR_ROLLOUT_SAMPLE_RATE = "verl.rollout.sample_rate"  # kept / eligible of its kind (1 for slowest and error)
@@ -235,6 +242,7 @@ M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
 M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
 M_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"
 M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
+M_ROLLOUT_DEGENERATE_RATIO = "verl.rollout.degenerate_ratio"  # a step's share of each degenerate kind
 # the replica's own view (hooks/rollout/server.py): seconds with >= 1 request in its generate
 M_ROLLOUT_REPLICA_BUSY_TIME = "verl.rollout.replica.busy_time"
 ATTR_ROLLOUT_REPLICA = "verl.rollout.replica"  # the replica rank (RolloutReplica.replica_rank)

@@ -230,6 +230,23 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.ATTR_ROLLOUT_PREEMPTIONS, "int", "Times the engine preempted the request."),
     AttributeDoc(s.ATTR_ROLLOUT_WEIGHT_VERSION, "int", "The weights' version (global step) that generated it."),
     AttributeDoc(s.ATTR_ROLLOUT_REPLICA, "string", "The replica rank (`RolloutReplica.replica_rank`)."),
+    AttributeDoc(
+        s.ATTR_ROLLOUT_REPETITION,
+        "double",
+        "seq-rep-4 of the response's last 256 token ids: the share of its 4-grams that repeat an earlier one.",
+    ),
+    AttributeDoc(
+        s.ATTR_ROLLOUT_DEGENERATE,
+        "string[]",
+        f"What is wrong with the response, if anything: `{s.DEGENERATE_LENGTH_LIMIT}`, `{s.DEGENERATE_EMPTY}`, "
+        f"`{s.DEGENERATE_REPETITIVE}`.",
+    ),
+    AttributeDoc(
+        s.ATTR_ROLLOUT_DEGENERATE_KIND,
+        "string",
+        f"`{s.DEGENERATE_LENGTH_LIMIT}` (as long as `rollout.response_length`), `{s.DEGENERATE_EMPTY}` (no token "
+        f"but end-of-sequence/padding), `{s.DEGENERATE_REPETITIVE}` (seq-rep-4 at least 0.5).",
+    ),
     AttributeDoc(s.GEN_AI_OPERATION_NAME, "string", "`text_completion` (LLM call) or `execute_tool`."),
     AttributeDoc(s.GEN_AI_PROVIDER_NAME, "string", "The rollout backend (`vllm`, `sglang`, ...)."),
     AttributeDoc(s.GEN_AI_AGENT_NAME, "string", "The agent loop's name."),
@@ -431,6 +448,8 @@ SPANS: tuple[SpanDoc, ...] = (
             s.ATTR_ROLLOUT_GENERATED_TOKENS,
             s.ATTR_ROLLOUT_NUM_TURNS,
             s.ATTR_ROLLOUT_REWARD,
+            s.ATTR_ROLLOUT_REPETITION,
+            s.ATTR_ROLLOUT_DEGENERATE,
             s.ATTR_ROLLOUT_KEPT_BECAUSE,
             s.ATTR_ROLLOUT_SAMPLE_RATE,
             s.ATTR_ROLLOUT_SLOWEST_RANK,

@@ -297,6 +297,20 @@ TAIL_RATIO = InstrumentSpec(
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE,),
     source="Slowest / median trajectory duration of the last step in that worker.",
 )
+DEGENERATE_RATIO = InstrumentSpec(
+    semconv.M_ROLLOUT_DEGENERATE_RATIO,
+    GAUGE,
+    "1",
+    "Share of a step's responses in this worker that hit the length limit, were empty or repetitive "
+    "(verl.rollout.degenerate.kind)",
+    attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.ATTR_ROLLOUT_DEGENERATE_KIND),
+    source=(
+        "The last step's responses in that worker, measured on their token ids (never their text): `length_limit` = as "
+        "long as `rollout.response_length`, `empty` = no token but end-of-sequence/padding, `repetitive` = seq-rep-4 "
+        "(the share of repeated 4-grams over the last 256 tokens) at least 0.5 ([Rollouts](rollouts.md#degenerate-"
+        "generations))."
+    ),
+)
 
 # Observable: read at export from the server's own in-flight bookkeeping (a union of request
 # intervals, which no client sees); a counter, so busy share per replica is rate().
@@ -503,6 +517,7 @@ ALL: tuple[InstrumentSpec, ...] = (
     LLM_CALL_DURATION,
     RESPONSE_TOKENS,
     TAIL_RATIO,
+    DEGENERATE_RATIO,
     REPLICA_BUSY_TIME,
     GPU_MEMORY_USAGE,
     GPU_MEMORY_LIMIT,

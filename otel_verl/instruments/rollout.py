@@ -15,5 +15,6 @@ class RolloutMetrics:
         self.llm_call = catalog.create(meter, catalog.LLM_CALL_DURATION)
         self.response_tokens = catalog.create(meter, catalog.RESPONSE_TOKENS)
         self.tail_ratio = catalog.create(meter, catalog.TAIL_RATIO)
+        self.degenerate_ratio = catalog.create(meter, catalog.DEGENERATE_RATIO)
         # the histograms' values, queued on the event loop and recorded at collection
         self.deferred = Deferred(meter)

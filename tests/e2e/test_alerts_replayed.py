@@ -5,7 +5,9 @@ eight hours (the weight-sync rule compares with the six hours before) and, half 
 end, the failure each rule is about is put into the values of the series the run did export
 (``Replay.what_if``): KL up by 0.6, the reward score down to a tenth (of a run scoring about 1),
 entropy to a thousandth, the grad norms ten times higher for five minutes, throughput to 0.3 of
-itself, the rollout tail ratio five times itself, and the update_weights stage, one step a minute
+itself, the rollout tail ratio five times itself, the share of repetitive training responses to 0.6
+(the run's own share, the rule's kind and label values: a random model sampling 16 tokens seldom
+loops), and the update_weights stage, one step a minute
 (the mean the run's own steps logged) before, then 20 s a step. What this shows beyond the
 hand-written promtool cases: every name, label and aggregation the rules read is the run's own,
 from the same files a user's collector receives; each alert fires with the run's identity and is
@@ -73,14 +75,20 @@ def test_each_value_alert_fires_on_the_runs_series_and_only_after_its_failure(pp
     _weight_sync(replay, slow_fail, end)
     tail_end = replay.last("verl_rollout_tail_ratio")  # the agent-loop worker's: it may end before the TaskRunner
     replay.what_if("verl_rollout_tail_ratio", lambda v, t: v * 5, tail_end - 30 * MIN)  # a ratio is >= 1
+    repetitive = {"verl_rollout_degenerate_kind": "repetitive", "verl_rollout_validate": "false"}
+    degenerate_end = replay.last("verl_rollout_degenerate_ratio", **repetitive)  # also the agent-loop worker's
+    assert all(v <= 1 for s in replay.find("verl_rollout_degenerate_ratio") for _, v in s.samples)
+    replay.find("verl_rollout_degenerate_ratio", verl_rollout_degenerate_kind="length_limit")  # on the panel
+    replay.what_if("verl_rollout_degenerate_ratio", lambda v, t: 0.6, degenerate_end - 30 * MIN, **repetitive)
 
     # (alert) -> (silent at, firing at)
     mine = [alert for alert, where in WHAT_IF.items() if Path(__file__).name in where]  # promreplay.WHAT_IF
     times = {alert: (fail - MIN, end - 5 * MIN) for alert in mine}
-    assert len(times) == 8, times
+    assert len(times) == 9, times
     times["VerlGradNormSpike"] = (fail - MIN, fail + 3 * MIN)
     times["VerlWeightSyncGrowing"] = (slow_fail - MIN, end - 5 * MIN)
     times["VerlRolloutLongTail"] = (tail_end - 31 * MIN, tail_end - 5 * MIN)
+    times["VerlRolloutDegenerateResponses"] = (degenerate_end - 31 * MIN, degenerate_end - 5 * MIN)
     got = replay.alerts(tmp_path, [(a, t) for a in times for t in times[a]])
     run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
     for alert, (silent, firing) in times.items():

@@ -15,7 +15,10 @@ compares with the trainer's and does not train on), checked in test_mismatch_e2e
 * the histograms count every trajectory;
 * the TaskRunner's ``verl.rollout.dispatch`` span with the wait before the workers start, counted in
   the step's ``waiting``;
-* v0: trajectories are in the step's trace; v1: their own traces, linked to the step's gen span.
+* v0: trajectories are in the step's trace; v1: their own traces, linked to the step's gen span;
+* generation health: the harness's switch that makes every 3rd sampled request answer a loop (one
+  token up to the length limit) or an empty response, in turn, shows in each step's
+  ``verl.rollout.degenerate_ratio`` and on the kept trajectories' spans, without their token ids.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ ENV = {
     "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP": "1",
     "VERL_CPU_HARNESS_SLOW_EVERY": f"5:{SLOW_S}",
     "VERL_CPU_HARNESS_LOGPROB_NOISE": "1.0",  # test_mismatch_e2e.py's
+    "VERL_CPU_HARNESS_DEGENERATE_EVERY": "3",  # generation health: loops and empty answers
 }
+MAX_RESPONSE = 16  # the harness's data.max_response_length
 FAIL_EVERY = 7
 
 
@@ -139,6 +144,32 @@ def _check_tail(run, driver):
     return by_step
 
 
+def _check_health(run):
+    """Each step's shares of degenerate responses (the harness's loops and empty answers: 2 or 3 of
+    each step's 8 sampled requests), and the kept trajectories that are degenerate say so."""
+    shares = defaultdict(set)
+    for p in run.points:
+        if p.name == semconv.M_ROLLOUT_DEGENERATE_RATIO and not p.attributes[semconv.ATTR_ROLLOUT_VALIDATE]:
+            shares[p.attributes[semconv.ATTR_ROLLOUT_DEGENERATE_KIND]].add(p.value)
+    assert set(shares) == {semconv.DEGENERATE_LENGTH_LIMIT, semconv.DEGENERATE_EMPTY, semconv.DEGENERATE_REPETITIVE}
+    assert all(0.0 <= v <= 1.0 for values in shares.values() for v in values)
+    assert max(shares[semconv.DEGENERATE_REPETITIVE]) >= 1 / PER_STEP, shares
+    assert max(shares[semconv.DEGENERATE_EMPTY]) >= 1 / PER_STEP, shares
+    # a loop runs to the limit: the length-limit share is never below the repetitive one's
+    assert max(shares[semconv.DEGENERATE_LENGTH_LIMIT]) >= max(shares[semconv.DEGENERATE_REPETITIVE])
+    for t in _train([s for s in run.spans if s.name == semconv.SPAN_ROLLOUT_TRAJECTORY]):
+        kinds = set(t.attributes.get(semconv.ATTR_ROLLOUT_DEGENERATE, ()))
+        tokens = t.attributes.get(semconv.ATTR_ROLLOUT_RESPONSE_TOKENS)
+        if semconv.DEGENERATE_REPETITIVE in kinds:
+            assert semconv.DEGENERATE_LENGTH_LIMIT in kinds and tokens == MAX_RESPONSE
+            assert t.attributes[semconv.ATTR_ROLLOUT_REPETITION] > 0.9  # one token repeated: 1 - 1/13
+        if semconv.DEGENERATE_EMPTY in kinds:
+            assert tokens == 1
+        if tokens is not None:
+            assert (semconv.DEGENERATE_LENGTH_LIMIT in kinds) == (tokens >= MAX_RESPONSE)
+            assert 0.0 <= t.attributes[semconv.ATTR_ROLLOUT_REPETITION] <= 1.0
+
+
 def _check_dispatch(run, driver):
     steps = {s.attributes[semconv.ATTR_STEP]: s for s in run.spans if s.name == semconv.SPAN_STEP}
     by_id = {s.span_id: s for s in run.spans}
@@ -176,6 +207,7 @@ def test_v0_every_steps_slowest_trajectory_keeps_its_tree_in_the_step_trace(verl
             assert t.trace_id == steps[step].trace_id and t.links == []
             assert by_id[t.parent_id].name == semconv.SPAN_ROLLOUT_BATCH
     _check_dispatch(run, "v0")
+    _check_health(run)
 
 
 def test_v1_every_steps_slowest_trajectory_keeps_its_tree_in_its_own_linked_trace(verl_runs):
@@ -194,3 +226,4 @@ def test_v1_every_steps_slowest_trajectory_keeps_its_tree_in_its_own_linked_trac
             (link,) = t.links
             assert link.span_id == gens[step].span_id
     _check_dispatch(run, "v1")
+    _check_health(run)

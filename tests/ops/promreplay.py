@@ -354,6 +354,7 @@ WHAT_IF = {  # the failure put into the values of a healthy run's own series
             "VerlThroughputDrop",
             "VerlWeightSyncGrowing",
             "VerlRolloutLongTail",
+            "VerlRolloutDegenerateResponses",
         ),
         "tests/e2e/test_alerts_replayed.py (the shared v0 PPO run)",
     ),

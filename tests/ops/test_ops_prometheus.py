@@ -193,6 +193,7 @@ REQUIRED_ALERTS = {
     "VerlThroughputDrop": {"warning"},
     "VerlTrainingStalled": {"warning", "critical"},
     "VerlRolloutLongTail": {"warning"},
+    "VerlRolloutDegenerateResponses": {"warning"},
     "VerlWeightSyncGrowing": {"warning"},
     "VerlGPUMemoryNearLimit": {"warning"},
 }
@@ -221,6 +222,7 @@ def test_required_signals_used():
     assert "verl_training_stalled" in metrics_of("VerlStallDoctorStalled")
     assert "verl_training_last_step_timestamp_seconds" in metrics_of("VerlTrainingStalled")
     assert "verl_rollout_tail_ratio" in metrics_of("VerlRolloutLongTail")
+    assert "verl_rollout_degenerate_ratio" in metrics_of("VerlRolloutDegenerateResponses")
     assert "verl_stage_duration_seconds_sum" in metrics_of("VerlWeightSyncGrowing")
     assert {"hw_gpu_memory_usage_bytes", "hw_gpu_memory_limit_bytes"} <= metrics_of("VerlGPUMemoryNearLimit")
 

@@ -25,6 +25,7 @@ from opentelemetry.trace import Link, Span, SpanContext
 
 from otel_verl import semconv
 from otel_verl.config import settings
+from otel_verl.hooks.rollout.health import Limits, Tally
 from otel_verl.hooks.rollout.keep import Round
 from otel_verl.instruments.rollout import RolloutMetrics
 from otel_verl.process import worker_metrics
@@ -64,6 +65,8 @@ class Trajectory:
         "generated_tokens",
         "num_turns",
         "reward",
+        "repetition",
+        "degenerate",
         "tokens",
     )
 
@@ -80,6 +83,8 @@ class Trajectory:
         self.generated_tokens: int | None = None
         self.num_turns: int | None = None
         self.reward: float | None = None
+        self.repetition: float | None = None  # of its response (``health``), once measured
+        self.degenerate: tuple[str, ...] | None = None  # the degenerate kinds it is, once measured
         self.tokens: tuple[Any, Any] | None = None  # (context var token, OTel context token)
 
     def child(self, rec: Rec) -> bool:
@@ -123,6 +128,7 @@ class Group:
         "durations",
         "seen",
         "slowest",
+        "health",
     )
 
     def __init__(self) -> None:
@@ -138,6 +144,7 @@ class Group:
         self.durations: list[float] = []  # of the ended (not cancelled) trajectories since the last end
         self.seen = 0
         self.slowest: tuple[float, Trajectory] | None = None
+        self.health = Tally()  # its degenerate responses since the last end
 
     def ended(self, duration: float, st: Trajectory) -> None:
         """Note an ended trajectory for the tail figures (bounded: a uniform sample of durations)."""
@@ -186,6 +193,7 @@ class RolloutState:
         self.identified = False
         self.provider: str | None = None
         self.model: str | None = None  # gen_ai.request.model ("" when the config names none)
+        self.limits: Limits | None = None  # what responses are measured against (the worker's, read once)
 
     def group(self, key: tuple[int, bool]) -> Group:
         group = self.groups.get(key)

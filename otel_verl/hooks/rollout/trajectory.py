@@ -3,7 +3,8 @@
 * ``AgentLoopWorker._run_agent_loop`` (one call per trajectory) -> ``verl.rollout.trajectory``:
   submit step, sample and rollout index, agent (``gen_ai.agent.name``), validate flag, status;
   token counts, turns and reward come from ``AgentLoopWorker._compute_score`` (its
-  ``outputs[-1]`` is the unpadded ``AgentLoopOutput``).
+  ``outputs[-1]`` is the unpadded ``AgentLoopOutput``), and so does the response's health
+  (``health``: length limit, empty, repetition, on its token ids), tallied per step.
 * ``ToolAgentLoop._call_tool`` -> ``execute_tool <name>`` (GenAI conventions; never the tool's
   arguments or result), a child of the trajectory's span.
 * ``AgentLoopWorker._compute_score`` makes no span of its own: the trajectory's context goes with
@@ -32,8 +33,9 @@ sets nothing). Inside a trajectory that is not recorded at all (budget 0, or the
 the current span is an unsampled one, so what it causes elsewhere is not recorded either.
 
 When a step's trajectories in this worker are all done, ``verl.rollout.tail_ratio`` (slowest /
-median) is set and the slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on
-the v0 batch span; v1: on a short ``verl.rollout.tail`` span), with the trees kept and not kept.
+median) and ``verl.rollout.degenerate_ratio`` (the share of each degenerate kind) are set and the
+slowest one is named in a ``verl.rollout.slowest_trajectory`` event (on the v0 batch span; v1: on a
+short ``verl.rollout.tail`` span), with the trees kept and not kept.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from otel_verl import propagation, semconv, step_context
 from otel_verl._safe import safe
 from otel_verl._values import as_int
-from otel_verl.hooks.rollout import handoff, reward_worker
+from otel_verl.hooks.rollout import handoff, health, reward_worker
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.rollout.state import new_id
 from otel_verl.hooks.spans import call_traced_async, start_span
@@ -212,6 +214,8 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
             (semconv.ATTR_ROLLOUT_GENERATED_TOKENS, st.generated_tokens),
             (semconv.ATTR_ROLLOUT_NUM_TURNS, st.num_turns),
             (semconv.ATTR_ROLLOUT_REWARD, st.reward),
+            (semconv.ATTR_ROLLOUT_REPETITION, st.repetition),
+            (semconv.ATTR_ROLLOUT_DEGENERATE, st.degenerate or None),
         ):
             if value is not None:
                 rec.attributes[key] = value
@@ -223,6 +227,8 @@ def _record(st: rs.Trajectory, error: BaseException | None) -> None:
     group.in_flight -= 1
     if status != semconv.STATUS_CANCELLED:
         group.ended(duration, st)
+        if st.degenerate is not None:
+            group.health.add(st.degenerate)
     if rec is not None:
         if status != semconv.STATUS_OK:  # failed or cancelled: always kept, beyond the budget
             _decide(st, True, semconv.KEPT_ERROR, 1.0)
@@ -311,6 +317,11 @@ def _group_done(key: tuple[int, bool], group: rs.Group) -> None:
     rate, group.rate = group.rate, None
     batch_span, group.batch_span = group.batch_span, None
     link, group.link = group.link, None
+    ratios = group.health.ratios()
+    if ratios is not None:
+        gauge = rs.metrics().degenerate_ratio
+        for kind, ratio in ratios.items():
+            gauge.set(ratio, {semconv.ATTR_ROLLOUT_VALIDATE: key[1], semconv.ATTR_ROLLOUT_DEGENERATE_KIND: kind})
     if found is not None:
         slowest_s, st = found
         median = statistics.median(durations)
@@ -364,8 +375,8 @@ async def run_agent_loop_wrapper(wrapped: Any, instance: Any, args: Any, kwargs:
 
 
 # ------------------------------------------------------------------------------ reward scoring
-def _outputs_of(st: rs.Trajectory, outputs: Any) -> None:
-    """Token counts, turns and reward of the trajectory, from its last (unpadded) output."""
+def _outputs_of(st: rs.Trajectory, outputs: Any, worker: Any = None) -> None:
+    """Token counts, turns, reward and generation health of the trajectory, from its last (unpadded) output."""
     if not outputs:
         return
     out = outputs[-1]
@@ -376,6 +387,10 @@ def _outputs_of(st: rs.Trajectory, outputs: Any) -> None:
         st.prompt_tokens = len(prompt_ids)
     if response_ids is not None:
         st.response_tokens = len(response_ids)
+        limits = rs.STATE.limits
+        if limits is None:
+            limits = rs.STATE.limits = health.Limits.of_worker(worker)
+        st.repetition, st.degenerate = health.measure(response_ids, limits)
     if response_mask is not None:
         st.generated_tokens = int(sum(response_mask))
     st.num_turns = as_int(getattr(out, "num_turns", None))
@@ -404,17 +419,17 @@ async def compute_score_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: 
         args, kwargs = reward_worker.carry(args, kwargs, defer=traj.rec is not None) or (args, kwargs)
     result = await wrapped(*args, **kwargs)
     if traj is not None:
-        _after_score(traj, args, kwargs)
+        _after_score(traj, instance, args, kwargs)
     return result
 
 
 @safe("rollout reward hand-back")
-def _after_score(traj: rs.Trajectory, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _after_score(traj: rs.Trajectory, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     outputs = kwargs.get("outputs", args[0] if args else None)
     data = reward_worker.take_handback(outputs)  # before verl's code reads the reward's extra info
     if data is not None and traj.rec is not None:
         traj.handback(data)
-    _outputs_of(traj, outputs)
+    _outputs_of(traj, outputs, worker)
 
 
 # ------------------------------------------------------------------------------ tool calls

@@ -75,9 +75,10 @@ def _every(name: str) -> tuple[int, float] | None:
         return None
 
 
-async def _maybe_slow_or_fail(params: dict[str, Any]) -> None:
+async def _maybe_slow_or_fail(params: dict[str, Any]) -> int | None:
+    """The sampled request's number (1, 2, ...), after its injected wait; None for a greedy one."""
     if float(params.get("temperature", 1.0) or 0.0) <= 0:
-        return
+        return None
     _sampled_calls[0] += 1
     n = _sampled_calls[0]
     fail = _every(FAIL_EVERY)
@@ -86,6 +87,22 @@ async def _maybe_slow_or_fail(params: dict[str, Any]) -> None:
     slow = _every(SLOW_EVERY)
     if slow is not None and n % slow[0] == 0:
         await asyncio.sleep(slow[1])  # outside the model lock: the other requests go on
+    return n
+
+
+# Degenerate generations for tests (opt-in), counted over the same sampled requests:
+# VERL_CPU_HARNESS_DEGENERATE_EVERY=<n> makes every n-th one answer, in turn, a loop (one ordinary
+# token repeated up to the request's max tokens: repetitive and at the length limit) and an empty
+# response (the end-of-sequence token alone). Their log-probs are the model's own for those tokens.
+DEGENERATE_EVERY = "VERL_CPU_HARNESS_DEGENERATE_EVERY"
+LOOP, EMPTY = "loop", "empty"
+
+
+def _degenerate(n: int | None) -> str | None:
+    every = _every(DEGENERATE_EVERY)
+    if n is None or every is None or n % every[0]:
+        return None
+    return LOOP if (n // every[0]) % 2 else EMPTY
 
 
 # Validation faults for the stall tests (opt-in). A validation request is a greedy one: verl's
@@ -166,6 +183,9 @@ class HFCPUServer:
         gen_cfg = self.model.generation_config
         self.eos_token_id = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
+        eos = self.eos_token_id
+        self.end_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos  # a degenerate empty response
+        self.loop_token_id = tokenizer.encode("7", add_special_tokens=False)[0]  # an ordinary token
 
     # ---- token-in / token-out, same signature as vLLMHttpServer.generate ----------------
     async def generate(
@@ -180,10 +200,10 @@ class HFCPUServer:
         priority: int = 0,
         **kwargs,
     ) -> TokenOutput:
-        await _maybe_slow_or_fail(sampling_params)
-        return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
+        n = await _maybe_slow_or_fail(sampling_params)
+        return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params), _degenerate(n))
 
-    def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
+    def _generate(self, prompt_ids: list[int], params: dict[str, Any], degenerate: str | None = None) -> TokenOutput:
         _maybe_hang()
         _validation_faults(params, self._lock)
         cfg = self.config
@@ -206,6 +226,8 @@ class HFCPUServer:
         if float(params.get("repetition_penalty", 1.0)) != 1.0:
             gen_kwargs["repetition_penalty"] = float(params["repetition_penalty"])
 
+        if degenerate is not None:
+            return self._forced(prompt_ids, gen_kwargs["max_new_tokens"], degenerate, want_logprobs)
         input_ids = torch.tensor([prompt_ids], dtype=torch.long)
         with self._lock, torch.no_grad():
             out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **gen_kwargs)
@@ -219,6 +241,23 @@ class HFCPUServer:
             if sigma := _logprob_noise():
                 with self._lock:
                     log_probs = _perturbed(log_probs, sigma, self._noise)
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs,
+            stop_reason="completed",
+            num_preempted=0,
+            extra_fields={"global_steps": self.global_steps},
+        )
+
+    def _forced(self, prompt_ids: list[int], max_tokens: int, kind: str, want_logprobs: bool) -> TokenOutput:
+        """A degenerate response (``DEGENERATE_EVERY``), with the model's log-probs of its tokens."""
+        token_ids = [self.loop_token_id] * max_tokens if kind == LOOP else [self.end_token_id]
+        log_probs = None
+        if want_logprobs:
+            input_ids = torch.tensor([prompt_ids + token_ids], dtype=torch.long)
+            with self._lock, torch.no_grad():
+                logits = self.model(input_ids=input_ids).logits[0, len(prompt_ids) - 1 : -1]
+            log_probs = torch.log_softmax(logits.float(), dim=-1)[range(len(token_ids)), token_ids].tolist()
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs,
