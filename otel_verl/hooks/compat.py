@@ -129,9 +129,21 @@ def lines(rows: Iterable[Row], statuses: Sequence[str] = (SKIPPED, ABSENT, APPLI
     return out
 
 
+def applied_lines(rows: Iterable[Row]) -> list[str]:
+    """The applied hooks, one line per module: ``applied  module: Class.method, func``."""
+    by_module: dict[str, list[str]] = {}
+    for r in sorted(rows, key=lambda r: r.key):
+        if r.status == APPLIED:
+            spec = targets.by_key(r.key)
+            module, name = (spec.module, spec.name) if spec is not None else r.key.rsplit(".", 1)
+            by_module.setdefault(module, []).append(name)
+    return [f"  {APPLIED:<8} {module}: {', '.join(names)}" for module, names in by_module.items()]
+
+
 def table(rows: Sequence[Row]) -> str:
-    """The header and a line per applied, skipped or absent hook (those not loaded here: counted)."""
-    return "\n".join([header(rows), *lines(rows)])
+    """The header, a line per skipped or absent hook (why, mechanism, since when), and the applied
+    ones per module (those not loaded or not for this process: counted in the header)."""
+    return "\n".join([header(rows), *lines(rows, (SKIPPED, ABSENT)), *applied_lines(rows)])
 
 
 class HookReport:

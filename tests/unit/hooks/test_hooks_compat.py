@@ -77,7 +77,7 @@ def test_a_target_with_another_shape_is_skipped_not_wrapped_and_said_in_one_tabl
     assert "shape: Trainer.renamed has no parameter 'data'" in text
     assert "shape: Trainer.now_async is now async" in text
     assert "shape: Gone is no longer a class" in text
-    assert f"applied  {MOD}.Trainer.log" in text and "[patch, private name, since verl 0.9.0]" in text
+    assert f"applied  {MOD}: Trainer.log" in text and "[patch, private name, since verl 0.9.0]" in text
     hooks.uninstall()
 
 
