@@ -1,5 +1,5 @@
 """The verl versions this instrumentation supports (checked by ``opentelemetry-instrument``), and
-the installed versions of the packages otel-verl hooks into (said in every "cannot hook" message).
+the installed versions of the packages otel-verl hooks into (said in the hook table of each process, ``hooks.compat``).
 
 The bottom layer of the package: it imports nothing of otel-verl.
 """

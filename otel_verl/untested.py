@@ -10,9 +10,10 @@ runs it after its instrumentors. When it skipped ``VerlInstrumentor`` for the ve
 starts it (``skip_dep_check``), unless ``OTEL_VERL_UNTESTED_VERL=false`` or a kill switch
 (``config.disabled_reason``) says otherwise, and says once which verl, which range, and how to turn it
 off. What then runs is what applies: the generic parts (run id, the process pipeline, Ray processes,
-GPU) do not depend on verl's internals, and each hook is applied only where its target exists
-(``hooks.hookset.HookSet``), each one that does not said once with the versions; ``otel-verl doctor``
-lists them before a job. Why by default: the user asked for telemetry on the command line, every hook
+GPU) do not depend on verl's internals, and each hook is applied only where its target exists with
+the shape its wrapper expects (``hooks.compat.check``); each process says once, in one table with the
+versions, which hooks applied and which did not (``hooks.compat.REPORT``); ``otel-verl doctor``
+prints the same before a job. Why by default: the user asked for telemetry on the command line, every hook
 is fail-safe, and telemetry that silently stops is the failure nobody sees for days.
 """
 
@@ -71,8 +72,8 @@ def _start() -> None:
         return
     _log.warning(
         "otel-verl: verl %s is outside the range it was tested with (%s); starting anyway: each hook is "
-        "applied where its target exists, each one that cannot be is said once (`otel-verl doctor` lists "
-        "them); %s=false turns otel-verl off on an untested verl",
+        "applied where its target exists with the shape it expects, each process says once which applied and "
+        "which did not (`otel-verl doctor`: the same before a job); %s=false turns otel-verl off on an untested verl",
         version,
         _instruments[0],
         config.UNTESTED_VERL,

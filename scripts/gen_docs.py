@@ -7,7 +7,8 @@ Each page of ``docs/`` that holds a reference includes one of these files (``--8
 settings, the built-in guard rules, and every span, event, attribute and metric with its unit,
 kind and Prometheus name come from ``otel_verl.config``, ``otel_verl.guard``,
 ``otel_verl.telemetry_catalog``, ``otel_verl.instruments.catalog`` and
-``otel_verl.instruments.prometheus``. ``tests/docs/test_docs_generated.py`` runs the check.
+``otel_verl.instruments.prometheus``; every hooked verl/Ray name with its mechanism, since when and
+expected shape from ``otel_verl.hooks.targets``. ``tests/docs/test_docs_generated.py`` runs the check.
 """
 
 from __future__ import annotations
@@ -188,7 +189,41 @@ def attributes_page() -> str:
     return head + _table(("Attribute", "Type", "Meaning", "On"), rows)
 
 
+def _shape(shape) -> str:
+    kind = {True: "async", False: "sync", None: ""}[shape.coroutine]
+    params = ", ".join(shape.params)
+    return " ".join(part for part in (kind, f"({params})" if params else "") if part) or "callable"
+
+
+def hooks_page() -> str:
+    from otel_verl.hooks import all_hooks, targets
+
+    by_key: dict[str, list] = {}
+    for hook in all_hooks():
+        by_key.setdefault(f"{hook.module}.{hook.target}", []).append(hook)
+
+    def made_by(key: str) -> str:
+        names = (getattr(h.wrapper, "__module__", None) or type(h.wrapper).__module__ for h in by_key[key])
+        return ", ".join(dict.fromkeys(f"`{n.removeprefix('otel_verl.hooks.')}`" for n in names))
+
+    rows = [
+        (
+            f"`{t.module}`",
+            f"`{t.name}`",
+            t.mechanism,
+            t.since,
+            _shape(t.shape),
+            "yes" if all(h.optional for h in by_key[t.key]) else "",
+            made_by(t.key),
+        )
+        for t in targets.TARGETS
+    ]
+    head = HEAD.format(source="otel_verl/hooks/targets.py (TARGETS) and otel_verl.hooks.all_hooks()")
+    return head + _table(("Module", "Target", "Mechanism", "Since", "Expected shape", "Optional", "Hook"), rows)
+
+
 PAGES: dict[str, Callable[[], str]] = {
+    "hooks.md": hooks_page,
     "settings.md": settings_page,
     "guard-rules.md": guard_rules_page,
     "metrics.md": metrics_page,

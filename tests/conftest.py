@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_verl import VerlInstrumentor, _safe
+from otel_verl.hooks import compat
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
 from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.state import PROCESS
@@ -46,8 +47,10 @@ def _fresh_warn_once() -> Iterator[None]:
     """Every test starts with ``warn_once`` remembering nothing: a test that asserts a warning
     must not depend on whether an earlier test in the same process already gave it."""
     _safe._seen.clear()
+    compat.REPORT.reset()  # and the hook table: said once per test, of that test's hooks
     yield
     _safe._seen.clear()
+    compat.REPORT.reset()
 
 
 @dataclass

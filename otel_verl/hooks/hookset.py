@@ -2,8 +2,9 @@
 
 A hook is applied when its module is imported (never importing verl itself, so the 25+
 processes of a Ray job that never touch verl pay nothing). A hook whose target is missing in
-the installed verl or Ray (a renamed private name) is skipped and said once, with the version
-of the package that owns it; training is unaffected.
+the installed verl or Ray (a renamed private name), or exists with another shape than its
+wrapper expects (``hooks.compat.check``), is skipped; training is unaffected. What applied and
+what did not goes into the process's one hook table (``hooks.compat.REPORT``), with the versions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
-from otel_verl._safe import warn_once
+from otel_verl.hooks import compat
 from otel_verl.package import package_version
 
 
@@ -33,7 +34,7 @@ class Hook:
 
     @property
     def package(self) -> str:
-        """The distribution that owns the target (for the "cannot hook" message)."""
+        """The distribution that owns the target (named in the hook table when it is not verl)."""
         return self.module.split(".", 1)[0]
 
 
@@ -43,6 +44,12 @@ def _owner(module: Any, target: str) -> tuple[Any, str]:
     for part in filter(None, owner_path.split(".")):
         owner = getattr(owner, part)
     return owner, attr
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, (AttributeError, compat.ShapeError)):
+        return str(exc)
+    return f"{exc.__class__.__name__}: {exc}"
 
 
 class HookSet:
@@ -57,6 +64,7 @@ class HookSet:
 
     def install(self) -> None:
         self._active = True
+        compat.REPORT.expect(self._hooks)
         for module in {h.module for h in self._hooks}:
             if module in self._registered:
                 if module in sys.modules:
@@ -73,31 +81,26 @@ class HookSet:
             if hook.module != module.__name__ or hook in self.applied:
                 continue
             if hook.only_if is not None and not hook.only_if():
+                compat.REPORT.record(hook, compat.NOT_HERE)
                 continue
             try:
-                owner, attr = _owner(module, hook.target)
-                if not hasattr(owner, attr):
-                    raise AttributeError(hook.target)
+                owner, attr, _ = compat.check(hook, module)
                 if hook.replace:
                     original = owner.__dict__.get(attr, getattr(owner, attr))
                     replacement = hook.wrapper(original)
                     if replacement is None:
-                        raise TypeError(f"{hook.target} does not have the expected shape")
+                        raise compat.ShapeError(f"shape: {hook.target} is not what its replacement expects")
                     setattr(owner, attr, replacement)
                     self._replaced[hook] = (owner, attr, original)
                 else:
                     wrapt.wrap_function_wrapper(owner, attr, hook.wrapper)
                 self.applied.append(hook)
-            except Exception:  # noqa: BLE001 - a renamed verl/Ray internal must not stop training
-                if not hook.optional:
-                    warn_once(
-                        f"hook:{hook.module}.{hook.target}",
-                        "cannot hook %s.%s in %s %s; that telemetry is disabled",
-                        hook.module,
-                        hook.target,
-                        hook.package,
-                        package_version(hook.package),
-                    )
+                compat.REPORT.record(hook, compat.APPLIED)
+            except Exception as exc:  # noqa: BLE001 - a renamed verl/Ray internal must not stop training
+                why = _why(exc)
+                if hook.package != "verl":  # the header names verl's version; another owner's goes here
+                    why += f" in {hook.package} {package_version(hook.package)}"
+                compat.REPORT.record(hook, compat.ABSENT if hook.optional else compat.SKIPPED, why)
 
     def uninstall(self) -> None:
         self._active = False

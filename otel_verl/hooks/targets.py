@@ -2,9 +2,14 @@
 
 One place to look when a verl or Ray release moves things: the hook modules name their
 targets from here, ``otel-verl doctor`` checks each one exists in the installed versions.
+``TARGETS`` holds every hooked name with the shape its wrapper expects (a name that exists with
+another shape is skipped, not wrapped), its mechanism (a documented verl hook, or a patch of a
+public or private name) and the release it exists since; ``docs/generated/hooks.md`` is made from it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 PERFORMANCE = "verl.utils.profiler.performance"  # _timer: every stage verl times
 TRACKING = "verl.utils.tracking"  # Tracking.log: every value verl logs
@@ -27,3 +32,120 @@ PROTOCOL = "verl.protocol"  # DataProto.concat: v0's agent-loop replies merged (
 RAY_UTILS = "verl.utils.ray_utils"  # auto_await, re-applied around AgentLoopManager.generate_sequences
 VLLM_ASYNC_LLM = "vllm.v1.engine.async_llm"  # AsyncLLM: the engine in verl's vLLM rollout server
 SGLANG_TOKENIZER_MANAGER = "sglang.srt.managers.tokenizer_manager"  # SGLang's request entry (server process)
+
+
+# -- every hooked name, with the shape its wrapper expects, its mechanism, and since when ----------
+HOOK = "verl hook"  # an extension point verl documents (survives refactors)
+PUBLIC = "patch, public name"  # a wrapped public function or method
+PRIVATE = "patch, private name"  # a wrapped ``_``-prefixed name (or one in a private module)
+MECHANISMS = (HOOK, PUBLIC, PRIVATE)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a wrapper relies on beyond the name: checked before wrapping (``hooks.compat.check``).
+
+    ``params``: the parameters it reads (by name or position), each must still be in the signature;
+    ``coroutine``: True when it awaits the call (the target must stay ``async def``), False when it
+    must not be one, None when either works. A ``Class.method`` target also needs ``Class`` to be a class.
+    """
+
+    params: tuple[str, ...] = ()
+    coroutine: bool | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    module: str
+    name: str  # "func" or "Class.method"
+    mechanism: str
+    since: str  # the first release of the owning package with this name in this shape (the tested one for others)
+    shape: Shape = Shape()
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+def _t(module: str, name: str, since: str, *params: str, coroutine: bool | None = None) -> Target:
+    private = any(part.startswith("_") and not part.startswith("__") for part in (*module.split("."), *name.split(".")))
+    return Target(module, name, PRIVATE if private else PUBLIC, since, Shape(params, coroutine))
+
+
+_V0_TRAINER = "RayPPOTrainer"
+_WORKER_METHODS = ("compute_log_prob", "compute_ref_log_prob", "update_actor", "save_checkpoint", "load_checkpoint")
+_TRAINING_METHODS = ("train_mini_batch", "train_batch", "infer_batch", "save_checkpoint", "load_checkpoint")
+_REPLICA_OPERATIONS = (
+    "sleep_replicas",
+    "wake_up_replicas",
+    "abort_replicas",
+    "resume_generation_replicas",
+    "release_kv_cache_replicas",
+    "resume_kv_cache_replicas",
+    "update_weights",
+)
+
+# "since": read from the verl 0.5.0 .. 0.9.1 wheels (the name present from that release on, with
+# the parameters the wrapper reads); for Ray, TransferQueue, vLLM and SGLang the version tested.
+TARGETS: tuple[Target, ...] = (
+    _t(PERFORMANCE, "_timer", "verl 0.5.0", "name", "timing_raw", coroutine=False),
+    _t(TRACKING, "Tracking.log", "verl 0.5.0", "data", "step", coroutine=False),
+    _t(TRAINER_V0, f"{_V0_TRAINER}.__init__", "verl 0.5.0", "config"),
+    _t(TRAINER_V0, f"{_V0_TRAINER}.init_workers", "verl 0.5.0"),
+    _t(TRAINER_V0, f"{_V0_TRAINER}._validate", "verl 0.5.0", coroutine=False),
+    _t(TRAINER_V0, f"{_V0_TRAINER}.fit", "verl 0.5.0", coroutine=False),
+    _t(TRAINER_V0, f"{_V0_TRAINER}._save_checkpoint", "verl 0.5.0", coroutine=False),
+    _t(TRAINER_V0, "compute_advantage", "verl 0.5.0", "data", coroutine=False),
+    _t(TRAINER_V1, "PPOTrainer.__init__", "verl 0.9.0", "config"),
+    _t(TRAINER_V1, "PPOTrainer.init", "verl 0.9.0"),
+    _t(TRAINER_V1, "PPOTrainer._validate", "verl 0.9.0", coroutine=False),
+    _t(TRAINER_V1, "PPOTrainer.fit", "verl 0.9.0", coroutine=False),
+    _t(TRAINER_V1, "PPOTrainer._save_checkpoint", "verl 0.9.0", coroutine=False),
+    _t(TRAINER_V1, "PPOTrainer._compute_metrics", "verl 0.9.0", "batch", coroutine=False),
+    _t(SINGLE_CONTROLLER, "func_generator", "verl 0.5.0", "method_name", coroutine=False),
+    *(_t(ENGINE_WORKERS, f"ActorRolloutRefWorker.{m}", "verl 0.7.0") for m in _WORKER_METHODS),
+    _t(ENGINE_WORKERS, "ActorRolloutRefWorker.update_weights", "verl 0.8.0"),
+    *(_t(ENGINE_WORKERS, f"TrainingWorker.{m}", "verl 0.7.0") for m in _TRAINING_METHODS),
+    _t(REPLAY_BUFFER, "ReplayBuffer.sample", "verl 0.9.0", "global_steps", "partition_id", coroutine=False),
+    _t(REPLAY_BUFFER, "ReplayBufferAsync.sample", "verl 0.9.0", "global_steps", "partition_id", coroutine=False),
+    *(_t(CHECKPOINT_ENGINE, f"CheckpointEngineManager.{op}", "verl 0.8.0") for op in _REPLICA_OPERATIONS),
+    _t(CHECKPOINT_MANAGER, "BaseCheckpointManager.register_checkpoint", "verl 0.8.0", "new_path", coroutine=False),
+    _t(AGENT_LOOP, "AgentLoopManager.generate_sequences", "verl 0.5.0", "prompts"),
+    _t(AGENT_LOOP_TQ, "AgentLoopManagerTQ.generate_sequences", "verl 0.9.0", "prompts", coroutine=False),
+    _t(AGENT_LOOP, "AgentLoopWorker.generate_sequences", "verl 0.8.0", "batch", coroutine=True),
+    _t(AGENT_LOOP, "AgentLoopWorker._run_agent_loop", "verl 0.8.0", "trajectory", "agent_name", coroutine=True),
+    _t(AGENT_LOOP, "AgentLoopWorker._compute_score", "verl 0.8.0", "outputs", "kwargs", coroutine=True),
+    _t(REWARD_LOOP, "RewardLoopWorker.compute_score", "verl 0.7.0", "data", coroutine=True),
+    _t(TOOL_AGENT_LOOP, "ToolAgentLoop._call_tool", "verl 0.7.0", "tool_call", coroutine=True),
+    _t(PROTOCOL, "DataProto.concat", "verl 0.5.0", "data", coroutine=False),
+    _t(
+        LLM_SERVER,
+        "LLMServerClient.generate",
+        "verl 0.8.0",
+        "request_id",
+        "prompt_ids",
+        "sampling_params",
+        coroutine=True,
+    ),
+    _t(LLM_SERVER, "LLMServerClient._acquire_server", "verl 0.8.0", "request_id", coroutine=True),
+    _t(LLM_SERVER, "LLMServerClient._vllm_request_id", "verl 0.9.0", "request_id", coroutine=False),
+    _t(TRANSFER_QUEUE, "async_kv_put", "TransferQueue 0.1.11", "key", "partition_id", "fields", "tag", coroutine=True),
+    _t(TRANSFER_QUEUE, "kv_list", "TransferQueue 0.1.11", "partition_id", coroutine=False),
+    _t(RAY, "init", "ray 2.60.0", "address", "runtime_env", coroutine=False),
+    _t(RAY_FUNCTION_MANAGER, "_inject_tracing_into_class", "ray 2.60.0", "_cls", coroutine=False),
+    _t(VLLM_ASYNC_LLM, "AsyncLLM.from_vllm_config", "vllm 0.33.0"),
+    _t(VLLM_ASYNC_LLM, "AsyncLLM.generate", "vllm 0.33.0", "trace_headers"),
+    _t(SGLANG_TOKENIZER_MANAGER, "TokenizerManager.generate_request", "sglang 0.5.23", "obj"),
+)
+
+_BY_KEY = {t.key: t for t in TARGETS}
+
+
+def spec(module: str, name: str) -> Target | None:
+    """The target ``module``.``name``, or None for a name this list does not hold (tests' own)."""
+    return _BY_KEY.get(f"{module}.{name}")
+
+
+def by_key(key: str) -> Target | None:
+    """The target whose ``module.name`` is ``key``, or None."""
+    return _BY_KEY.get(key)

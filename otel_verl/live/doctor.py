@@ -48,7 +48,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from difflib import get_close_matches
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
 from otel_verl import config
@@ -391,18 +391,19 @@ def _check_writable(r: Checks, folder: str) -> None:
         r.bad(f"cannot write telemetry files under {folder}: {exc}")
 
 
-def _resolve(module_name: str, target: str) -> str | None:
-    """None when ``module_name``.``target`` exists, else why not."""
+def _resolve(hook: Hook) -> str | None:
+    """None when ``hook`` would apply (``hooks.compat.check``: its target exists with the shape its
+    wrapper expects), else why not."""
+    from otel_verl.hooks import compat
+
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(hook.module)
     except Exception as exc:  # noqa: BLE001
-        return f"module {module_name} not importable ({exc.__class__.__name__}: {exc})"
-    owner: Any = module
-    path = target.split(".")
-    for i, part in enumerate(path):
-        if not hasattr(owner, part):
-            return f"{'.'.join(path[: i + 1])} missing"
-        owner = getattr(owner, part)
+        return f"module {hook.module} not importable ({exc.__class__.__name__}: {exc})"
+    try:
+        compat.check(hook, module)
+    except (AttributeError, compat.ShapeError) as exc:
+        return str(exc)
     return None
 
 
@@ -440,23 +441,29 @@ def check_opentelemetry_setup(r: Checks, s: config.Settings) -> None:
 def check_hooks(r: Checks, hooks: Sequence[Hook] | None = None) -> None:
     # Imported here: the hooks import wrapt and the instrumentation package, which the other
     # checks (and the other otel-verl commands) do not need.
-    from otel_verl.hooks import all_hooks
+    from otel_verl.hooks import all_hooks, compat
 
     version = package_version("verl")
     caught: list[warnings.WarningMessage] = []
+    rows: dict[str, compat.Row] = {}
     for hook in all_hooks() if hooks is None else hooks:
         where = f"{hook.module}.{hook.target}"
         # verl warns while importing (optional engines missing): listed after the hooks, not amid them
         with warnings.catch_warnings(record=True) as got:  # keeps the filters: what Python would print
-            why = _resolve(hook.module, hook.target)
+            why = _resolve(hook)
         caught += got
+        status = compat.APPLIED if why is None else compat.ABSENT if hook.optional else compat.SKIPPED
+        row = rows.setdefault(where, compat.Row(where, status, why or "", hook.package))
+        how = f"  [{row.mechanism}, since {row.since}]"  # the columns of the processes' own table
         cond = " (only in Ray worker actors)" if hook.only_if is not None else ""
         if why is None:
-            r.ok(f"hook {where}{cond}")
+            r.ok(f"hook {where}{cond}{how}")
         elif hook.optional:
-            r.note(f"hook {where}: {why} in verl {version} (optional: skipped)")
+            r.note(f"hook {where}: {why} in verl {version} (optional: skipped){how}")
         else:
-            r.bad(f"hook {where}: {why} in verl {version}; that telemetry would be disabled")
+            r.bad(f"hook {where}: {why} in verl {version}; that telemetry would be disabled{how}")
+    # the header each verl process logs with its table (``hooks.compat.REPORT``), here for all hooks
+    r.note(compat.header(list(rows.values())).replace(": hooks ", ": hooks that would be ", 1))
     messages = list(dict.fromkeys(f"{w.category.__name__}: {str(w.message).strip()}" for w in caught))
     if messages:
         r.heading(f"warnings while importing verl's modules ({len(messages)}; not otel-verl problems):")

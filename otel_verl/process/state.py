@@ -72,9 +72,14 @@ class ProcessState:
         tel = self._telemetry
         if tel is None:
             with self._lock:
-                if self._telemetry is None:
+                built = self._telemetry is None
+                if built:
                     self._telemetry = self._build()
                 tel = self._telemetry
+            if built:  # this process's telemetry starts: say which hooks make it (once, never raises)
+                from otel_verl.hooks.compat import REPORT
+
+                REPORT.say()
         return tel
 
     def _build(self) -> Telemetry:

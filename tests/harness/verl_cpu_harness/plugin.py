@@ -20,6 +20,9 @@ It does nothing when a GPU is present (or ``VERL_CPU_HARNESS=0``). Otherwise it:
 8. (fault tests, opt-in) ``VERL_CPU_HARNESS_HOLD_DIR=<dir>`` holds the driver after it logged
    step ``N`` while ``<dir>/hold-N`` exists (it writes ``<dir>/at-N`` when it starts waiting), so
    that a test does its fault at a known point of the run instead of racing Ray's console.
+9. (compatibility tests, opt-in) ``VERL_CPU_HARNESS_NEXT_VERL=1`` makes the installed verl look
+   like a next release that moved names the way verl's main does (see ``NEXT_VERL_MOVES``):
+   a private method gone and a parameter renamed, training itself unchanged.
 
 Patches that need a verl module are applied right after that module is first imported
 (``_when_imported``), so loading the plugin stays cheap and never imports
@@ -418,6 +421,64 @@ def _install_hold(mod: types.ModuleType) -> None:
     cls.log = log
 
 
+# --------------------------------------------------------------------------------------
+# 9. a simulated next verl release (opt-in): VERL_CPU_HARNESS_NEXT_VERL=1. Each move happens as
+#    its module is imported, before any other post-import hook sees the module (otel-verl's hooks
+#    run after it, as they would on a release that shipped the change), and keeps verl's own
+#    callers working, so that training is what it was.
+# --------------------------------------------------------------------------------------
+NEXT_VERL = "VERL_CPU_HARNESS_NEXT_VERL"
+
+
+def _drop_private_request_id(mod: types.ModuleType) -> None:
+    """``LLMServerClient._vllm_request_id`` gone (a private method renamed): the class no longer
+    has the name, verl's own ``self._vllm_request_id(...)`` calls reach the new one."""
+    cls = mod.LLMServerClient
+    cls._engine_request_id = cls.__dict__["_vllm_request_id"]
+    delattr(cls, "_vllm_request_id")
+
+    def __getattr__(self, name):  # only for names the instance and class do not have
+        if name == "_vllm_request_id":
+            return self._engine_request_id
+        raise AttributeError(name)
+
+    cls.__getattr__ = __getattr__
+
+
+def _rename_metrics_batch(mod: types.ModuleType) -> None:
+    """``PPOTrainer._compute_metrics(self, batch, ...)`` -> ``(self, batch_meta, ...)``: same
+    name, another shape (verl passes the batch by position)."""
+    cls = mod.PPOTrainer
+    original = cls.__dict__["_compute_metrics"]
+
+    def _compute_metrics(self, batch_meta, metrics, timing_raw, global_steps, epoch):
+        return original(self, batch_meta, metrics, timing_raw, global_steps, epoch)
+
+    cls._compute_metrics = _compute_metrics
+
+
+NEXT_VERL_MOVES: dict[str, Callable[[types.ModuleType], None]] = {
+    "verl.workers.rollout.llm_server": _drop_private_request_id,
+    "verl.trainer.ppo.v1.trainer_base": _rename_metrics_batch,
+}
+
+
+def _first_after_import(name: str, fn: Callable[[types.ModuleType], None]) -> None:
+    """``fn(module)`` right after ``name`` is imported, before the post-import hooks registered
+    earlier (otel-verl registers its own before ``import verl`` loads this plugin)."""
+    try:
+        import wrapt
+        from wrapt import importer
+    except ImportError:
+        _when_imported(name, fn)
+        return
+    wrapt.register_post_import_hook(fn, name)
+    with importer._post_import_hooks_lock:  # test-only: reorder wrapt's list for this module
+        hooks = importer._post_import_hooks.get(name)
+        if hooks and hooks[-1] is fn:
+            hooks.insert(0, hooks.pop())
+
+
 def install() -> bool:
     """Apply everything; returns False (and does nothing) when a GPU is present."""
     if not _enabled():
@@ -454,6 +515,9 @@ def install() -> bool:
             wrapt.register_post_import_hook(_install_hold, "verl.utils.tracking")
         except ImportError:
             _when_imported("verl.utils.tracking", _install_hold)
+    if os.environ.get(NEXT_VERL, "").strip().lower() in ("1", "true", "on"):
+        for name, move in NEXT_VERL_MOVES.items():
+            _first_after_import(name, move)
     return True
 
 

@@ -1,5 +1,6 @@
-"""``HookSet``: wrappers and replacements applied on import, removed exactly, failures said once
-with the version of the package that owns the target."""
+"""``HookSet``: wrappers and replacements applied on import, removed exactly; what applied and what
+did not (a missing target, one with another shape) said once per process in one table
+(``hooks.compat``), with the version of the package that owns the target."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import types
 
 import pytest
 
+from otel_verl.hooks import compat
 from otel_verl.hooks.hookset import Hook, HookSet, package_version
 
 
@@ -38,14 +40,22 @@ def test_replace_hook_swaps_the_attribute_and_uninstall_restores_it(module):
     assert module.func is original
 
 
-def test_a_replacement_that_does_not_fit_is_said_once_with_the_version(module, caplog):
+def _table(caplog) -> str:
+    compat.REPORT.say()
+    (table,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("otel-verl ")]
+    return table
+
+
+def test_a_replacement_that_does_not_fit_is_said_once_in_the_table(module, caplog):
     hooks = HookSet([Hook(module.__name__, "func", lambda orig: None, replace=True)])
-    with caplog.at_level(logging.WARNING, logger="otel_verl"):
+    with caplog.at_level(logging.INFO, logger="otel_verl"):
         hooks.install()
         hooks.uninstall()
         hooks.install()
-    messages = [r.getMessage() for r in caplog.records if "cannot hook" in r.getMessage()]
-    assert len(messages) == 1 and "otel_verl_test_target.func" in messages[0]
+        table = _table(caplog)
+        compat.REPORT.say()  # once
+    assert "hooks 1 skipped" in table and "skipped  otel_verl_test_target.func" in table
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert module.func() == "real"
     hooks.uninstall()
 
@@ -56,8 +66,8 @@ def test_a_missing_private_ray_name_reports_rays_version(caplog):
     hook = Hook("ray._private.function_manager", "_renamed_in_a_future_ray", lambda *a: None)
     with caplog.at_level(logging.WARNING, logger="otel_verl"):
         HookSet([hook]).install()
-    (message,) = [r.getMessage() for r in caplog.records if "_renamed_in_a_future_ray" in r.getMessage()]
-    assert f"in ray {package_version('ray')};" in message
+        table = _table(caplog)
+    assert f"_renamed_in_a_future_ray missing in ray {package_version('ray')}" in table
     assert package_version("ray") != "unknown" and hasattr(fm, "_inject_tracing_into_class")
 
 
