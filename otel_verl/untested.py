@@ -20,6 +20,7 @@ is fail-safe, and telemetry that silently stops is the failure nobody sees for d
 from __future__ import annotations
 
 import logging
+import sys
 
 _log = logging.getLogger("otel_verl")
 
@@ -41,6 +42,11 @@ def untested_version() -> str | None:
         return None if wanted.contains(version, prereleases=True) else version
     except Exception:  # noqa: BLE001 - an unreadable version is no reason to act
         return None
+
+
+def _in_worker() -> bool:
+    """A Ray worker of the job (its bootstrap is otel-verl's ``worker_bootstrap``), not the launcher."""
+    return bool(getattr(sys.modules.get("otel_verl.process.worker_bootstrap"), "active", False))
 
 
 def start() -> None:
@@ -70,12 +76,14 @@ def _start() -> None:
             config.UNTESTED_VERL,
         )
         return
-    _log.warning(
-        "otel-verl: verl %s is outside the range it was tested with (%s); starting anyway: each hook is "
-        "applied where its target exists with the shape it expects, each process says once which applied and "
-        "which did not (`otel-verl doctor`: the same before a job); %s=false turns otel-verl off on an untested verl",
-        version,
-        _instruments[0],
-        config.UNTESTED_VERL,
-    )
+    if not _in_worker():  # the launcher says it for the job; each worker's hook table says it again
+        _log.warning(
+            "otel-verl: verl %s is outside the range it was tested with (%s); starting anyway: each hook is "
+            "applied where its target exists with the shape it expects, each process says once which applied "
+            "and which did not (`otel-verl doctor`: the same before a job); %s=false turns otel-verl off on an "
+            "untested verl",
+            version,
+            _instruments[0],
+            config.UNTESTED_VERL,
+        )
     instrumentor.instrument(skip_dep_check=True)

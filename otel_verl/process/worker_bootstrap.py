@@ -66,10 +66,17 @@ def _without_site_dir(python_path: str) -> str:
     return os.pathsep.join(p for p in python_path.split(os.pathsep) if os.path.realpath(p or os.curdir) != here)
 
 
+# True in a process whose bootstrap this module ran (a verl job's Ray worker, not the launcher):
+# what the launcher said once for the job (e.g. an untested verl) is not said again in each worker.
+active = False
+
+
 def initialize() -> None:
     """Run OpenTelemetry's auto-instrumentation here, without a distro or configurator unless one
     was named (the loader then uses its default distro, silently); this folder is off
     ``PYTHONPATH`` meanwhile (the module's rules)."""
+    global active
+    active = True
     python_path = os.environ.get("PYTHONPATH")
     if python_path is not None:
         os.environ["PYTHONPATH"] = _without_site_dir(python_path)

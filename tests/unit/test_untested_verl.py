@@ -90,3 +90,29 @@ def test_untested_version_reads_the_tested_range(monkeypatch, version, outside):
 def test_no_verl_installed_is_not_an_untested_verl(monkeypatch):
     monkeypatch.setattr("otel_verl.package.installed_version", lambda dist: None)
     assert untested.untested_version() is None
+
+
+def test_a_worker_starts_without_saying_it_again(tmp_path):
+    """A Ray worker of the job (otel-verl's worker bootstrap, the run id from the launcher) starts on
+    the untested verl too; the launcher's line is not repeated in each worker."""
+    from otel_verl.process.worker_bootstrap import SITE_DIR
+
+    _, err = _instrumented(tmp_path, _next_verl(tmp_path), OTEL_VERL_RUN_ID="run-from-the-launcher")
+    assert "is outside the range" in err  # the launcher: said
+    worker_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    paths = [SITE_DIR, str(_next_verl(tmp_path / "w"))] + [
+        p for p in worker_env.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
+    worker_env.update(
+        {
+            "PYTHONPATH": os.pathsep.join(paths),
+            "OTEL_TRACES_EXPORTER": "none",
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_VERL_RUN_ID": "run-from-the-launcher",
+        }
+    )
+    out = subprocess.run([sys.executable, "-c", PROBE], env=worker_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)["instrumented"] == "True"
+    assert "is outside the range" not in out.stderr, out.stderr[-2000:]
