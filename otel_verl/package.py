@@ -42,3 +42,21 @@ def package_version(dist: str) -> str:
 def versions(dists: tuple[str, ...] | list[str]) -> str:
     """``ray 2.60.0, opentelemetry-sdk 1.45.2``: each of ``dists`` with its installed version."""
     return ", ".join(f"{d} {package_version(d)}" if d != PYTHON else package_version(d) for d in dists)
+
+
+VERL = "verl"
+
+
+def untested_version() -> str | None:
+    """The installed verl's version when it is outside the tested range; None when it is inside (or
+    verl is not installed, or its metadata cannot be read)."""
+    try:
+        from packaging.requirements import Requirement
+
+        version = installed_version(VERL)
+        if version is None:
+            return None
+        wanted = Requirement(_instruments[0]).specifier
+        return None if wanted.contains(version, prereleases=True) else version
+    except Exception:  # noqa: BLE001 - an unreadable version is no reason to act
+        return None

@@ -22,26 +22,9 @@ from __future__ import annotations
 import logging
 import sys
 
+from otel_verl.package import untested_version
+
 _log = logging.getLogger("otel_verl")
-
-VERL = "verl"
-
-
-def untested_version() -> str | None:
-    """The installed verl's version when it is outside the tested range; None when it is inside (or
-    verl is not installed, or its metadata cannot be read)."""
-    from otel_verl.package import _instruments, installed_version
-
-    try:
-        from packaging.requirements import Requirement
-
-        version = installed_version(VERL)
-        if version is None:
-            return None
-        wanted = Requirement(_instruments[0]).specifier
-        return None if wanted.contains(version, prereleases=True) else version
-    except Exception:  # noqa: BLE001 - an unreadable version is no reason to act
-        return None
 
 
 def _in_worker() -> bool:

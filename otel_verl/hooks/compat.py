@@ -21,12 +21,18 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from otel_verl.hooks import targets
 
-if TYPE_CHECKING:
-    from otel_verl.hooks.hookset import Hook
+
+class _HookLike(Protocol):
+    """What this module reads of a ``hookset.Hook`` (a protocol: ``hookset`` imports this module)."""
+
+    module: str
+    target: str
+    package: str
+
 
 _log = logging.getLogger("otel_verl")
 
@@ -75,7 +81,7 @@ def shape_problem(owner: Any, name: str, value: Any, shape: targets.Shape) -> st
     return None
 
 
-def check(hook: Hook, module: Any) -> tuple[Any, str, Any]:
+def check(hook: _HookLike, module: Any) -> tuple[Any, str, Any]:
     """``resolve`` the hook's target in ``module`` and check its shape (``targets.spec``):
     ``AttributeError`` when it is missing, ``ShapeError`` when it exists with another shape."""
     owner, attr, value = resolve(module, hook.target)
@@ -106,8 +112,7 @@ class Row:
 
 def header(rows: Sequence[Row]) -> str:
     """``otel-verl X on verl Y (...): N applied, M skipped, ...``: the versions and the counts."""
-    from otel_verl.package import _instruments, package_version
-    from otel_verl.untested import untested_version
+    from otel_verl.package import _instruments, package_version, untested_version
     from otel_verl.version import __version__
 
     untested = untested_version()
@@ -152,11 +157,11 @@ class HookReport:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: dict[str, Row] = {}
-        self._hooks: dict[str, Hook] = {}
+        self._hooks: dict[str, _HookLike] = {}
         self._said = False
         self._exit_registered = False
 
-    def expect(self, hooks: Iterable[Hook]) -> None:
+    def expect(self, hooks: Iterable[_HookLike]) -> None:
         """The hooks installed (each ``not loaded`` until its module is imported); the exit
         fallback registered once."""
         with self._lock:
@@ -166,7 +171,7 @@ class HookReport:
                 self._exit_registered = True
                 atexit.register(self.say)
 
-    def record(self, hook: Hook, status: str, why: str = "") -> None:
+    def record(self, hook: _HookLike, status: str, why: str = "") -> None:
         key = _key(hook)
         with self._lock:
             old = self._rows.get(key)
@@ -189,7 +194,7 @@ class HookReport:
                     return
                 self._said = True
             rows = self.rows()
-            from otel_verl.untested import untested_version
+            from otel_verl.package import untested_version
 
             loud = untested_version() is not None or any(r.status == SKIPPED for r in rows)
             _log.log(logging.WARNING if loud else logging.INFO, "%s", table(rows))
@@ -204,7 +209,7 @@ class HookReport:
             self._said = False
 
 
-def _key(hook: Hook) -> str:
+def _key(hook: _HookLike) -> str:
     return f"{hook.module}.{hook.target}"
 
 

@@ -62,6 +62,7 @@ from otel_verl.offline.otlp_files import (
     signal_files,
     size,
 )
+from otel_verl.process import point_identity
 
 RETRY_STATUS = (429, 502, 503, 504)
 RETRIES = 2
@@ -249,6 +250,8 @@ def replay_signal(
             skipped.line(path, number, str(exc))
             continue
         body = line.encode("utf-8")
+        if signal == "metrics" and point_identity.stamp_json(batch):  # the run's identity on every point
+            body = json.dumps(batch, separators=(",", ":")).encode("utf-8")
         bodies = [(body, items)]
         if len(body) > max_request_bytes:
             try:

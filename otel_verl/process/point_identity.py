@@ -50,3 +50,30 @@ def _resource(rm: ResourceMetrics) -> ResourceMetrics:
 def _data(data: Any, identity: dict[str, Any]) -> Any:
     points = [replace(p, attributes={**identity, **(p.attributes or {})}) for p in data.data_points]
     return replace(data, data_points=points)
+
+
+_POINT_KINDS = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")
+
+
+def stamp_json(request: Any) -> bool:
+    """An OTLP/JSON metrics request (``{"resourceMetrics": [...]}``, as the files hold it) with each
+    resource's identity attributes added to every data point that lacks them, in place (the files
+    are written without the copies; ``otel-verl replay`` adds them for the backend). True if any
+    point changed."""
+    changed = False
+    for rm in request.get("resourceMetrics") or ():
+        attrs = (rm.get("resource") or {}).get("attributes") or ()
+        identity = [a for a in attrs if isinstance(a, dict) and a.get("key") in semconv.RES_SERIES_IDENTITY]
+        if not identity:
+            continue
+        for sm in rm.get("scopeMetrics") or ():
+            for metric in sm.get("metrics") or ():
+                for kind in _POINT_KINDS:
+                    for point in (metric.get(kind) or {}).get("dataPoints") or ():
+                        own = point.setdefault("attributes", [])
+                        have = {a.get("key") for a in own if isinstance(a, dict)}
+                        extra = [a for a in identity if a["key"] not in have]
+                        if extra:
+                            own.extend(extra)
+                            changed = True
+    return changed

@@ -55,7 +55,11 @@ def with_engine_histograms(batch: MetricsData, delta: dict[Any, Any] | None = No
 
 
 class StepMetricReader(MetricReader):
-    def __init__(self, exporter: MetricExporter, export_interval_millis: float | None = None) -> None:
+    def __init__(
+        self, exporter: MetricExporter, export_interval_millis: float | None = None, *, stamp_identity: bool = True
+    ) -> None:
+        # the OTLP JSON files need no copies: their readers take the identity from the resource
+        self._stamp_identity = stamp_identity
         # The exporter's preferences, as the SDK's own readers take them (private attributes):
         # without them (said once, with the SDK's version) the reader's defaults apply, cumulative
         # temporality and default aggregation, which every OTLP backend takes.
@@ -126,7 +130,8 @@ class StepMetricReader(MetricReader):
 
     def _export(self, batch: MetricsData) -> None:
         try:
-            batch = point_identity.stamped(batch)
+            if self._stamp_identity:
+                batch = point_identity.stamped(batch)
         except Exception:  # noqa: BLE001 - a batch the SDK shaped otherwise still goes out, as it is
             warn_once("metric identity", "cannot copy the run's identity onto metric points", exc_info=True)
         try:

@@ -284,7 +284,10 @@ def build_own(identity: Identity) -> Telemetry:
             elif issubclass(cls, MetricReader):  # other pull exporters are readers already
                 readers.append(cls())
             elif issubclass(cls, MetricExporter):
-                step_reader = StepMetricReader(made(exporters.make_exporter(name, cls, "metrics", identity)))
+                step_reader = StepMetricReader(
+                    made(exporters.make_exporter(name, cls, "metrics", identity)),
+                    stamp_identity=name != exporters.JSON_FILE_EXPORTER,
+                )
                 started.append(step_reader)
                 readers.append(step_reader)
                 step_readers.append(step_reader)
