@@ -241,6 +241,9 @@ class HFCPUServer:
             if sigma := _logprob_noise():
                 with self._lock:
                     log_probs = _perturbed(log_probs, sigma, self._noise)
+        return self._output(token_ids, log_probs)
+
+    def _output(self, token_ids: list[int], log_probs: list[float] | None) -> TokenOutput:
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs,
@@ -258,13 +261,7 @@ class HFCPUServer:
             with self._lock, torch.no_grad():
                 logits = self.model(input_ids=input_ids).logits[0, len(prompt_ids) - 1 : -1]
             log_probs = torch.log_softmax(logits.float(), dim=-1)[range(len(token_ids)), token_ids].tolist()
-        return TokenOutput(
-            token_ids=token_ids,
-            log_probs=log_probs,
-            stop_reason="completed",
-            num_preempted=0,
-            extra_fields={"global_steps": self.global_steps},
-        )
+        return self._output(token_ids, log_probs)
 
     # ---- weight sync ---------------------------------------------------------------------
     def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None = None) -> int:

@@ -38,15 +38,21 @@ def _two_free_ports() -> int:
         return first
 
 
-def test_each_process_takes_the_next_free_port_and_labels_series_with_the_run(monkeypatch, tmp_path):
+def _prometheus_pull_only(monkeypatch) -> int:
+    """Metrics to the per-process pull endpoint only, on 127.0.0.1 from a port P with P+1 free; P."""
     first = _two_free_ports()
-    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-prom")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(first))
     config.settings.cache_clear()
+    return first
+
+
+def test_each_process_takes_the_next_free_port_and_labels_series_with_the_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-prom")
+    first = _prometheus_pull_only(monkeypatch)
     try:
         # Two pipelines in one process stand in for two verl processes of one host.
         a = build_own(Identity(role=semconv.ROLE_TASKRUNNER, experiment="exp"))
@@ -212,13 +218,7 @@ def test_the_pull_endpoint_serves_the_engines_histogram_as_one(monkeypatch):
 
     from otel_verl.instruments import engine_metrics
 
-    first = _two_free_ports()
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
-    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
-    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
-    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(first))
-    config.settings.cache_clear()
+    first = _prometheus_pull_only(monkeypatch)
     registry = CollectorRegistry()
     ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT", ["engine"], buckets=(0.1, 1.0), registry=registry)
     for v in (0.05, 0.5, 5.0):
