@@ -210,13 +210,13 @@ def _run_key(kwargs: dict) -> tuple:
 
 class _Runs:
     def __init__(self, root: Path) -> None:
-        self._root = root
+        self.root = root  # the session's runs, each in a folder of its own below
         self._cache: dict[tuple, Run] = {}
 
     def get(self, driver: str, algo: str, **kwargs) -> Run:
         key = (driver, algo, _run_key(kwargs))
         if key not in self._cache:
-            workdir = self._root / f"{driver}-{algo}-{len(self._cache)}"  # Hydra-safe path
+            workdir = self.root / f"{driver}-{algo}-{len(self._cache)}"  # Hydra-safe path
             workdir.mkdir(parents=True, exist_ok=True)
             self._cache[key] = run_instrumented(workdir, driver, algo, **kwargs)
         return self._cache[key]
@@ -233,6 +233,15 @@ def run_verl_instrumented():
 def verl_runs(tmp_path_factory) -> _Runs:
     require_harness()
     return _Runs(tmp_path_factory.mktemp("verl"))
+
+
+@pytest.fixture(scope="session")
+def user_code_runs(tmp_path_factory):
+    """tests/shared_runs.py's ``UserCodeRuns``: user code and the bootstrap's instrumentations."""
+    from shared_runs import UserCodeRuns
+
+    require_harness()
+    return UserCodeRuns(tmp_path_factory.mktemp("user-code"), run_instrumented)
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -5,8 +5,9 @@ The set (``bootstrap_site``: asyncio, grpc, requests, urllib3, httpx, aiohttp, f
 logging, threading, system-metrics, ...) is on the job's ``PYTHONPATH``; the job exports to the
 OTLP JSON files and over OTLP to local receivers, OTLP/HTTP (protobuf, through ``requests``) and
 OTLP/gRPC (through ``grpc``) for different signals, and its reward function POSTs each response to
-the HTTP receiver (a reward model behind an API). Two runs: v0 with traces over HTTP and metrics
-over gRPC, v1 the other way round.
+the HTTP receiver (a reward model behind an API). Two runs (tests/shared_runs.py's
+``UserCodeRuns``, shared with test_user_telemetry): v0 with traces over HTTP and metrics over gRPC,
+v1 the other way round.
 
 The spool folder exists before the job starts, as it does for every job after the first one of a
 launch folder (or a root shared on purpose): the spooler threads then start with the pipeline, not
@@ -23,73 +24,23 @@ run the bootstrap, its workers talk through Ray's core), and neither do the expo
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
-from components import require
-from otlp_grpc_receiver import GrpcReceiver
-from otlp_http_receiver import OtlpReceiver
-from verl_cpu_harness import bootstrap_site
+from shared_runs import STEPS, USER_CODE_PROTOCOLS, USER_REWARD_PATH
 from verl_cpu_harness import user_telemetry as ut
 
 from otel_verl import semconv
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 2
 TRAJECTORIES = STEPS * 4 * 2 + 16  # 4 prompts x rollout.n 2 per step, 16 validation ones
-REWARD_PATH = "/reward"
 OWN = ("verl.", "my.")
 
 
-# driver -> the protocol of each signal (the other protocol for the other signals)
-CONFIGS = {
-    "v0": {"traces": "http/protobuf", "metrics": "grpc", "logs": "http/protobuf"},
-    "v1": {"traces": "grpc", "metrics": "http/protobuf", "logs": "grpc"},
-}
-
-
-def _endpoints(protocols: dict[str, str], http_url: str, grpc_url: str) -> dict[str, str]:
-    env = {}
-    for signal, protocol in protocols.items():
-        env[f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"] = protocol
-        env[f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"] = (
-            f"{http_url}/v1/{signal}" if protocol == "http/protobuf" else grpc_url
-        )
-    return env
-
-
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
-def run(request, run_verl_instrumented, tmp_path_factory):
-    driver = request.param
-    try:
-        site, requirements = bootstrap_site.build()
-    except Exception as exc:  # noqa: BLE001 - no package index here
-        require("the instrumentations opentelemetry-bootstrap picks", f"pip could not get them: {exc}")
-    assert len(requirements) >= 15, requirements
-    workdir = tmp_path_factory.mktemp(f"bootstrap-{driver}")
-    spool = workdir / "spool"
-    spool.mkdir(mode=0o700)  # an earlier job's spool folder
-    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    with OtlpReceiver() as rx, GrpcReceiver() as grx:
-        env = {
-            "PYTHONPATH": path,
-            "OTEL_TRACES_EXPORTER": "otlp_json_file,otlp",
-            "OTEL_METRICS_EXPORTER": "otlp_json_file,otlp",
-            "OTEL_LOGS_EXPORTER": "otlp_json_file,otlp",
-            "OTEL_VERL_SPOOL_DIR": str(spool),
-            **_endpoints(CONFIGS[driver], rx.url, grx.url),
-            ut.HTTP_URL_VAR: rx.url + REWARD_PATH,
-        }
-        result = run_verl_instrumented(
-            workdir, driver, "grpo", env=env, steps=STEPS, extra=tuple(ut.overrides(workdir))
-        )
-    assert result.returncode == 0, result.output[-4000:]
-    assert sorted(k for k in result.console if k > 0) == list(range(1, STEPS + 1))
-    result.received = rx.requests  # type: ignore[attr-defined]
-    result.received_grpc = grx.requests  # type: ignore[attr-defined]
-    return result
+@pytest.fixture(scope="module", params=sorted(USER_CODE_PROTOCOLS))
+def run(request, user_code_runs):
+    return user_code_runs.get(request.param)
 
 
 def _foreign(spans):
@@ -103,10 +54,10 @@ def _url(span) -> str:
 
 def test_the_users_http_call_is_a_child_of_its_reward_span_in_the_trajectory_trace(run):
     by_id = {s.span_id: s for s in run.spans}
-    posts = [s for s in _foreign(run.spans) if _url(s).endswith(REWARD_PATH)]
+    posts = [s for s in _foreign(run.spans) if _url(s).endswith(USER_REWARD_PATH)]
     rewards = [s for s in run.spans if s.name == ut.SPAN_REWARD]
     assert rewards and len(posts) == len(rewards)
-    received = [r for r in run.received if r[0] == REWARD_PATH]
+    received = [r for r in run.received if r[0] == USER_REWARD_PATH]
     assert len(received) >= len(posts)  # the reward worker's last spans may be cut at job end
     for post in posts:
         reward = by_id[post.parent_id]
@@ -128,7 +79,7 @@ def _is_export(span) -> bool:
 def test_no_export_is_traced_and_the_foreign_spans_are_the_users_and_the_templates(run):
     exports = Counter((s.resource.get(semconv.RES_ROLE), s.name) for s in run.spans if _is_export(s))
     assert not exports, exports  # no export, re-send or flush of otel-verl's is traced, on any thread
-    others = [s for s in _foreign(run.spans) if not _url(s).endswith(REWARD_PATH)]
+    others = [s for s in _foreign(run.spans) if not _url(s).endswith(USER_REWARD_PATH)]
     names = Counter(s.name for s in others)
     assert set(names) <= {"jinja2.render", "jinja2.compile", "HEAD"}, names  # HEAD: datasets' probes at start
     processes = len({s.resource["process.pid"] for s in run.spans})
@@ -136,16 +87,13 @@ def test_no_export_is_traced_and_the_foreign_spans_are_the_users_and_the_templat
     assert not [s for s in others if s.attributes.get("rpc.system") == "grpc"]  # no Ray gRPC
 
 
-def test_every_span_and_point_carries_the_runs_identity_and_one_pipeline_per_process(run):
+def test_every_span_and_point_carries_the_runs_identity(run):
+    """(One pipeline per process, otel-verl's, on the same runs: test_user_telemetry.)"""
     run_ids = {s.resource.get(semconv.RES_RUN_ID) for s in run.spans} | {
         p.resource.get(semconv.RES_RUN_ID) for p in run.points
     }
     assert len(run_ids) == 1 and None not in run_ids
     assert all(s.resource.get(semconv.RES_ROLE) not in (None, semconv.ROLE_UNKNOWN) for s in run.spans)
-    user = [s for s in run.spans if s.name == ut.SPAN_REWARD]
-    assert {s.attributes[ut.ATTR_SPAN_THREADS] for s in user} == {2}  # the file and OTLP exporters
-    assert {s.attributes[ut.ATTR_PERIODIC_THREADS] for s in user} == {0}
-    assert "global OpenTelemetry provider was already set" not in run.output
 
 
 def test_otel_verls_own_telemetry_is_intact(run):
@@ -158,6 +106,6 @@ def test_otel_verls_own_telemetry_is_intact(run):
     # what the files got, the OTLP exporters delivered too (v0's processes log nothing at WARNING and up)
     written = {f.name.split("-", 1)[0] for f in run.telemetry_dir.glob("*.jsonl")}
     assert {"traces", "metrics"} <= written
-    protocols = CONFIGS[run.driver]
+    protocols = USER_CODE_PROTOCOLS[run.driver]
     assert over_http == {s for s, p in protocols.items() if p == "http/protobuf"} & written
     assert over_grpc == {s for s, p in protocols.items() if p == "grpc"} & written

@@ -2,9 +2,10 @@
 
 * samples off (the default, the cached runs of tests/e2e): no ``verl.rollout.sample`` record
   and no prompt text in any exported file;
-* samples on: one record per sampled generation with the real step number, joined to that
-  step's trace, and prompt, response and reward equal to what verl itself dumps for the same
-  step with ``trainer.rollout_data_dir``.
+* samples on (tests/shared_runs.py's ``tail_run``, whose rollout faults the samples must survive):
+  one record per sampled generation with the real step number, joined to that step's trace, and
+  prompt, response and reward equal to what verl itself dumps for the same step with
+  ``trainer.rollout_data_dir``.
 
 verl 0.9.1 logs nothing at WARNING inside a training step on this harness, so the
 trace-id-on-a-Python-log case is proven by tests/unit/process/test_process_logs.py with verl's real timers.
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_runs import SAMPLES_PER_STEP, rollout_dump, tail_run
 
 from otel_verl import semconv
 
@@ -27,7 +29,6 @@ from opskit import file_log_records  # noqa: E402
 pytestmark = pytest.mark.e2e
 
 PROMPT_TEXT = re.compile(r"\d+\+\d+=\?")  # the harness dataset's prompts: "user\n4+3=?\nassistant\n"
-SAMPLED = {"OTEL_VERL_SAMPLES": "true", "OTEL_VERL_SAMPLES_EVERY_N_STEPS": "1", "OTEL_VERL_SAMPLES_PER_STEP": "3"}
 
 
 def _value(v: dict):
@@ -66,10 +67,9 @@ def test_samples_off_by_default_export_no_prompt_text(verl_runs, driver):
 
 
 @pytest.mark.parametrize("driver", ["v0", "v1"])
-def test_samples_on_match_verl_dump_step_and_trace(verl_runs, tmp_path_factory, driver):
-    dump = tmp_path_factory.getbasetemp() / f"rollout-dump-{driver}"
-    run = verl_runs.get(driver, "grpo", steps=2, env=SAMPLED, extra=[f"trainer.rollout_data_dir={dump}"])
-    assert run.returncode == 0, run.output[-4000:]
+def test_samples_on_match_verl_dump_step_and_trace(verl_runs, driver):
+    run = tail_run(verl_runs, driver)
+    dump = rollout_dump(verl_runs, driver)
     samples = [r for r in _log_records(run.telemetry_dir) if r["event_name"] == semconv.EVENT_ROLLOUT_SAMPLE]
     step_traces = {s.attributes[semconv.ATTR_STEP]: s.trace_id for s in run.spans if s.name == semconv.SPAN_STEP}
     assert sorted(step_traces) == [1, 2]
@@ -78,7 +78,7 @@ def test_samples_on_match_verl_dump_step_and_trace(verl_runs, tmp_path_factory, 
         by_step.setdefault(r["attributes"][semconv.ATTR_STEP], []).append(r)
     assert sorted(by_step) == [1, 2]
     for step, records in by_step.items():
-        assert len(records) == 3
+        assert len(records) == SAMPLES_PER_STEP
         dumped = [json.loads(line) for line in (dump / f"{step}.jsonl").read_text().splitlines()]
         assert {d["step"] for d in dumped} == {step}
         for r in records:

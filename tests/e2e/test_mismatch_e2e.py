@@ -1,6 +1,6 @@
 """End-to-end: a rollout whose policy is not the trained one, on the real trainer (both drivers).
 
-The runs are test_rollout_tail_e2e's (``tail_run``: no run of their own). Their rollout server adds
+The runs are tests/shared_runs.py's ``tail_run`` (no run of their own). Their rollout server adds
 Gaussian noise (sigma 1) to every log-prob it returns (``VERL_CPU_HARNESS_LOGPROB_NOISE``), as an
 engine whose weights or numerics disagree with the trainer's would: verl's own comparison with the
 trainer's recomputed log-probs (``training/rollout_actor_probs_pearson_corr``, ~0.997 on a healthy
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_rollout_tail_e2e import STEPS, tail_run
+from shared_runs import STEPS, tail_run
 
 from otel_verl import semconv
 from otel_verl.offline.summary import summary

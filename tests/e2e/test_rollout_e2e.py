@@ -10,6 +10,7 @@ import os
 from collections import defaultdict
 
 import pytest
+from shared_runs import CLUSTER_RANKS
 
 from otel_verl import semconv
 
@@ -141,9 +142,10 @@ def test_v0_rollout_spans_match_verl(verl_runs):
     _check_rollout(run, 1)
 
 
-def test_v0_rollout_spans_two_ranks(verl_runs):
-    run = verl_runs.get("v0", "grpo", steps=STEPS, n_gpus=2)
-    by_step = _check_rollout(run, 2)
+def test_v0_rollout_spans_two_ranks(cluster_run):
+    """(``cluster_run``: a job on a running Ray cluster, tests/e2e/conftest.py.)"""
+    run = cluster_run
+    by_step = _check_rollout(run, CLUSTER_RANKS)
     # two rollout replicas behind the load balancer: calls may go to either
     servers = {
         s.attributes[semconv.ATTR_ROLLOUT_SERVER_ID] for s in run.spans if s.name == semconv.SPAN_ROLLOUT_LLM_CALL
@@ -163,11 +165,11 @@ def test_v0_rollout_spans_two_ranks(verl_runs):
             assert w.name.startswith(semconv.SPAN_WORKER_PREFIX)
             assert w.attributes[semconv.RES_RANK] == w.resource[semconv.RES_RANK]
             ranks[w.resource[semconv.RES_RANK]].add(w.name)
-        assert sorted(ranks) == [0, 1]
+        assert sorted(ranks) == list(range(CLUSTER_RANKS))
         for names in ranks.values():  # both ranks did the step's compute and update
             assert {"verl.worker.compute_log_prob", "verl.worker.update_actor"} <= names
-        assert len({w.resource["process.pid"] for w in workers}) == 2
-    _check_process_metrics(run, worker_ranks={0, 1})
+        assert len({w.resource["process.pid"] for w in workers}) == CLUSTER_RANKS
+    _check_process_metrics(run, worker_ranks=set(range(CLUSTER_RANKS)))
 
 
 def _gen_spans(run):

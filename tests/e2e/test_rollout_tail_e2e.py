@@ -1,12 +1,13 @@
 """End-to-end: the long tail always in view, on the real trainer (both drivers).
 
-One run per driver with a span budget below the trajectories per step (3 trees of 4 prompts x
-``rollout.n`` 2 = 8 trajectories, the slowest 1 of them kept as such) and the harness's switch that
-makes every 5th sampled request wait 1 s (so every step has a slow trajectory, whichever it is);
-on v1 every 7th sampled request also fails (v1 keeps training: a failed prompt group is padded;
-on v0 a failed trajectory fails the step, so that run has none). The same runs carry the harness's
-rollout/training mismatch (``VERL_CPU_HARNESS_LOGPROB_NOISE``: noisy rollout log-probs, which verl
-compares with the trainer's and does not train on), checked in test_mismatch_e2e.py. Checked on each step:
+One run per driver (tests/shared_runs.py's ``tail_run``) with a span budget below the trajectories
+per step (3 trees of 4 prompts x ``rollout.n`` 2 = 8 trajectories, the slowest 1 of them kept as
+such) and the harness's switch that makes every 5th sampled request wait 1 s (so every step has a
+slow trajectory, whichever it is); on v1 every 7th sampled request also fails (v1 keeps training: a
+failed prompt group is padded; on v0 a failed trajectory fails the step, so that run has none). The
+same runs carry the harness's rollout/training mismatch (``VERL_CPU_HARNESS_LOGPROB_NOISE``: noisy
+rollout log-probs, which verl compares with the trainer's and does not train on), checked in
+test_mismatch_e2e.py, and sampled generations, checked in test_logs_e2e.py. Checked on each step:
 
 * the step's slowest trajectory, named by its ``verl.rollout.slowest_trajectory`` event, is
   exported with ``kept_because=slowest`` and its whole tree: its LLM call and the reward worker's
@@ -26,33 +27,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from shared_runs import STEPS, TAIL_BUDGET, TAIL_SLOW_S, tail_run
 
 from otel_verl import semconv
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 2
 PER_STEP = 4 * 2  # train_batch_size x rollout.n
-BUDGET = 3
-SLOW_S = 1.0
-ENV = {
-    "OTEL_VERL_ROLLOUT_SPANS_PER_STEP": str(BUDGET),
-    "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP": "1",
-    "VERL_CPU_HARNESS_SLOW_EVERY": f"5:{SLOW_S}",
-    "VERL_CPU_HARNESS_LOGPROB_NOISE": "1.0",  # test_mismatch_e2e.py's
-    "VERL_CPU_HARNESS_DEGENERATE_EVERY": "3",  # generation health: loops and empty answers
-}
 MAX_RESPONSE = 16  # the harness's data.max_response_length
-FAIL_EVERY = 7
-
-
-def tail_run(verl_runs, driver):
-    env = dict(ENV)
-    if driver == "v1":
-        env["VERL_CPU_HARNESS_FAIL_EVERY"] = str(FAIL_EVERY)
-    run = verl_runs.get(driver, "grpo", steps=STEPS, val_before_train=False, env=env)
-    assert run.returncode == 0, run.output[-4000:]
-    return run
 
 
 def _train(spans):
@@ -94,7 +76,7 @@ def _check_tail(run, driver):
         assert slowest.trace_id == event[semconv.ATTR_ROLLOUT_SLOWEST_TRACE_ID]
         assert slowest.name == semconv.SPAN_ROLLOUT_TRAJECTORY
         assert slowest.seconds == pytest.approx(event[semconv.ATTR_ROLLOUT_DURATION], abs=0.01)
-        assert event[semconv.ATTR_ROLLOUT_DURATION] >= SLOW_S  # the slow request's, whichever it was
+        assert event[semconv.ATTR_ROLLOUT_DURATION] >= TAIL_SLOW_S  # the slow request's, whichever it was
         if slowest.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK:
             assert slowest.attributes[semconv.ATTR_ROLLOUT_KEPT_BECAUSE] == semconv.KEPT_SLOWEST
             assert slowest.attributes[semconv.ATTR_ROLLOUT_SLOWEST_RANK] == 1
@@ -108,7 +90,7 @@ def _check_tail(run, driver):
         assert len(because[semconv.KEPT_SLOWEST]) == len(rounds)
         ok = sum(e[semconv.ATTR_ROLLOUT_TRAJECTORIES] for e in rounds) - len(failed)
         kept = sum(len(v) for v in because.values())
-        assert kept <= BUDGET + len(rounds) - 1 and (len(rounds) > 1 or kept == min(BUDGET, ok))
+        assert kept <= TAIL_BUDGET + len(rounds) - 1 and (len(rounds) > 1 or kept == min(TAIL_BUDGET, ok))
         assert sum(e[semconv.ATTR_ROLLOUT_KEPT_PREFIX + semconv.KEPT_ERROR] for e in rounds) == len(failed)
         assert sum(e[semconv.ATTR_ROLLOUT_NOT_KEPT] for e in rounds) == ok - kept
         for t in because[semconv.KEPT_SAMPLE]:

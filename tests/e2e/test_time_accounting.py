@@ -16,9 +16,14 @@ from otel_verl.offline.run_facts import attributed_seconds, covered_seconds
 
 pytestmark = pytest.mark.e2e
 
-MIN_EXPLAINED = 0.75  # of each step; measured on an idle machine: v0 ~0.92, v1 ~0.96 (0.23 before)
+MIN_EXPLAINED = 0.75  # of the run's steps together; measured on an idle machine: v0 ~0.92, v1 ~0.96 (0.23 before)
 # colocate_async: 0.79 / 0.88 (load ~8) with the verl.replicas.* spans, 0.58-0.76 before them
 MIN_EXPLAINED_ASYNC = 0.7
+# Of each step on its own. A step here lasts ~1 s, and one pause of verl's driver thread inside a
+# stage (scheduling on a busy machine, a garbage collection) leaves ~0.3 s unexplained: v0 step 2
+# was 0.74 in CI and 0.67 once on an idle machine, 0.95 in the next run, with 0.29 s of verl's own
+# tensor preparation before its update_actor call. A missing child span leaves a whole stage.
+MIN_EXPLAINED_EACH = 0.5
 SYNC = semconv.SPAN_REPLICAS_PREFIX + "update_weights"
 ABORT = semconv.SPAN_REPLICAS_PREFIX + "abort"
 
@@ -61,10 +66,13 @@ def test_most_of_each_step_is_explained_by_a_child_span(run):
     """(colocate_async: verl aborting and sleeping the replicas after each sample, and syncing and
     resuming them, are ``verl.replicas.*`` spans; preparing the next batch, between stages, is not.)"""
     least = MIN_EXPLAINED_ASYNC if _trainer_class(run) == "PPOTrainerColocateAsync" else MIN_EXPLAINED
+    explained = total = 0.0
     for step in _steps(run):
         trace = [s for s in run.spans if s.trace_id == step.trace_id]
-        share = attributed_seconds(step, trace) / step.seconds
-        assert share >= least, (step.attributes[semconv.ATTR_STEP], round(share, 3))
+        seconds = attributed_seconds(step, trace)
+        assert seconds / step.seconds >= MIN_EXPLAINED_EACH, (step.attributes[semconv.ATTR_STEP], seconds, step.seconds)
+        explained, total = explained + seconds, total + step.seconds
+    assert explained / total >= least, (round(explained, 3), round(total, 3))
 
 
 def test_the_weight_sync_and_replica_control_are_spans_under_their_stage(run):

@@ -3,9 +3,11 @@
 OpenTelemetry is set up as its zero-code guide says: ``opentelemetry-distro`` is installed (the
 test extra has it), so its configurator would build providers in every process at start-up.
 
-The run uses ``verl_cpu_harness.user_telemetry``: a custom reward function (reward-loop worker
-processes) and a custom agent loop (agent-loop worker processes), each recording spans and
-metrics through ``opentelemetry.trace`` / ``opentelemetry.metrics`` only. Ground truth: the
+The runs (tests/shared_runs.py's ``UserCodeRuns``: with the instrumentations of
+``opentelemetry-bootstrap -a install`` too, shared with test_bootstrap_instrumentations) use
+``verl_cpu_harness.user_telemetry``: a custom reward function (reward-loop worker processes) and a
+custom agent loop (agent-loop worker processes), each recording spans and metrics through
+``opentelemetry.trace`` / ``opentelemetry.metrics`` only. Ground truth: the
 configuration (4 prompts x rollout.n 2 = 8 training trajectories per step, 16 validation ones
 before training) and otel-verl's own trajectory spans of the same run.
 """
@@ -16,24 +18,20 @@ import importlib.metadata
 from collections import Counter
 
 import pytest
+from shared_runs import STEPS, USER_CODE_PROTOCOLS
 from verl_cpu_harness import user_telemetry as ut
 
 from otel_verl import semconv
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 2
 PER_STEP = 4 * 2
 VALIDATION = 16
 
 
-@pytest.fixture(scope="module", params=["v0", "v1"])
-def run(request, verl_runs, tmp_path_factory):
-    extra = tuple(ut.overrides(tmp_path_factory.mktemp(f"user-{request.param}")))
-    result = verl_runs.get(request.param, "grpo", extra=extra)
-    assert result.returncode == 0, result.output[-4000:]
-    assert sorted(k for k in result.console if k > 0) == list(range(1, STEPS + 1))
-    return result
+@pytest.fixture(scope="module", params=sorted(USER_CODE_PROTOCOLS))
+def run(request, user_code_runs):
+    return user_code_runs.get(request.param)
 
 
 def _run_id(run) -> str:
@@ -135,12 +133,13 @@ def test_a_user_gauge_in_the_agent_loop_is_exported_every_step(run):
 def test_with_opentelemetry_distro_each_process_has_one_pipeline_otel_verls(run):
     """The distro's configurator runs in the launcher only; in the Ray workers otel-verl's pipeline is
     the global one (``process.worker_bootstrap``): user spans carry the run's identity (above), their
-    process runs one span export thread (one trace exporter here) and no periodic metric reader, and
-    no process had to leave a provider someone else set (otel-verl would say so once)."""
+    process runs one span export thread per trace exporter (the files and OTLP here) and no periodic
+    metric reader, and no process had to leave a provider someone else set (otel-verl would say so
+    once)."""
     assert importlib.metadata.version("opentelemetry-distro")  # the common set-up, not a bare SDK
     user = [s for s in run.spans if s.name == ut.SPAN_REWARD]
     assert user
-    assert {s.attributes[ut.ATTR_SPAN_THREADS] for s in user} == {1}
+    assert {s.attributes[ut.ATTR_SPAN_THREADS] for s in user} == {2}
     assert {s.attributes[ut.ATTR_PERIODIC_THREADS] for s in user} == {0}
     assert "global OpenTelemetry provider was already set" not in run.output
     assert "not loaded because" not in run.output  # the skipped configurator is not announced

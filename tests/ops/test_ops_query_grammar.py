@@ -46,6 +46,7 @@ from opskit import (
     loki_index_attributes,
     loki_label_name,
 )
+from shared_runs import tail_run
 
 from otel_verl.offline.otlp_files import LogEntry, Skipped, SpanRecord, read_log_records
 
@@ -70,7 +71,6 @@ BUILTINS = {"__interval": "1m", "__rate_interval": "1m", "__range": "1h", "__aut
 
 # The sampled v0/v1 runs of tests/e2e/test_logs_e2e.py (same arguments: verl_runs caches one run per
 # argument set, so in a full session these cost nothing).
-SAMPLED = {"OTEL_VERL_SAMPLES": "true", "OTEL_VERL_SAMPLES_EVERY_N_STEPS": "1", "OTEL_VERL_SAMPLES_PER_STEP": "3"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,11 +554,9 @@ def _mutant(lang: str, query: str, result: dict) -> str:
 @pytest.mark.e2e
 @pytest.mark.parametrize("driver", ["v0", "v1"])
 def test_every_name_and_filter_of_the_kit_matches_what_a_real_run_emitted(
-    verl_runs, tmp_path_factory: pytest.TempPathFactory, grammar: Parse, driver: str
+    verl_runs, grammar: Parse, driver: str
 ) -> None:
-    dump = tmp_path_factory.getbasetemp() / f"rollout-dump-{driver}"  # as test_logs_e2e: one shared run
-    run = verl_runs.get(driver, "grpo", steps=2, env=SAMPLED, extra=[f"trainer.rollout_data_dir={dump}"])
-    assert run.returncode == 0, run.output[-4000:]
+    run = tail_run(verl_runs, driver)  # with sampled generations: log records joined to steps
     spans, logs = run.spans, read_logs(run.telemetry_dir)
     assert spans and logs, "the run wrote no spans or no log records"
     view = LokiView(logs, loki_index_attributes())

@@ -1,4 +1,5 @@
-"""Secrets never leave: a real run with secrets in its config and in Ray's runtime_env.
+"""Secrets never leave: a real run with secrets in its config and in Ray's runtime_env
+(``cluster_run``, tests/e2e/conftest.py, shared with test_existing_cluster).
 
 The run's verl config goes out as one ``verl.config`` attribute on ``verl.init`` with the values of
 secret-looking keys replaced (``otel_verl.redact``); the same rule keeps secret-looking ``OTEL_*``
@@ -11,24 +12,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from shared_runs import HF_SECRET, WANDB_SECRET
 
 from otel_verl import redact, semconv
 
 # ---------------------------------------------------------------- a real run with secrets in its config
-WANDB_SECRET = "wandb-SECRET-4f1c9e"
-HF_SECRET = "hf_SECRET_9a7b3d"
 
 
 @pytest.mark.e2e
-def test_real_run_exports_its_config_without_the_secrets(verl_runs):
-    run = verl_runs.get(
-        "v0",
-        "grpo",
-        extra=[
-            f"+trainer.wandb_api_key={WANDB_SECRET}",
-            f"+ray_kwargs.ray_init.runtime_env.env_vars.HF_TOKEN={HF_SECRET}",
-        ],
-    )
+def test_real_run_exports_its_config_without_the_secrets(cluster_run):
+    run = cluster_run  # tests/e2e/conftest.py: a job on a running cluster, secrets in its config
     assert run.returncode == 0, run.output[-4000:]
     assert WANDB_SECRET in run.output  # verl itself prints its config: the secret was really in it
     # every file the run wrote (a signal's file exists once it has a line: this run logs no records)

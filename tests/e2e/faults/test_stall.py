@@ -1,10 +1,15 @@
-"""The stall doctor on the real CPU trainer: the rollout server stops answering after its 8th
-request (``VERL_CPU_HARNESS_HANG_AFTER``: step 1 takes 8, so step 2 hangs) and
-``OTEL_VERL_STALL_AFTER=30``. Within the limit plus a bounded delay every verl process has
-reported its threads' stacks, the rollout server's naming the function it is stuck in; the test
-then kills the job, as a user would: once those reports are on disk (plus a few seconds for the
-console and the stalled gauge), or at the latest after ``KILL_AFTER_S``. The shipped stall alerts
-fire on the series the hung run exported (``promreplay``)."""
+"""The stall doctor on the real CPU trainer, two hung runs, ``OTEL_VERL_STALL_AFTER=30``:
+
+* v1, hung in a step's rollout: the rollout server stops answering after its 8th request
+  (``VERL_CPU_HARNESS_HANG_AFTER``: step 1 takes 8, so step 2 hangs);
+* v0, hung in a validation: every validation is slower than the limit (no stall), step 2's hangs.
+
+On each, within the limit plus a bounded delay every verl process has reported its threads' stacks,
+the rollout server's naming the function it is stuck in; the test then kills the job, as a user
+would: once those reports are on disk (plus a few seconds for the console and the stalled gauge),
+or at the latest after ``KILL_AFTER_S``. The shipped stall alerts fire on the series the hung run
+exported (``promreplay``). (v0 hung in a rollout had a run of its own until the validation run
+showed every check on v0 too: ~110 s of CI.)"""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +39,15 @@ KILL_AFTER_S = 180  # start-up ~40 s + step 1 + 30 s + a 5 s poll + flush, with 
 ROLES = {"taskrunner", "worker", "agent_loop_worker", "rollout_server", "ray_actor", "launcher"}
 CLASSES = ("TaskRunner", "AgentLoopWorker", "HFCPUServer", "RewardLoopWorker")  # v1: TaskRunnerV1, ...TQ
 GRACE_S = 8.0  # after the last report: verl's console lines (Ray forwards them late), the stalled gauge
+
+
+# Every validation takes 16 x SLOW_VALIDATION_S longer than usual (32 s: longer than the limit),
+# the validation before training and step 1's are slow but finish; step 2's hangs
+# (VERL_CPU_HARNESS_HANG_VALIDATION_AFTER: two validations of 16 prompts each). The first
+# validation may count up to the limit as its due, so a loaded machine has 2 x STALL_AFTER - 32 s of room
+# for start-up and the validation's own work before the old rule's false stall would show.
+SLOW_VALIDATION_S = 2.0
+VAL_PROMPTS = 16  # the harness's validation set, one greedy response each
 
 
 class _AllReported:
@@ -61,13 +77,13 @@ def _all_reported(records: list[tuple[dict, dict]]) -> bool:
     return said and ROLES <= roles and all(any(c.startswith(w) for c in classes) for w in CLASSES)
 
 
-@pytest.fixture(scope="module", params=["v0", "v1"])
-def hung(request, tmp_path_factory, run_verl_instrumented):
-    workdir = tmp_path_factory.mktemp(f"stall-{request.param}")
+def _hung_in_rollout(tmp_path_factory, run_verl_instrumented):
+    """v1: the rollout server hangs in step 2's generation."""
+    workdir = tmp_path_factory.mktemp("stall-v1")
     env = {"VERL_CPU_HARNESS_HANG_AFTER": "8", "OTEL_VERL_STALL_AFTER": str(STALL_AFTER)}
     run = run_verl_instrumented(
         workdir,
-        request.param,
+        "v1",
         "grpo",
         steps=3,
         val_before_train=False,
@@ -75,8 +91,47 @@ def hung(request, tmp_path_factory, run_verl_instrumented):
         timeout_s=KILL_AFTER_S,
         kill_when=_AllReported(workdir / "telemetry"),
     )
-    print(f"stall-{request.param}: killed after {run.wall_s:.0f} s (at the latest {KILL_AFTER_S} s)")
+    print(f"stall-v1: killed after {run.wall_s:.0f} s (at the latest {KILL_AFTER_S} s)")
     return run
+
+
+@pytest.fixture(scope="module")
+def hung_in_validation(tmp_path_factory, run_verl_instrumented):
+    """v0: every validation slow, step 2's hung (above)."""
+    workdir = tmp_path_factory.mktemp("stall-validation")
+    env = {
+        "VERL_CPU_HARNESS_SLOW_VALIDATION": str(SLOW_VALIDATION_S),
+        "VERL_CPU_HARNESS_HANG_VALIDATION_AFTER": str(2 * VAL_PROMPTS),
+        "OTEL_VERL_STALL_AFTER": str(STALL_AFTER),
+    }
+    run = run_verl_instrumented(
+        workdir,
+        "v0",
+        "grpo",
+        steps=2,
+        test_freq=1,
+        env=env,
+        timeout_s=KILL_AFTER_S + 180,  # three 32 s validations and the hung one's 30 s beyond its usual
+        kill_when=_AllReported(workdir / "telemetry"),
+    )
+    print(f"stall-validation: killed after {run.wall_s:.0f} s")
+    return run
+
+
+@dataclass
+class Hung:
+    run: Any
+    stuck_in: str  # the harness's function the rollout server hangs in
+    logged: list[int]  # the steps verl's console logged (0: the validation before training)
+    ended: list[int]  # the steps whose verl.step span ended
+
+
+@pytest.fixture(scope="module", params=["v1-rollout", "v0-validation"])
+def hung(request, tmp_path_factory, run_verl_instrumented) -> Hung:
+    """Every check of a hang, on both hung runs: v1 stuck in a step's rollout, v0 in its validation."""
+    if request.param == "v1-rollout":
+        return Hung(_hung_in_rollout(tmp_path_factory, run_verl_instrumented), "_stuck_in_generate", [1], [1])
+    return Hung(request.getfixturevalue("hung_in_validation"), "_stuck_in_validation", [0, 1], [1, 2])
 
 
 def _records(run) -> list[tuple[dict, dict]]:
@@ -99,23 +154,24 @@ def _attrs(record: dict) -> dict:
 
 
 def test_the_job_hung_and_was_killed(hung):
-    assert hung.returncode == 124, hung.output[-3000:]  # killed by the test, as a user would
-    assert sorted(hung.console) == [1]
-    assert f"(limit {STALL_AFTER} s, step 2 in progress)" in hung.output
+    assert hung.run.returncode == 124, hung.run.output[-3000:]  # killed by the test, as a user would
+    assert sorted(hung.run.console) == hung.logged
+    assert f"(limit {STALL_AFTER} s, step 2 in progress)" in hung.run.output
 
 
 def test_every_verl_process_reported_its_stacks(hung):
-    stalls = [(res, r) for res, r in _records(hung) if r.get("eventName") == semconv.EVENT_STALL_STACKS]
+    stalls = [(res, r) for res, r in _records(hung.run) if r.get("eventName") == semconv.EVENT_STALL_STACKS]
     roles = {res.get(semconv.RES_ROLE) for res, _ in stalls}
     assert ROLES <= roles, roles
     classes = {_attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) for _, r in stalls}
     for wanted in CLASSES:
         assert any(c and c.startswith(wanted) for c in classes), (wanted, classes)
-    (step1,) = [s for s in hung.spans if s.name == semconv.SPAN_STEP]  # the only step that ended
+    ended = {s.attributes[semconv.ATTR_STEP]: s for s in hung.run.spans if s.name == semconv.SPAN_STEP}
+    assert sorted(ended) == hung.ended  # v0's validation comes after its step's span
     for _, r in stalls:
         attrs = _attrs(r)
         assert int(attrs[semconv.ATTR_STEP]) == 2 and int(attrs[semconv.ATTR_STALL_EPISODE]) == 1
-        assert r["traceId"] and r["traceId"] != step1.trace_id  # the trace of step 2, in progress
+        assert r["traceId"] and r["traceId"] != ended[1].trace_id  # the trace of step 2's work, in progress
         assert 'Thread "MainThread"' in r["body"]["stringValue"]
     assert len({r["traceId"] for _, r in stalls}) == 1
 
@@ -123,27 +179,27 @@ def test_every_verl_process_reported_its_stacks(hung):
 def test_the_rollout_servers_stack_names_where_it_is_stuck(hung):
     servers = [
         r
-        for _, r in _records(hung)
+        for _, r in _records(hung.run)
         if r.get("eventName") == semconv.EVENT_STALL_STACKS
         and _attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) == "HFCPUServer"
     ]
-    assert servers and all("_stuck_in_generate" in r["body"]["stringValue"] for r in servers)
+    assert servers and all(hung.stuck_in in r["body"]["stringValue"] for r in servers)
 
 
 def test_summary_shows_where_the_rollout_server_is_stuck(hung):
     from otel_verl.offline.report import build
     from otel_verl.offline.summary import lines
 
-    text = "\n".join(lines(build(hung.telemetry_dir)))
+    text = "\n".join(lines(build(hung.run.telemetry_dir)))
     assert "STALLED at step 2" in text
     server = re.search(r"\n  HFCPUServer \(rollout_server\)[^\n]*\n((?:    [^\n]*\n)+)", text)
-    assert server and "in _stuck_in_generate" in server.group(1), text
+    assert server and f"in {hung.stuck_in}" in server.group(1), text
 
 
 def test_the_taskrunner_said_the_run_stalled(hung):
-    (res, rec), *_ = [(res, r) for res, r in _records(hung) if r.get("eventName") == semconv.EVENT_TRAINING_STALLED]
+    (res, rec), *_ = [(res, r) for res, r in _records(hung.run) if r.get("eventName") == semconv.EVENT_TRAINING_STALLED]
     assert res[semconv.RES_ROLE] == "taskrunner" and int(_attrs(rec)[semconv.ATTR_STEP]) == 2
-    stalled = [p for p in hung.points if p.name == semconv.M_TRAINING_STALLED]
+    stalled = [p for p in hung.run.points if p.name == semconv.M_TRAINING_STALLED]
     assert stalled and stalled[-1].value == 1
 
 
@@ -155,7 +211,7 @@ def test_the_stall_alerts_fire_on_the_series_this_run_exported(hung, tmp_path):
     """The stall doctor's alert once its gauge says so, and the heartbeat's fixed-threshold alert (30 min
     warning, 2 h critical) on the same series slowed down; neither at step 1."""
     require_tool("promtool")
-    replay = Replay(run_series(hung.telemetry_dir), slower=SLOWER, step_s=60)
+    replay = Replay(run_series(hung.run.telemetry_dir), slower=SLOWER, step_s=60)
     run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
     step1 = replay.after("verl_training_step")
     stalled = replay.after("verl_training_stalled")
@@ -168,39 +224,6 @@ def test_the_stall_alerts_fire_on_the_series_this_run_exported(hung, tmp_path):
     assert {a["severity"] for a in got[("VerlTrainingStalled", stalled)]} == {"warning", "critical"}
 
 
-# ---------------------------------------------------------------- a slow validation, then a hung one
-# Every validation takes 16 x SLOW_VALIDATION_S longer than usual (32 s: longer than the limit),
-# the validation before training and step 1's are slow but finish; step 2's hangs
-# (VERL_CPU_HARNESS_HANG_VALIDATION_AFTER: two validations of 16 prompts each). The first
-# validation may count up to the limit as its due, so a loaded machine has 2 x 30 - 32 s of room
-# for start-up and the validation's own work before the old rule's false stall would show.
-VALIDATION_STALL_AFTER = 30
-SLOW_VALIDATION_S = 2.0
-VAL_PROMPTS = 16  # the harness's validation set, one greedy response each
-
-
-@pytest.fixture(scope="module")
-def hung_in_validation(tmp_path_factory, run_verl_instrumented):
-    workdir = tmp_path_factory.mktemp("stall-validation")
-    env = {
-        "VERL_CPU_HARNESS_SLOW_VALIDATION": str(SLOW_VALIDATION_S),
-        "VERL_CPU_HARNESS_HANG_VALIDATION_AFTER": str(2 * VAL_PROMPTS),
-        "OTEL_VERL_STALL_AFTER": str(VALIDATION_STALL_AFTER),
-    }
-    run = run_verl_instrumented(
-        workdir,
-        "v0",
-        "grpo",
-        steps=2,
-        test_freq=1,
-        env=env,
-        timeout_s=KILL_AFTER_S + 180,  # three 32 s validations and the hung one's 30 s beyond its usual
-        kill_when=_AllReported(workdir / "telemetry"),
-    )
-    print(f"stall-validation: killed after {run.wall_s:.0f} s")
-    return run
-
-
 def test_slow_validations_are_no_stall_and_a_hung_one_is(hung_in_validation):
     run = hung_in_validation
     assert run.returncode == 124, run.output[-3000:]  # hung in step 2's validation, killed by the test
@@ -208,19 +231,12 @@ def test_slow_validations_are_no_stall_and_a_hung_one_is(hung_in_validation):
     # both finished validations took longer than the stall limit: the old rule called each a stall
     (initial,) = [s for s in run.spans if s.name == semconv.SPAN_VALIDATION]
     (testing,) = [s for s in run.spans if s.name == "verl.testing"]
-    assert min(initial.seconds, testing.seconds) > VALIDATION_STALL_AFTER, (initial.seconds, testing.seconds)
+    assert min(initial.seconds, testing.seconds) > STALL_AFTER, (initial.seconds, testing.seconds)
     stalled = [r for _, r in _records(run) if r.get("eventName") == semconv.EVENT_TRAINING_STALLED]
     assert len(stalled) == 1, [_attrs(r) for r in stalled]  # only the hang
     attrs = _attrs(stalled[0])
     assert int(attrs[semconv.ATTR_STEP]) == 2 and attrs[semconv.ATTR_STAGE] == "testing"
     # reported once the hung validation had run its usual time plus the limit, not before
     usual = statistics.median([initial.seconds, testing.seconds])
-    assert float(attrs[semconv.ATTR_STALL_SECONDS]) > VALIDATION_STALL_AFTER + usual - 5
-    assert f"(limit {VALIDATION_STALL_AFTER} s, step 2 in progress) in its validation" in run.output
-    servers = [
-        r
-        for _, r in _records(run)
-        if r.get("eventName") == semconv.EVENT_STALL_STACKS
-        and _attrs(r).get(semconv.ATTR_RAY_ACTOR_CLASS) == "HFCPUServer"
-    ]
-    assert servers and all("_stuck_in_validation" in r["body"]["stringValue"] for r in servers)
+    assert float(attrs[semconv.ATTR_STALL_SECONDS]) > STALL_AFTER + usual - 5
+    assert f"(limit {STALL_AFTER} s, step 2 in progress) in its validation" in run.output

@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from components import require_harness
+from shared_runs import KILL_AT, KILLED_STEPS, switched_off_run
 
 from otel_verl import semconv
 
@@ -51,8 +51,6 @@ from opskit import (  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-KILL_AT = "compute_log_prob:2"  # the actor rank's 2nd log-prob call: step 2 (val_before_train makes none)
-STEPS = 3
 WG_SPAN = "verl.wg.actor_rollout_compute_log_prob"
 RAY_ERROR = re.compile(r"\b(ActorDiedError|RayActorError|ActorUnavailableError)\b")
 
@@ -88,29 +86,23 @@ def killed(verl_runs, collector_port):
         "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5",
         "OTEL_SERVICE_NAME": SERVICE,
     }
-    return verl_runs.get("v0", "grpo", steps=STEPS, env=env)
+    return verl_runs.get("v0", "grpo", steps=KILLED_STEPS, env=env)
 
 
-@pytest.fixture(scope="module")
-def killed_uninstrumented(tmp_path_factory):
-    verl_cpu_harness = require_harness()
-    workdir = tmp_path_factory.mktemp("killed-plain")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["VERL_CPU_HARNESS_KILL_AT"] = KILL_AT
-    return verl_cpu_harness.run_verl(workdir, driver="v0", algo="grpo", steps=STEPS, env=env, timeout=900, stream=None)
-
-
-def test_job_fails_like_it_does_without_otel_verl(killed, killed_uninstrumented):
+def test_job_fails_like_it_does_without_otel_verl(killed, verl_runs):
+    """The same job with otel-verl switched off (``switched_off_run``, the launcher's and the
+    workers' instrumentation off through ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=verl``)."""
+    off = switched_off_run(verl_runs)
     assert "killing this worker in compute_log_prob call 2" in killed.output  # the fault did happen
-    assert "killing this worker in compute_log_prob call 2" in killed_uninstrumented.output
-    assert killed_uninstrumented.returncode != 0
+    assert "killing this worker in compute_log_prob call 2" in off.output
+    assert off.returncode != 0 and off.returncode != 124, off.output[-3000:]
     assert killed.returncode != 0 and killed.returncode != 124, killed.output[-3000:]
-    assert _ray_errors(killed_uninstrumented.output), killed_uninstrumented.output[-3000:]
-    assert _ray_errors(killed.output) == _ray_errors(killed_uninstrumented.output)
+    assert _ray_errors(off.output), off.output[-3000:]
+    assert _ray_errors(killed.output) == _ray_errors(off.output)
     # step 1 finished in both; step 2 never reached verl's logger
-    assert 1 in killed.console and 1 in killed_uninstrumented.metrics
-    assert 2 not in killed.console and 2 not in killed_uninstrumented.metrics
-    assert set(killed.console[1]) == set(killed_uninstrumented.metrics[1])
+    assert 1 in killed.console and 1 in off.console
+    assert 2 not in killed.console and 2 not in off.console
+    assert set(killed.console[1]) == set(off.console[1])
 
 
 def _exception_types(span) -> list[str]:
