@@ -10,8 +10,11 @@ section that has the details (its ``anchor``):
    infinities are counted there, not exported as gauges);
 4. the validation score over steps (verl's ``val-core/...`` keys, the validation before training
    included);
-5. the slowest step and the slowest trajectory (``run_facts``' rule);
-6. what the ops kit's alert rules would have fired on: the guard's built-in rules (the alerts'
+5. generation health: each degenerate kind's share of the training responses and its worst step
+   (``offline.generation``), a finding when the repetitive or the empty share is above the alert's
+   threshold;
+6. the slowest step and the slowest trajectory (``run_facts``' rule);
+7. what the ops kit's alert rules would have fired on: the guard's built-in rules (the alerts'
    thresholds, counted in steps) run over the values of every step, and the stall alert.
 """
 
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from otel_verl import semconv
 from otel_verl.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
+from otel_verl.offline import generation as gen
 from otel_verl.offline.bounded import StepSeries, folded
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
 from otel_verl.offline.run_facts import GroupPoint, StepGauges, as_number
@@ -40,7 +44,7 @@ _NAMED = frozenset(spec.name for spec in catalog.ALL)  # otel-verl's own instrum
 class Finding:
     """One line of the health box."""
 
-    topic: str  # guard, stall, nonfinite, validation, slowest step, slowest trajectory, alerts
+    topic: str  # guard, stall, nonfinite, validation, generation, slowest step, slowest trajectory, alerts
     level: str  # OK, WARN or INFO
     text: str
     anchor: str  # the report section with the details ("" when there is none)
@@ -244,6 +248,41 @@ def _validation_finding(scores: Mapping[str, Mapping[int, float]]) -> Finding:
     return Finding("validation score", INFO, "; ".join(parts) + more, "curves")
 
 
+GENERATION = "generation health"
+GENERATION_ANCHOR = "generation"  # the report's section with the table
+
+
+def _kinds_text(shares: dict[str, gen.KindShare]) -> str:
+    return ", ".join(
+        f"{kind} {gen.percent(k.share)}" + (f" (worst: step {k.worst_step}, {gen.percent(k.worst)})" if k.worst else "")
+        for kind, k in shares.items()
+    )
+
+
+def _generation_finding(g: gen.Generation | None) -> Finding:
+    """Each kind's share of the training responses and its worst step; a finding when a kind the
+    alert watches is above its threshold; the validation's shares apart, never a finding."""
+    if g is None:
+        return Finding(GENERATION, INFO, f"not measured by this run (no {semconv.M_ROLLOUT_DEGENERATE_RATIO})", "")
+    if g.training:
+        steps = max(k.steps for k in g.training.values())
+        text = f"training responses over {steps} step{'s' if steps != 1 else ''}: {_kinds_text(g.training)}"
+    else:
+        text = "no training responses measured"
+    if g.validation:
+        text += f"; validation, apart: {_kinds_text(g.validation)}"
+    above = g.alerting()
+    if above:
+        at = gen.percent(gen.ALERT_THRESHOLD)
+        return Finding(
+            GENERATION,
+            WARN,
+            f"{' and '.join(above)} above {at}, the threshold of {gen.ALERT}; {text}",
+            GENERATION_ANCHOR,
+        )
+    return Finding(GENERATION, OK if g.training else INFO, text, GENERATION_ANCHOR)
+
+
 def _alerts_finding(hits: list[AlertHit]) -> Finding:
     if not hits:
         return Finding("alert rules", OK, "none would have fired (the ops kit's rules over this run's values)", "guard")
@@ -259,6 +298,7 @@ class Health:
     nonfinite: dict[str, dict[int | None, int]]
     validation: dict[str, dict[int, float]]
     alerts: list[AlertHit]
+    generation: gen.Generation | None = None  # each degenerate kind's share (offline.generation)
 
     @property
     def healthy(self) -> bool:
@@ -272,12 +312,14 @@ def health(
     stalled: list[LogEntry],
     stall_processes: int,
     slowest: Sequence[Finding] = (),
+    generation: gen.GenerationFold | None = None,
 ) -> Health:
-    """The run's health findings in their order (``fold``: the metric points' facts, every point
-    folded; ``slowest``: the slowest step's and trajectory's, worded by the caller, which knows the
-    steps)."""
+    """The run's health findings in their order (``fold``, ``generation``: the metric points'
+    facts, every point folded; ``slowest``: the slowest step's and trajectory's, worded by the
+    caller, which knows the steps)."""
     firings = guard_firings(spans, records)
     counts, scores, hits = fold.close()
+    shares = generation.close() if generation is not None else None
     if stalled:
         stall_step = as_number(stalled[0].attributes.get(semconv.ATTR_STEP))
         step = None if stall_step is None else int(stall_step)
@@ -287,7 +329,8 @@ def health(
         _stall_finding(stalled, stall_processes),
         _nonfinite_finding(counts),
         _validation_finding(scores),
+        _generation_finding(shares),
         *slowest,
         _alerts_finding(hits),
     ]
-    return Health(findings, firings, counts, scores, hits)
+    return Health(findings, firings, counts, scores, hits, shares)

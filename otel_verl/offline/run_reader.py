@@ -20,9 +20,10 @@ all as records takes gigabytes. So:
   as its export completes (``run_facts.StepGauges``' rule: the export's ``verl.training.step``
   names the step, the latest value for a step wins), each series thinned as it grows
   (``bounded``); the health facts (non-finite counts, validation scores, the alert rules over
-  every step) fold per export too (``health.HealthFold``); only the histograms of trajectories are
-  kept as points, sharing one copy of each resource, and of the spools' and queues' counters and of
-  each cumulative trajectory histogram only the latest point;
+  every step) fold per export too (``health.HealthFold``), and so do the degenerate responses'
+  shares (``generation.GenerationFold``, given the step spans the first reading found); only the
+  histograms of trajectories are kept as points, sharing one copy of each resource, and of the
+  spools' and queues' counters and of each cumulative trajectory histogram only the latest point;
   otel-verl's own cost folds into its per-step sums (``run_facts.OverheadFold``, given the step
   spans the first reading found).
 - **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
@@ -39,6 +40,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, Series
+from otel_verl.offline.generation import GenerationFold
 from otel_verl.offline.health import HealthFold
 from otel_verl.offline.otlp_files import (
     LogEntry,
@@ -402,6 +404,7 @@ class MetricFold:
     health: HealthFold = field(default_factory=HealthFold)
     keep: Collection[int] = ()  # steps whose values the ``tabled`` series keep exactly (the tables' rows)
     tabled: Collection[tuple[str, tuple]] = ()  # (name, attributes) of the series the tables show
+    generation: GenerationFold = field(default_factory=GenerationFold)
     points: int = 0
     kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS
     gauges: StepGauges = field(init=False)
@@ -412,7 +415,7 @@ class MetricFold:
     _deltas: dict[tuple, MetricPoint] = field(default_factory=dict)  # delta trajectory histograms, added up
 
     def __post_init__(self) -> None:
-        self.gauges = StepGauges(self.keep, (self.health,), self.tabled)
+        self.gauges = StepGauges(self.keep, (self.health, self.generation), self.tabled)
 
     def add(self, p: MetricPoint) -> None:
         self.points += 1
@@ -474,7 +477,8 @@ def fold_metrics(
     ``steps`` (step, span start, span end) bound otel-verl's cost per step (``run_facts.overhead``)
     and place the validation before the first step; ``keep``: the steps whose values the ``tabled``
     series keep exactly."""
-    fold = MetricFold(OverheadFold(steps), HealthFold(steps[0][1] if steps else None), keep, tabled)
+    first = steps[0][1] if steps else None
+    fold = MetricFold(OverheadFold(steps), HealthFold(first), keep, tabled, GenerationFold(steps))
     reading = Reading()
     # the TaskRunner's files first (named by role: ``process.exporters``): its exports set the
     # step boundaries the other processes' cost waits for

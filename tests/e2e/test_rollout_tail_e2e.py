@@ -19,7 +19,9 @@ test_mismatch_e2e.py, and sampled generations, checked in test_logs_e2e.py. Chec
 * v0: trajectories are in the step's trace; v1: their own traces, linked to the step's gen span;
 * generation health: the harness's switch that makes every 3rd sampled request answer a loop (one
   token up to the length limit) or an empty response, in turn, shows in each step's
-  ``verl.rollout.degenerate_ratio`` and on the kept trajectories' spans, without their token ids.
+  ``verl.rollout.degenerate_ratio`` and on the kept trajectories' spans, without their token ids;
+  ``summary``'s health line names each kind with its share of the training responses as those
+  points say it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ import pytest
 from shared_runs import STEPS, TAIL_BUDGET, TAIL_SLOW_S, tail_run
 
 from otel_verl import semconv
+from otel_verl.offline.generation import percent
+from otel_verl.offline.report.model import build
+from otel_verl.offline.summary import lines
 
 pytestmark = pytest.mark.e2e
 
@@ -150,6 +155,31 @@ def _check_health(run):
         if tokens is not None:
             assert (semconv.DEGENERATE_LENGTH_LIMIT in kinds) == (tokens >= MAX_RESPONSE)
             assert 0.0 <= t.attributes[semconv.ATTR_ROLLOUT_REPETITION] <= 1.0
+    line = next(x for x in lines(build(run.telemetry_dir)) if "generation health:" in x).split("; validation")[0]
+    assert all(f" {kind}" in line for kind in degenerate_shares(run)) and "repetitive 0%" not in line, line
+
+
+def degenerate_shares(run) -> list[str]:
+    """Each degenerate kind's share of the training responses, as the run's own
+    ``verl.rollout.degenerate_ratio`` points say it and as summary writes it ("repetitive 12.5%"): a
+    point belongs to the last step span that started at or before it (step 0 before the first), a
+    worker's share in a step is its latest point there, a step's is the mean over its workers, the
+    run's the mean over its steps."""
+    starts = sorted((s.start_ns, s.attributes[semconv.ATTR_STEP]) for s in run.spans if s.name == semconv.SPAN_STEP)
+    latest = {}  # (kind, step, worker) -> (time, share)
+    for p in run.points:
+        if p.name == semconv.M_ROLLOUT_DEGENERATE_RATIO and not p.attributes[semconv.ATTR_ROLLOUT_VALIDATE]:
+            step = ([n for t, n in starts if t <= p.time_ns] or [0])[-1]
+            key = (p.attributes[semconv.ATTR_ROLLOUT_DEGENERATE_KIND], step, p.resource.get("process.pid"))
+            if key not in latest or p.time_ns >= latest[key][0]:
+                latest[key] = (p.time_ns, p.value)
+    steps = defaultdict(list)  # (kind, step) -> the workers' shares
+    for (kind, step, _), (_, share) in latest.items():
+        steps[(kind, step)].append(share)
+    runs = defaultdict(list)
+    for (kind, _), shares in steps.items():
+        runs[kind].append(sum(shares) / len(shares))
+    return [f"{kind} {percent(sum(v) / len(v))}" for kind, v in sorted(runs.items())]
 
 
 def _check_dispatch(run, driver):

@@ -399,6 +399,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         stalled,
         len(reports),
         _slowest_findings(steps, index.slowest, include_validation),
+        fold.generation,
     )
     if not index.spans:
         notes.append("no spans (traces-*.jsonl missing or empty): no stage breakdown, timeline or trajectory spans")

@@ -14,6 +14,7 @@ from importlib import resources
 
 from otel_verl import semconv
 from otel_verl.commands.text import printable
+from otel_verl.offline import generation as gen
 from otel_verl.offline.bounded import THINNED, thin, thinned
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.report.charts import (
@@ -76,7 +77,8 @@ def _parts(report: Report) -> Iterator[str]:
         '<nav><a href="#health">Health</a><a href="#stages">Stages</a>'
         + ('<a href="#time-went">Where the time went</a>' if any(r.time_by for r in report.steps) else "")
         + '<a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
-        '<a href="#curves">Training curves</a><a href="#guard">Guard and alerts</a>'
+        + ('<a href="#generation">Generation health</a>' if _has_generation(report) else "")
+        + '<a href="#curves">Training curves</a><a href="#guard">Guard and alerts</a>'
         '<a href="#explore">Any metric</a></nav>'
     )
     yield _stages_section(report, colors)
@@ -84,6 +86,7 @@ def _parts(report: Report) -> Iterator[str]:
     yield _timelines_section(report, colors)
     yield _stall_section(report)
     yield _rollout_section(report)
+    yield _generation_section(report)
     yield _curves_section(report)
     yield _guard_section(report)
     yield from _explore_section(report)
@@ -117,7 +120,7 @@ def _health_section(report: Report) -> str:
     h = report.health
     if h is None:
         return ""
-    present = {"guard", "stall", "time-went", "stages", "rollout", "curves"} & _sections(report)
+    present = {"guard", "stall", "time-went", "stages", "rollout", "generation", "curves"} & _sections(report)
     items = "".join(
         f'<li class="finding {esc(f.level)}" data-topic="{esc(f.topic)}"><span class="mark">'
         f"{HEALTH_MARK.get(f.level, f.level)}</span> <b>{esc(f.topic)}</b>: {esc(f.text)}"
@@ -139,7 +142,52 @@ def _sections(report: Report) -> set[str]:
         out.add("time-went")
     if report.stall_reports or report.stalled:
         out.add("stall")
+    if _has_generation(report):
+        out.add("generation")
     return out
+
+
+def _has_generation(report: Report) -> bool:
+    return report.health is not None and report.health.generation is not None
+
+
+def _generation_section(report: Report) -> str:
+    """Each degenerate kind's share of the training responses and of the validation ones over the
+    run, and its worst step (``offline.generation``); a training share above the alert's threshold
+    marked."""
+    g = report.health.generation if report.health is not None else None
+    if g is None:
+        return ""
+    rows = []
+    for kind in gen.KINDS:
+        for what, shares in (("training", g.training), ("validation", g.validation)):
+            k = shares.get(kind)
+            if k is None:
+                continue
+            over = ' class="over"' if what == "training" and kind in gen.ALERT_KINDS and k.alerting else ""
+            rows.append(
+                f'<tr{over} data-kind="{esc(kind)}" data-responses="{what}">'
+                f"<th>{esc(kind)}</th><td>{what}</td><td>{esc(gen.percent(k.share))}</td>"
+                + (
+                    f"<td>{esc(k.worst_step)}</td><td>{esc(gen.percent(k.worst))}</td>"
+                    if k.worst
+                    else "<td>-</td><td>-</td>"
+                )
+                + f"<td>{k.steps}</td></tr>"
+            )
+    return (
+        '<section id="generation"><h2>Generation health</h2><p><small>Each degenerate kind\'s share of the '
+        f"responses (<code>{semconv.M_ROLLOUT_DEGENERATE_RATIO}</code> of the agent-loop workers: a step's share is "
+        "the mean over its workers, the run's the mean over its steps; a worker's share counts in each step until it "
+        "measures again: a validation's, until the next validation). A repetitive or empty "
+        f"share of training responses above {gen.percent(gen.ALERT_THRESHOLD)} is marked, as "
+        f"<code>{gen.ALERT}</code> would fire on it; the length-limit share depends on the task and the limit."
+        "</small></p>"
+        '<table class="num" id="generation-table"><thead><tr><th>kind</th><th>responses</th><th>run share</th>'
+        "<th>worst step</th><th>its share</th><th>steps with a share</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></section>"
+    )
 
 
 def _guard_section(report: Report) -> str:

@@ -16,6 +16,7 @@ ORDER = [
     "stall",
     "non-finite values",
     "validation score",
+    "generation health",
     "slowest step",
     "slowest trajectory",
     "alert rules",
@@ -144,11 +145,12 @@ def test_a_sick_run_says_so_first(tmp_path):
         "  [info]  validation score: val-core/gsm8k/reward/mean_1 0.125 at step 0 -> 0.5 at step 3 "
         "(2 validations) (report: #curves)"
     )
-    assert box[4].startswith("  [info]  slowest step: step ")
+    assert box[4] == "  [info]  generation health: not measured by this run (no verl.rollout.degenerate_ratio)"
+    assert box[5].startswith("  [info]  slowest step: step ")
     # the alert rules: the guard's built-in rules over the values, and the stall alert
-    assert box[6].startswith("  [check] alert rules: would have fired: ")
+    assert box[7].startswith("  [check] alert rules: would have fired: ")
     for alert in ("VerlNonFiniteLossOrGradNorm from step 2", "VerlTrainingStalled from step 3"):
-        assert alert in box[6]
+        assert alert in box[7]
 
 
 def test_the_page_opens_with_the_same_health_box_linking_to_its_sections(tmp_path):
