@@ -9,9 +9,10 @@ One real run (v1 driver, GRPO, 2 steps) serves both questions, to keep CI time f
   completes; the generic telemetry is there (every value ``Tracking.log`` saw, one trace per step);
   each process that made telemetry says once, in one table with the versions, that the moved hooks
   were skipped (a missing name, another shape) and the rest applied.
-* **coexistence with verl's tensorboard logger** (``trainer.logger=[console,tensorboard]``):
-  verl's event files hold the values it printed, for the same steps, and otel-verl's telemetry
-  is intact, one SDK pipeline (one resource) per process.
+* **coexistence with verl's tensorboard and wandb loggers** (``trainer.logger=[console,
+  tensorboard,wandb]``, wandb offline: ``WANDB_MODE=offline``): verl's event files hold the values
+  it printed, for the same steps; wandb's offline run holds every key verl logged; otel-verl's
+  telemetry is intact, one SDK pipeline (one resource) per process.
 """
 
 from __future__ import annotations
@@ -39,14 +40,26 @@ def tensorboard_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run(verl_runs, tmp_path_factory, tensorboard_dir):
+def wandb_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("wandb")
+
+
+@pytest.fixture(scope="module")
+def run(verl_runs, tmp_path_factory, tensorboard_dir, wandb_dir):
     site = tmp_path_factory.mktemp("next-verl")
     info = site / f"verl-{NEXT}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: verl\nVersion: {NEXT}\n")
     path = os.pathsep.join([str(site), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
-    env = {"PYTHONPATH": path, "VERL_CPU_HARNESS_NEXT_VERL": "1", "TENSORBOARD_DIR": str(tensorboard_dir)}
-    result = verl_runs.get("v1", "grpo", steps=STEPS, env=env, extra=["trainer.logger=[console,tensorboard]"])
+    env = {
+        "PYTHONPATH": path,
+        "VERL_CPU_HARNESS_NEXT_VERL": "1",
+        "TENSORBOARD_DIR": str(tensorboard_dir),
+        "WANDB_MODE": "offline",  # as on a cluster without internet; `wandb sync` later
+        "WANDB_DIR": str(wandb_dir),
+    }
+    loggers = "trainer.logger=[console,tensorboard,wandb]"
+    result = verl_runs.get("v1", "grpo", steps=STEPS, env=env, extra=[loggers])
     errors = [line[:300] for line in result.output.splitlines() if "Error" in line or "Traceback" in line]
     assert result.returncode == 0, "\n".join(errors[-30:])
     return result
@@ -148,6 +161,19 @@ def test_tensorboard_gets_what_verl_logged_beside_otel_verl(run, tensorboard_dir
         assert sorted(scalars[key]) == list(range(1, STEPS + 1)), key
         for n in range(1, STEPS + 1):
             assert scalars[key][n] == pytest.approx(run.console[n][key], rel=1e-5), (key, n)
+
+
+def test_wandb_offline_gets_every_key_verl_logged_beside_otel_verl(run, wandb_dir):
+    """wandb 0.31 keeps an offline run in a ``run-<id>.wandb`` record log (protobuf records, read by
+    ``wandb sync``; its Python reader is gone): each key verl logged is in it as written. (verl's
+    ``Tracking`` finishes the wandb run in ``__del__``, which Ray's TaskRunner exit does not call:
+    no ``wandb-summary.json``, with or without otel-verl; ``wandb sync`` reads the record log.)"""
+    (record_log,) = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
+    raw = record_log.read_bytes()
+    keys = set(run.console[STEPS]) - {semconv.STEP_KEY}
+    assert len(keys) >= 50
+    missing = sorted(k for k in keys if k.encode() not in raw)
+    assert not missing, missing[:20]
 
 
 def test_one_pipeline_per_process(run):
