@@ -166,8 +166,8 @@ def test_tensorboard_gets_what_verl_logged_beside_otel_verl(run, tensorboard_dir
 def test_wandb_offline_gets_every_key_verl_logged_beside_otel_verl(run, wandb_dir):
     """wandb 0.31 keeps an offline run in a ``run-<id>.wandb`` record log (protobuf records, read by
     ``wandb sync``; its Python reader is gone): each key verl logged is in it as written. (verl's
-    ``Tracking`` finishes the wandb run in ``__del__``, which Ray's TaskRunner exit does not call:
-    no ``wandb-summary.json``, with or without otel-verl; ``wandb sync`` reads the record log.)"""
+    ``Tracking`` finishes the wandb run in ``__del__``, which does not run when Ray ends the
+    TaskRunner actor: no ``wandb-summary.json``; ``wandb sync`` reads the record log.)"""
     (record_log,) = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
     raw = record_log.read_bytes()
     keys = set(run.console[STEPS]) - {semconv.STEP_KEY}
