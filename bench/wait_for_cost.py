@@ -53,7 +53,6 @@ def _buffer(rb, answer: dict):
 
 def main() -> None:
     from opentelemetry.sdk.trace import TracerProvider
-
     from verl.trainer.ppo.v1 import replay_buffer as rb
 
     trainer = type("Trainer", (), {})()  # the TaskRunner's trainer (held weakly)
@@ -74,10 +73,9 @@ def main() -> None:
         def per_poll(buffer=buffer, n=n) -> float:
             return per_call_ns(lambda: waiting_for._polled(buffer, ("train", 0.0), {}), n * 50)
 
-        def naming(buffer=buffer, n=n) -> float:
+        def naming(buffer=buffer, n=n, counts=(0, in_flight, finished, 0)) -> float:
             def name_and_event() -> None:
                 oldest, scanned = waiting_for._oldest(buffer, "train")
-                counts = (0, in_flight, finished, 0)
                 picture = waiting_for.Waiting("train", counts, 512, 990.0, 1000.0, 2.0, 5, oldest, scanned, 1000.0)
                 span.add_event("verl.wait.still_waiting", attributes=picture.attributes(1000.0, 1100.0))
 
