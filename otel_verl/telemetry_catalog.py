@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otel_verl import semconv as s
+from otel_verl.hooks import waiting_for as wf
 from otel_verl.process.resource import FROM_ENV
 
 
@@ -153,6 +154,31 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
         s.ATTR_WAIT_POLL_LAG,
         "double",
         "Seconds of the wait after the rollouts it waited for were all done (the replay buffer's next poll).",
+    ),
+    AttributeDoc(s.ATTR_WAIT_PENDING, "int", "v1: prompt groups sampled but not started, at the wait's last poll."),
+    AttributeDoc(s.ATTR_WAIT_RUNNING, "int", "v1: prompt groups generating, at the wait's last poll."),
+    AttributeDoc(s.ATTR_WAIT_FINISHED, "int", "v1: prompt groups finished, at the wait's last poll."),
+    AttributeDoc(s.ATTR_WAIT_FAILED, "int", "v1: prompt groups failed (verl's `failure`), at the wait's last poll."),
+    AttributeDoc(
+        s.ATTR_WAIT_NEEDED, "int", "v1: finished prompt groups the replay buffer's sample needs (batch size)."
+    ),
+    AttributeDoc(s.ATTR_WAIT_POLLS, "int", "v1: polls of TransferQueue that found too few finished groups."),
+    AttributeDoc(s.ATTR_WAIT_ELAPSED, "double", "Seconds the wait had lasted when this was said."),
+    AttributeDoc(
+        s.ATTR_WAIT_OLDEST_UIDS,
+        "string[]",
+        f"Up to {wf.MAX_NAMED} of the oldest prompt groups still in flight, by uid (verl's TransferQueue key), "
+        "oldest first.",
+    ),
+    AttributeDoc(s.ATTR_WAIT_OLDEST_STATES, "string[]", "`pending` or `running`, per uid."),
+    AttributeDoc(s.ATTR_WAIT_OLDEST_STEPS, "int[]", "The step each uid was sampled for."),
+    AttributeDoc(
+        s.ATTR_WAIT_OLDEST_AGES,
+        "double[]",
+        "Seconds each uid has been running (0 for a pending one); only when the agent-loop workers run otel-verl.",
+    ),
+    AttributeDoc(
+        s.ATTR_WAIT_OLDEST_SCANNED, "int", f"In-flight groups looked at to pick the oldest (at most {wf.MAX_SCAN})."
     ),
     AttributeDoc(s.ATTR_REPLICAS_COUNT, "int", "Rollout replicas the call drives."),
     # ------------------------------------------------------------ metrics' attributes
@@ -393,8 +419,15 @@ SPANS: tuple[SpanDoc, ...] = (
             s.ATTR_STEP,
             s.ATTR_WAIT_POLL_INTERVAL,
             s.ATTR_WAIT_POLL_LAG,
+            s.ATTR_WAIT_NEEDED,
+            s.ATTR_WAIT_POLLS,
+            s.ATTR_WAIT_PENDING,
+            s.ATTR_WAIT_RUNNING,
+            s.ATTR_WAIT_FINISHED,
+            s.ATTR_WAIT_FAILED,
         ),
-        "The trainer waiting for rollouts (v1's `gen` polls TransferQueue until enough rollouts finished).",
+        "The trainer waiting for rollouts (v1's `gen` polls TransferQueue until enough rollouts finished); the "
+        "counts are those of its last poll.",
     ),
     SpanDoc(
         s.SPAN_REPLICAS_PREFIX + "<op>",
@@ -574,10 +607,53 @@ EVENTS: tuple[EventDoc, ...] = (
         "the step's trace.",
     ),
     EventDoc(
+        s.EVENT_WAIT_STILL_WAITING,
+        "span event on `verl.wait` (v1)",
+        (
+            s.ATTR_WAIT_PARTITION,
+            s.ATTR_WAIT_NEEDED,
+            s.ATTR_WAIT_POLLS,
+            s.ATTR_WAIT_ELAPSED,
+            s.ATTR_WAIT_PENDING,
+            s.ATTR_WAIT_RUNNING,
+            s.ATTR_WAIT_FINISHED,
+            s.ATTR_WAIT_FAILED,
+            s.ATTR_WAIT_OLDEST_UIDS,
+            s.ATTR_WAIT_OLDEST_STATES,
+            s.ATTR_WAIT_OLDEST_STEPS,
+            s.ATTR_WAIT_OLDEST_AGES,
+            s.ATTR_WAIT_OLDEST_SCANNED,
+        ),
+        f"The wait has lasted {wf.EVENT_AFTER_POLLS} poll intervals (at least {wf.EVENT_AFTER_MIN_S:g} s), then "
+        f"{wf.EVENT_FACTOR:g}x as long each time, at most {wf.MAX_EVENTS} per wait: what it still waits for, with "
+        "the oldest groups in flight.",
+    ),
+    EventDoc(
         s.EVENT_TRAINING_STALLED,
         "log record (TaskRunner, WARNING)",
-        (s.ATTR_STEP, s.ATTR_STALL_SECONDS, s.ATTR_STALL_EPISODE, s.ATTR_EVENT_NAME),
-        "No training step has finished for `OTEL_VERL_STALL_AFTER`.",
+        (
+            s.ATTR_STEP,
+            s.ATTR_STALL_SECONDS,
+            s.ATTR_STALL_EPISODE,
+            s.ATTR_STAGE,
+            s.ATTR_EVENT_NAME,
+            s.ATTR_WAIT_FOR,
+            s.ATTR_WAIT_PARTITION,
+            s.ATTR_WAIT_NEEDED,
+            s.ATTR_WAIT_POLLS,
+            s.ATTR_WAIT_ELAPSED,
+            s.ATTR_WAIT_PENDING,
+            s.ATTR_WAIT_RUNNING,
+            s.ATTR_WAIT_FINISHED,
+            s.ATTR_WAIT_FAILED,
+            s.ATTR_WAIT_OLDEST_UIDS,
+            s.ATTR_WAIT_OLDEST_STATES,
+            s.ATTR_WAIT_OLDEST_STEPS,
+            s.ATTR_WAIT_OLDEST_AGES,
+            s.ATTR_WAIT_OLDEST_SCANNED,
+        ),
+        "No training step has finished for `OTEL_VERL_STALL_AFTER`; when the trainer is inside v1's wait for "
+        "rollouts, what it waits for (`verl.wait.*`, as on the `verl.wait.still_waiting` event).",
     ),
     EventDoc(
         s.EVENT_STALL_STACKS,

@@ -14,6 +14,10 @@ waits up to one interval after its rollouts were done. To measure that, both end
   (``tq.kv_list()``) are read, never changed, for that entry; when the sample returns, the lag is
   the time since the last of the groups it selected was done.
 
+The group's ``running`` status gets ``STARTED_AT`` the same way (when its sessions start), and
+the last poll answer is kept while the sample is open: ``waiting_for`` reads both to say how long
+the groups still in flight have been running.
+
 The lag is None when no selected group carries the entry (an agent-loop process without
 otel-verl, an older TransferQueue). Wall clocks of two processes: on two hosts their offset adds
 to the figure, so ``waits`` clips it to the wait itself.
@@ -23,34 +27,44 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from otel_verl._safe import safe
 
 DONE_AT = "otel_verl.done_at"  # the tag entry: unix seconds the group's terminal status was written
+STARTED_AT = "otel_verl.started_at"  # the tag entry: unix seconds the group's running status was written
 TERMINAL = frozenset({"finished", "failure"})
+STAMPS = {"running": STARTED_AT, **dict.fromkeys(TERMINAL, DONE_AT)}  # status -> its stamp
 
 # Wall clock (both ends' times are compared across processes): one seam, so that tests can drive it.
 clock: Callable[[], float] = time.time
 
-_open = threading.local()  # .done: uid -> done_at, while a replay-buffer sample is open on this thread
+# While a replay-buffer sample is open on this thread: .done (uid -> done_at) and .listing (verl's
+# last poll answer, a reference: never copied, never changed).
+_open = threading.local()
 
 
-def _terminal_status_only(tag: Any) -> bool:
-    return isinstance(tag, dict) and len(tag) == 1 and tag.get("status") in TERMINAL
+def _stamp_of(tag: Any) -> str | None:
+    """The stamp a bare status update gets (``STAMPS``), or None for any other tag."""
+    if not (isinstance(tag, dict) and len(tag) == 1):
+        return None
+    status = tag.get("status")
+    return STAMPS.get(status) if isinstance(status, str) else None
 
 
-@safe("rollout done time")
-def _stamped(tag: dict[str, Any]) -> dict[str, Any]:
-    return {**tag, DONE_AT: clock()}  # a new dict: verl's own is left as it was
+@safe("rollout status time")
+def _stamped(tag: dict[str, Any], stamp: str) -> dict[str, Any]:
+    return {**tag, stamp: clock()}  # a new dict: verl's own is left as it was
 
 
 def stamp_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``transfer_queue.async_kv_put``: a group's terminal status carries the time it was written."""
+    """``transfer_queue.async_kv_put``: a group's running and terminal statuses carry the time they
+    were written."""
     tag = kwargs.get("tag")
-    if len(args) <= 2 and kwargs.get("fields") is None and _terminal_status_only(tag):
-        stamped = _stamped(tag)
+    stamp = _stamp_of(tag) if len(args) <= 2 and kwargs.get("fields") is None else None
+    if stamp is not None:
+        stamped = _stamped(tag, stamp)
         if stamped is not None:
             kwargs = {**kwargs, "tag": stamped}
     return wrapped(*args, **kwargs)
@@ -59,6 +73,14 @@ def stamp_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
 def begin() -> None:
     """A replay-buffer sample starts on this thread (``waits``)."""
     _open.done = {}
+    _open.listing = None
+
+
+def listing(partition: str) -> Mapping[str, Any] | None:
+    """``{key: tag}`` of ``partition`` in verl's last poll answer on this thread, while a sample is open."""
+    answer = getattr(_open, "listing", None)
+    items = answer.get(partition) if isinstance(answer, dict) else None
+    return items if isinstance(items, Mapping) else None
 
 
 @safe("poll answer")
@@ -77,17 +99,18 @@ def _observe(listing: Any) -> None:
 
 def observe_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``transfer_queue.kv_list``: inside a sample, note when each finished group was done."""
-    listing = wrapped(*args, **kwargs)
+    answer = wrapped(*args, **kwargs)
     if getattr(_open, "done", None) is not None:
-        _observe(listing)
-    return listing
+        _open.listing = answer
+        _observe(answer)
+    return answer
 
 
 @safe("poll lag")
 def end(result: Any, now: float | None = None) -> float | None:
     """Seconds from the last selected group's done time to now (the sample returning), or None."""
     done = getattr(_open, "done", None)
-    _open.done = None
+    _open.done = _open.listing = None
     batch = result[0] if isinstance(result, tuple) and result else result
     keys = getattr(batch, "keys", None)
     if not done or not isinstance(keys, list | tuple):

@@ -18,7 +18,7 @@ TRAINER_V1 = "verl.trainer.ppo.v1.trainer_base"  # PPOTrainer (verl 0.9 default)
 SINGLE_CONTROLLER = "verl.single_controller.ray.base"  # func_generator: worker-group methods
 ENGINE_WORKERS = "verl.workers.engine_workers"  # ActorRolloutRefWorker, TrainingWorker
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"  # AgentLoopManager / AgentLoopWorker (v0)
-REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"  # ReplayBuffer.sample: v1 waits for finished rollouts
+REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"  # ReplayBuffer.sample, _wait_for_next_poll: v1 waits for rollouts
 AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"  # AgentLoopManagerTQ (v1)
 TRANSFER_QUEUE = "transfer_queue"  # async_kv_put / kv_list: when v1's rollouts were done (hooks/poll_lag.py)
 REWARD_LOOP = "verl.experimental.reward_loop.reward_loop"  # RewardLoopWorker.compute_score (reward workers)
@@ -106,8 +106,11 @@ TARGETS: tuple[Target, ...] = (
     *(_t(ENGINE_WORKERS, f"ActorRolloutRefWorker.{m}", "verl 0.7.0") for m in _WORKER_METHODS),
     _t(ENGINE_WORKERS, "ActorRolloutRefWorker.update_weights", "verl 0.8.0"),
     *(_t(ENGINE_WORKERS, f"TrainingWorker.{m}", "verl 0.7.0") for m in _TRAINING_METHODS),
-    _t(REPLAY_BUFFER, "ReplayBuffer.sample", "verl 0.9.0", "global_steps", "partition_id", coroutine=False),
-    _t(REPLAY_BUFFER, "ReplayBufferAsync.sample", "verl 0.9.0", "global_steps", "partition_id", coroutine=False),
+    *(
+        _t(REPLAY_BUFFER, f"{c}.sample", "verl 0.9.0", "global_steps", "partition_id", "batch_size", coroutine=False)
+        for c in ("ReplayBuffer", "ReplayBufferAsync")
+    ),
+    _t(REPLAY_BUFFER, "ReplayBuffer._wait_for_next_poll", "verl 0.9.0", "partition_id", coroutine=False),
     *(_t(CHECKPOINT_ENGINE, f"CheckpointEngineManager.{op}", "verl 0.8.0") for op in _REPLICA_OPERATIONS),
     _t(CHECKPOINT_MANAGER, "BaseCheckpointManager.register_checkpoint", "verl 0.8.0", "new_path", coroutine=False),
     _t(AGENT_LOOP, "AgentLoopManager.generate_sequences", "verl 0.5.0", "prompts"),

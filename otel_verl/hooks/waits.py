@@ -7,7 +7,10 @@
   ``verl.wait.partition`` = ``train``/``val``). Of that wait, the seconds after the rollouts it
   returns were all done are its poll lag (``poll_lag``): ``verl.wait.poll_lag`` on the span, with
   the replay buffer's ``verl.wait.poll_interval``, and the step's ``poll_lag`` time category
-  (``accounting``).
+  (``accounting``). What it waits for (``waiting_for``): the counts of verl's last poll
+  (``verl.wait.pending``/``running``/``finished``/``failed``, of ``verl.wait.needed``) when it
+  ends, and, once it lasts several poll intervals, a bounded ``verl.wait.still_waiting`` event
+  naming the oldest groups still in flight (also what the stall doctor says of a stalled wait).
 
 A wait span is a child of the current stage span; it is made only in the process running the
 trainer (``PROCESS.trainer``), and verl's result or exception passes through unchanged.
@@ -19,22 +22,21 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import accounting, poll_lag, targets
+from otel_verl.hooks import accounting, poll_lag, targets, waiting_for
 from otel_verl.hooks.accounting import ACCOUNT
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import SpanState, call_traced, close_span, open_span
 from otel_verl.process.state import PROCESS
 
-WAIT_ROLLOUTS = "rollouts"
 SOURCE_REPLAY_BUFFER = "replay_buffer.sample"
 
 
 @safe("replay buffer wait span start")
-def _sample_start(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[SpanState, float, bool] | None:
+def _sample_start(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
     if PROCESS.trainer is None:
         return None
     attrs: dict[str, Any] = {
-        semconv.ATTR_WAIT_FOR: WAIT_ROLLOUTS,
+        semconv.ATTR_WAIT_FOR: semconv.WAIT_ROLLOUTS,
         semconv.ATTR_WAIT_SOURCE: SOURCE_REPLAY_BUFFER,
     }
     interval = getattr(instance, "poll_interval", None)  # a public attribute of verl's replay buffer
@@ -46,16 +48,21 @@ def _sample_start(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     step = kwargs.get("global_steps", args[0] if args else None)
     if isinstance(step, int):
         attrs[semconv.ATTR_STEP] = step
-    state = open_span(semconv.SPAN_WAIT, attributes=attrs), accounting.clock(), ACCOUNT.wait_started()
+    needed = kwargs.get("batch_size", args[2] if len(args) > 2 else None)
+    needed = needed if isinstance(needed, int) and not isinstance(needed, bool) else None
+    opened = open_span(semconv.SPAN_WAIT, attributes=attrs)
+    state = opened, accounting.clock(), ACCOUNT.wait_started(), instance
     poll_lag.begin()
+    waiting_for.begin(opened[0], partition if isinstance(partition, str) else None, needed)
     return state
 
 
 @safe("replay buffer wait span end")
-def _sample_end(state: tuple[SpanState, float, bool], result: Any, error: BaseException | None) -> None:
-    opened, start, outermost = state
+def _sample_end(state: tuple[SpanState, float, bool, Any], result: Any, error: BaseException | None) -> None:
+    opened, start, outermost, instance = state
     seconds = accounting.clock() - start
-    lag = poll_lag.end(result) if error is None else None
+    lag = poll_lag.end(result if error is None else None)  # also forgets the poll answers it kept
+    waiting_for.end(instance)
     if lag is not None:
         lag = min(lag, seconds)  # two hosts' clocks: never more than the wait itself
         opened[0].set_attribute(semconv.ATTR_WAIT_POLL_LAG, round(lag, 6))
@@ -70,6 +77,8 @@ def sample_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: d
 HOOKS = [
     Hook(targets.REPLAY_BUFFER, "ReplayBuffer.sample", sample_wrapper),
     Hook(targets.REPLAY_BUFFER, "ReplayBufferAsync.sample", sample_wrapper, optional=True),
+    # each poll that came back short: what is still in flight (ReplayBufferAsync inherits it)
+    Hook(targets.REPLAY_BUFFER, "ReplayBuffer._wait_for_next_poll", waiting_for.poll_wrapper),
     # both ends of the poll lag (transferqueue is installed with the v1 driver)
     Hook(targets.TRANSFER_QUEUE, "async_kv_put", poll_lag.stamp_wrapper, optional=True),
     Hook(targets.TRANSFER_QUEUE, "kv_list", poll_lag.observe_wrapper, optional=True),

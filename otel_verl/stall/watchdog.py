@@ -13,6 +13,9 @@ clock knows the stage in progress: such a stage counts as progress for as long a
 usually takes (the median of its own last 20 runs; the first time, the stall limit itself), and
 only its time beyond that counts towards the limit. A slow validation is no stall; a validation
 that hangs is one, once it has run its usual time plus the limit.
+
+A stall inside v1's wait for rollouts is said with what that wait waits for (``hooks.waiting_for``:
+the groups pending, running and finished of the number needed, and the oldest still in flight).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from opentelemetry._logs import SeverityNumber
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
+from otel_verl.hooks import waiting_for
 from otel_verl.process.state import PROCESS
 from otel_verl.stall import board
 
@@ -220,6 +224,12 @@ class Watchdog:
             name, ran, usual = stage
             attrs[semconv.ATTR_STAGE] = name
             where = f" in its {STAGE_WORDS.get(name, name)}, running for {ran:.0f} s (usually {usual:.0f} s)"
+        waiting = waiting_for.current()  # the trainer inside v1's wait for rollouts
+        if waiting is not None:
+            now, now_wall = waiting_for.clock(), waiting_for.wall()
+            attrs.update(waiting.attributes(now, now_wall))
+            attrs[semconv.ATTR_WAIT_FOR] = semconv.WAIT_ROLLOUTS
+            where += f", {waiting.sentence(now, now_wall)}"
         text = (
             f"otel-verl: no training step has finished for {since:.0f} s (limit {limit:.0f} s, step {step} in "
             f"progress){where}: every verl process reports its threads' stacks (log records verl.stall.stacks)"

@@ -8,8 +8,9 @@ On each, within the limit plus a bounded delay every verl process has reported i
 the rollout server's naming the function it is stuck in; the test then kills the job, as a user
 would: once those reports are on disk (plus a few seconds for the console and the stalled gauge),
 or at the latest after ``KILL_AFTER_S``. The shipped stall alerts fire on the series the hung run
-exported (``promreplay``). (v0 hung in a rollout had a run of its own until the validation run
-showed every check on v0 too: ~110 s of CI.)"""
+exported (``promreplay``). On v1 the TaskRunner is stalled in the replay buffer's wait for step 2's
+prompt groups: its record names them (``hooks/waiting_for.py``). (v0 hung in a rollout had a run
+of its own until the validation run showed every check on v0 too: ~110 s of CI.)"""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ pytestmark = pytest.mark.e2e
 # 30 s: step 1 (the first, with its warm-up) took more than 15 s on a machine running two other
 # verl jobs, and the stall was then reported during step 1.
 STALL_AFTER = 30
-KILL_AFTER_S = 180  # start-up ~40 s + step 1 + 30 s + a 5 s poll + flush, with room for a loaded machine
+# start-up ~40 s + step 1 + 30 s + a 5 s poll + flush, with room for a loaded machine (180 s was
+# reached once, at a load average of ~10): the run ends once every process has reported
+KILL_AFTER_S = 240
 ROLES = {"taskrunner", "worker", "agent_loop_worker", "rollout_server", "ray_actor", "launcher"}
 CLASSES = ("TaskRunner", "AgentLoopWorker", "HFCPUServer", "RewardLoopWorker")  # v1: TaskRunnerV1, ...TQ
 GRACE_S = 8.0  # after the last report: verl's console lines (Ray forwards them late), the stalled gauge
@@ -201,6 +204,45 @@ def test_the_taskrunner_said_the_run_stalled(hung):
     assert res[semconv.RES_ROLE] == "taskrunner" and int(_attrs(rec)[semconv.ATTR_STEP]) == 2
     stalled = [p for p in hung.run.points if p.name == semconv.M_TRAINING_STALLED]
     assert stalled and stalled[-1].value == 1
+
+
+UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # verl's prompt uids (uuid4)
+GROUPS = 4  # the harness's train_batch_size: step 2's prompt groups, none of which can finish
+
+
+def test_the_stalled_record_names_the_groups_the_v1_wait_waits_for(hung):
+    """v1: the trainer is stalled in the replay buffer's wait; its record and console line say how
+    many groups it needs and has, and name the ones still running (step 2's), with their ages. v0
+    has no such wait: nothing of it in the record."""
+    rec, *_ = [r for _, r in _records(hung.run) if r.get("eventName") == semconv.EVENT_TRAINING_STALLED]
+    attrs = _attrs(rec)
+    if hung.run.driver == "v0":
+        assert semconv.ATTR_WAIT_FOR not in attrs and "waiting for rollouts" not in hung.run.output
+        return
+    assert attrs[semconv.ATTR_WAIT_FOR] == "rollouts" and attrs[semconv.ATTR_WAIT_PARTITION] == "train"
+    assert int(attrs[semconv.ATTR_WAIT_NEEDED]) == GROUPS and int(attrs[semconv.ATTR_WAIT_FINISHED]) == 0
+    running, pending = int(attrs[semconv.ATTR_WAIT_RUNNING]), int(attrs[semconv.ATTR_WAIT_PENDING])
+    assert running >= 1 and running + pending >= GROUPS, attrs
+    values = {a["key"]: a["value"] for a in rec["attributes"]}
+
+    def array(key):
+        return [next(iter(v.values())) for v in values[key]["arrayValue"]["values"]]
+
+    uids, states = array(semconv.ATTR_WAIT_OLDEST_UIDS), array(semconv.ATTR_WAIT_OLDEST_STATES)
+    assert len(uids) == min(running + pending, 8) and all(UID.fullmatch(u) for u in uids), uids
+    assert states[:running] == ["running"] * min(running, 8)  # the stuck ones, named first
+    assert {int(s) for s in array(semconv.ATTR_WAIT_OLDEST_STEPS)[:running]} == {2}
+    ages = [float(a) for a in array(semconv.ATTR_WAIT_OLDEST_AGES)[:running]]  # the agent-loop workers' stamps
+    stalled = float(attrs[semconv.ATTR_STALL_SECONDS])  # since step 1 ended, before step 2's groups started
+    assert all(0 < a <= stalled + 2 for a in ages), (ages, stalled)  # (two processes' clocks: a margin)
+    assert 0 < float(attrs[semconv.ATTR_WAIT_ELAPSED]) <= stalled
+    line = re.search(r"waiting for rollouts \(train\) for \d+ s: 0 of 4 needed groups finished[^\n]*", hung.run.output)
+    assert line and f"oldest: {uids[0]} running for " in line.group(0), hung.run.output[-3000:]
+    from otel_verl.offline.report import build
+    from otel_verl.offline.summary import lines
+
+    text = "\n".join(lines(build(hung.run.telemetry_dir)))
+    assert "the trainer was waiting for rollouts (train)" in text and f"in flight: {uids[0]} (running " in text
 
 
 # The hung run replayed 300 times slower: its stall of at least STALL_AFTER s lasts 2.5 h and more.

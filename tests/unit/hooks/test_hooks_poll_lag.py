@@ -137,19 +137,20 @@ def test_without_done_times_the_whole_wait_is_waiting(captured, v0_trainer, cloc
     assert by_category[accounting.WAITING] == 2.0 and by_category[accounting.POLL_LAG] == 0.0
 
 
-def test_only_a_terminal_status_is_stamped():
+def test_only_a_bare_status_update_is_stamped():
     seen = []
 
     def put(*args, **kwargs):
         seen.append(kwargs.get("tag"))
 
-    own = {"status": "finished"}
-    for tag in ({"status": "running"}, {"status": "finished", "x": 1}, None, own):
+    own, running = {"status": "finished"}, {"status": "running"}
+    for tag in ({"status": "pending"}, {"status": "finished", "x": 1}, None, own, running):
         poll_lag.stamp_wrapper(put, None, (), {"key": "k", "partition_id": "train", "tag": tag})
     poll_lag.stamp_wrapper(put, None, (), {"key": "k", "partition_id": "train", "fields": {"a": 1}, "tag": own})
-    assert seen[:3] == [{"status": "running"}, {"status": "finished", "x": 1}, None]
+    assert seen[:3] == [{"status": "pending"}, {"status": "finished", "x": 1}, None]
     assert set(seen[3]) == {"status", poll_lag.DONE_AT} and own == {"status": "finished"}  # verl's dict unchanged
-    assert seen[4] is own  # a put with data is not a status update
+    assert set(seen[4]) == {"status", poll_lag.STARTED_AT} and running == {"status": "running"}  # its start
+    assert seen[5] is own  # a put with data is not a status update
 
 
 def test_outside_a_sample_kv_list_is_only_passed_through():

@@ -27,6 +27,8 @@ def test_replay_buffer_sample_is_a_wait_span_inside_the_stage(captured, v0_train
         semconv.ATTR_WAIT_SOURCE: "replay_buffer.sample",
         semconv.ATTR_WAIT_PARTITION: "train",
         semconv.ATTR_STEP: 3,
+        semconv.ATTR_WAIT_NEEDED: 4,
+        semconv.ATTR_WAIT_POLLS: 0,  # verl's first poll found enough (this stand-in never polls)
     }
 
 

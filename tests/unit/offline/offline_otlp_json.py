@@ -20,6 +20,8 @@ def _value(v):
         return {"intValue": str(v)}
     if isinstance(v, float):
         return {"doubleValue": v}
+    if isinstance(v, list | tuple):
+        return {"arrayValue": {"values": [_value(x) for x in v]}}
     return {"stringValue": str(v)}
 
 

@@ -79,3 +79,35 @@ def test_summary_and_report_show_the_stall(v1_run):
 def test_a_healthy_run_has_no_stall_section(v1_run):
     assert "STALLED" not in "\n".join(lines(build(v1_run)))
     assert 'id="stall"' not in render(build(v1_run))
+
+
+def test_summary_says_what_the_stalled_v1_wait_waited_for(v1_run):
+    """The stalled record of a trainer inside v1's wait (``hooks.waiting_for``): its counts and the
+    oldest groups in flight, one line under the STALLED line; a uid is printed as text that shows as itself."""
+    record = log_record(
+        semconv.EVENT_TRAINING_STALLED,
+        "no step",
+        30.0,
+        verl__step=2,
+        verl__stall__seconds=31.0,
+        verl__wait__for="rollouts",
+        verl__wait__partition="train",
+        verl__wait__elapsed=29.4,
+        verl__wait__needed=4,
+        verl__wait__finished=0,
+        verl__wait__pending=1,
+        verl__wait__running=3,
+        verl__wait__failed=0,
+        verl__wait__oldest__uids=["u-1", "u-2", "u-\x1b[31m"],
+        verl__wait__oldest__states=["running", "running", "pending"],
+        verl__wait__oldest__steps=[2, 2, 2],
+        verl__wait__oldest__ages=[28.2, 27.0, 0.0],
+    )
+    write_logs(v1_run, "taskrunner", 10, [record])
+    text = lines(build(v1_run))
+    at = next(i for i, line in enumerate(text) if line.startswith("STALLED at step 2"))
+    assert text[at + 1] == (
+        "  the trainer was waiting for rollouts (train) for 29 s: 0 of 4 needed groups finished, 1 pending, "
+        "3 running, 0 failed; oldest in flight: u-1 (running 28 s, step 2), u-2 (running 27 s, step 2), "
+        "u-\\x1b[31m (pending, step 2)"
+    )
