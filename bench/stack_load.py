@@ -7,7 +7,8 @@ batch size the SDK uses: ``TraceService/Export`` with at most 512 spans a reques
 ``otel-verl stack up`` (the configs of ``collector/``, on free ports, data under a temporary folder):
 
 * traces: the run's last ``verl.step`` trace once, then its rollout traces (``verl.rollout.trajectory``
-  with its ``llm_call``/``reward``/``reward_worker.compute_score`` children, and ``verl.rollout.tail``)
+  with its LLM-call (``text_completion <model>``), reward and ``reward_worker.compute_score`` children,
+  and ``verl.rollout.tail``)
   copied with fresh trace and span ids (parents and links re-pointed) until ``--spans`` rollout spans;
 * metrics: every series of every process (its latest point), each process replicated ``--ranks``
   times (fresh ``service.instance.id``, ``verl.rank`` = the replica) so that series fan out;

@@ -9,6 +9,8 @@ Units, kinds and buckets of the metrics: ``otel_verl.instruments.catalog``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 # ---------------------------------------------------------------- instrumentation scope
 SCOPE = "otel_verl"
@@ -164,7 +166,9 @@ def metric_name(key: str) -> str:
 # ---------------------------------------------------------------- rollout (agent-loop workers)
 SPAN_ROLLOUT_BATCH = "verl.rollout.generate"  # v0: one AgentLoopWorker.generate_sequences call
 SPAN_ROLLOUT_TRAJECTORY = "verl.rollout.trajectory"  # one trajectory (prompt x rollout.n)
-SPAN_ROLLOUT_LLM_CALL = "verl.rollout.llm_call"  # one LLMServerClient.generate (engine call)
+# one LLMServerClient.generate (engine call): named by the GenAI conventions, ``llm_call_span_name``;
+# found by what it carries, ``is_llm_call`` (the name holds the model)
+LEGACY_SPAN_ROLLOUT_LLM_CALL = "verl.rollout.llm_call"  # its name before: files older otel-verl wrote hold it
 SPAN_ROLLOUT_TAIL = "verl.rollout.tail"  # v1 only: where the slowest-trajectory event goes
 SPAN_REWARD_WORKER = "verl.reward_worker.compute_score"  # RewardLoopWorker.compute_score, child of the trajectory
 SPAN_ROLLOUT_TOOL_PREFIX = "execute_tool "  # + tool name (GenAI convention span name)
@@ -188,7 +192,6 @@ ATTR_ROLLOUT_SLOWEST_SPAN_ID = "verl.rollout.slowest.span_id"  # on the slowest-
 ATTR_ROLLOUT_SERVER_ID = "verl.rollout.server.id"
 ATTR_ROLLOUT_SERVER_WAIT = "verl.rollout.server.acquire_wait"  # s in the load balancer before a server
 ATTR_ROLLOUT_TOOL_REWARD = "verl.rollout.tool.reward"
-ATTR_ROLLOUT_CACHED_TOKENS = "verl.rollout.cached_tokens"  # vLLM prefix-cache hits
 ATTR_ROLLOUT_PREEMPTIONS = "verl.rollout.preemptions"
 ATTR_ROLLOUT_WEIGHT_VERSION = "verl.rollout.weight_version"  # TokenOutput.extra_fields["global_steps"]
 # generation health (hooks/rollout/health.py): on the trajectory span, from its response's token ids
@@ -236,7 +239,41 @@ GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"  # the engine's prefix-cache hits
+GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
+GEN_AI_REQUEST_SEED = "gen_ai.request.seed"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"  # verl's request id of the trajectory (its sticky session)
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"  # the id the engine knows the call by (``_vllm_request_id``)
 ATTR_ERROR_TYPE = "error.type"  # the failed call's exception class (general error conventions)
+ATTR_SERVER_ADDRESS = "server.address"  # the engine replica's HTTP server (general server conventions)
+ATTR_SERVER_PORT = "server.port"
+
+
+def llm_call_span_name(model: str | None) -> str:
+    """The span name of one LLM call, by the GenAI conventions: ``{gen_ai.operation.name}
+    {gen_ai.request.model}`` (``text_completion Qwen/Qwen3-8B``), the operation alone when the model
+    is unknown. Backends with LLM views (and people reading a trace) key on this form."""
+    return f"{GEN_AI_OPERATION_TEXT_COMPLETION} {model}" if model else GEN_AI_OPERATION_TEXT_COMPLETION
+
+
+def is_llm_call(name: str, attributes: Mapping[str, Any] | None) -> bool:
+    """Whether a span is otel-verl's span of one LLM call (``LLMServerClient.generate``).
+
+    By what it carries, not by its name (which holds the model): the GenAI operation
+    ``text_completion`` together with otel-verl's own ``verl.rollout.submit_step``, so that a user's
+    own GenAI spans (an OpenAI client in a tool) and the engine's request span are not taken for
+    one; or ``LEGACY_SPAN_ROLLOUT_LLM_CALL``, the name older otel-verl gave it, so that telemetry it
+    wrote still reads. The one test every reader of LLM-call spans uses.
+    """
+    if name == LEGACY_SPAN_ROLLOUT_LLM_CALL:
+        return True
+    if not attributes:
+        return False
+    return (
+        attributes.get(GEN_AI_OPERATION_NAME) == GEN_AI_OPERATION_TEXT_COMPLETION
+        and ATTR_ROLLOUT_SUBMIT_STEP in attributes
+    )
+
 
 M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
 M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
@@ -247,7 +284,7 @@ M_ROLLOUT_DEGENERATE_RATIO = "verl.rollout.degenerate_ratio"  # a step's share o
 M_ROLLOUT_REPLICA_BUSY_TIME = "verl.rollout.replica.busy_time"
 ATTR_ROLLOUT_REPLICA = "verl.rollout.replica"  # the replica rank (RolloutReplica.replica_rank)
 # the rollout engine's own request span and its attributes (vLLM's names: vllm/tracing/utils.py)
-SPAN_ENGINE_REQUEST = "llm_request"  # vLLM: one per request, a child of the verl.rollout.llm_call
+SPAN_ENGINE_REQUEST = "llm_request"  # vLLM: one per request, a child of the LLM call's span
 GEN_AI_LATENCY_TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"  # s waiting for the scheduler
 GEN_AI_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"  # s from scheduled to first token
 GEN_AI_LATENCY_DECODE = "gen_ai.latency.time_in_model_decode"  # s from first to last token

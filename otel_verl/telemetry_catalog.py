@@ -252,7 +252,6 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.ATTR_ROLLOUT_SERVER_ID, "string", "The rollout replica (server) that served the call."),
     AttributeDoc(s.ATTR_ROLLOUT_SERVER_WAIT, "double", "Seconds the load balancer took to hand out a server."),
     AttributeDoc(s.ATTR_ROLLOUT_TOOL_REWARD, "double", "The reward a tool call returned."),
-    AttributeDoc(s.ATTR_ROLLOUT_CACHED_TOKENS, "int", "Prompt tokens served from vLLM's prefix cache."),
     AttributeDoc(s.ATTR_ROLLOUT_PREEMPTIONS, "int", "Times the engine preempted the request."),
     AttributeDoc(s.ATTR_ROLLOUT_WEIGHT_VERSION, "int", "The weights' version (global step) that generated it."),
     AttributeDoc(s.ATTR_ROLLOUT_REPLICA, "string", "The replica rank (`RolloutReplica.replica_rank`)."),
@@ -292,10 +291,31 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(s.GEN_AI_REQUEST_MAX_TOKENS, "int", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_REQUEST_TEMPERATURE, "double", "Sampling setting, when set."),
     AttributeDoc(s.GEN_AI_REQUEST_TOP_P, "double", "Sampling setting, when set."),
+    AttributeDoc(s.GEN_AI_REQUEST_TOP_K, "double", "Sampling setting, when set and on (above 0)."),
+    AttributeDoc(s.GEN_AI_REQUEST_SEED, "int", "Sampling setting, when the request has a seed."),
+    AttributeDoc(
+        s.GEN_AI_CONVERSATION_ID,
+        "string",
+        "verl's request id of the trajectory, the same for all its turns (the load balancer's sticky session).",
+    ),
+    AttributeDoc(
+        s.GEN_AI_RESPONSE_ID,
+        "string",
+        "The id the engine knows the call by (`LLMServerClient._vllm_request_id`: a fresh one per call).",
+    ),
     AttributeDoc(s.GEN_AI_RESPONSE_FINISH_REASONS, "string[]", "Why generation stopped."),
     AttributeDoc(s.GEN_AI_USAGE_INPUT_TOKENS, "int", "Prompt tokens of the call."),
     AttributeDoc(s.GEN_AI_USAGE_OUTPUT_TOKENS, "int", "Tokens the call generated."),
+    AttributeDoc(
+        s.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, "int", "Prompt tokens served from the engine's prefix cache (vLLM)."
+    ),
     AttributeDoc(s.ATTR_ERROR_TYPE, "string", "A failed LLM call's exception class (`asyncio.CancelledError`, ...)."),
+    AttributeDoc(
+        s.ATTR_SERVER_ADDRESS,
+        "string",
+        "The rollout replica's HTTP server host, when the server id is its `host:port` (verl's engines).",
+    ),
+    AttributeDoc(s.ATTR_SERVER_PORT, "int", "The rollout replica's HTTP server port, with `server.address`."),
     # ------------------------------------------------------------ hardware
     AttributeDoc(s.ATTR_HW_ID, "string", "The GPU's UUID (required by the hardware conventions)."),
     AttributeDoc(s.ATTR_HW_TYPE, "string", f"`{s.HW_TYPE_GPU}`."),
@@ -494,7 +514,7 @@ SPANS: tuple[SpanDoc, ...] = (
         "failed ones always.",
     ),
     SpanDoc(
-        s.SPAN_ROLLOUT_LLM_CALL,
+        s.llm_call_span_name("<model>"),
         "client",
         AGENT,
         "`verl.rollout.trajectory`",
@@ -507,10 +527,16 @@ SPANS: tuple[SpanDoc, ...] = (
             s.GEN_AI_REQUEST_MAX_TOKENS,
             s.GEN_AI_REQUEST_TEMPERATURE,
             s.GEN_AI_REQUEST_TOP_P,
+            s.GEN_AI_REQUEST_TOP_K,
+            s.GEN_AI_REQUEST_SEED,
+            s.GEN_AI_CONVERSATION_ID,
+            s.GEN_AI_RESPONSE_ID,
             s.GEN_AI_RESPONSE_FINISH_REASONS,
+            s.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+            s.ATTR_SERVER_ADDRESS,
+            s.ATTR_SERVER_PORT,
             s.ATTR_ROLLOUT_SERVER_ID,
             s.ATTR_ROLLOUT_SERVER_WAIT,
-            s.ATTR_ROLLOUT_CACHED_TOKENS,
             s.ATTR_ROLLOUT_PREEMPTIONS,
             s.ATTR_ROLLOUT_WEIGHT_VERSION,
             s.ATTR_ROLLOUT_SUBMIT_STEP,
@@ -518,15 +544,16 @@ SPANS: tuple[SpanDoc, ...] = (
             s.ATTR_ROLLOUT_STATUS,
             s.ATTR_ERROR_TYPE,
         ),
-        "One engine call of a trajectory (`LLMServerClient.generate`), attributed by the GenAI conventions "
-        "(named `verl.rollout.llm_call`, not the conventions' `text_completion <model>`: the kit and the report "
-        "find it by this name).",
+        "One engine call of a trajectory (`LLMServerClient.generate`), named and attributed by the GenAI "
+        "conventions (`text_completion` alone when the model is unknown), never with the prompt or the response. "
+        "Readers find it by `gen_ai.operation.name` = `text_completion` with `verl.rollout.submit_step` "
+        f"(`semconv.is_llm_call`); older otel-verl named it `{s.LEGACY_SPAN_ROLLOUT_LLM_CALL}`, which they still read.",
     ),
     SpanDoc(
         s.SPAN_ENGINE_REQUEST,
         "server",
         SERVER,
-        "`verl.rollout.llm_call`, across Ray",
+        f"`{s.llm_call_span_name('<model>')}`, across Ray",
         (
             s.GEN_AI_LATENCY_TIME_IN_QUEUE,
             s.GEN_AI_LATENCY_PREFILL,

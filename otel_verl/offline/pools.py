@@ -1,6 +1,6 @@
 """Busy and idle seconds of each rollout replica in a time window, from the LLM-call spans.
 
-The agent-loop workers make a ``verl.rollout.llm_call`` span per engine call, with the replica
+The agent-loop workers make a span per engine call (``semconv.is_llm_call``), with the replica
 that served it (``verl.rollout.server.id``). A replica is busy while at least one call is in
 flight on it (the union of its calls' intervals, clipped to the window); idle the rest. Several
 agent-loop workers share a replica, which is why this is computed over all processes' spans
@@ -22,7 +22,7 @@ def replica_busy_seconds(spans: Iterable[SpanRecord], start_ns: int, end_ns: int
     calls: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for s in spans:
         server = s.attributes.get(semconv.ATTR_ROLLOUT_SERVER_ID)
-        if s.name != semconv.SPAN_ROLLOUT_LLM_CALL or not isinstance(server, str):
+        if not isinstance(server, str) or not semconv.is_llm_call(s.name, s.attributes):
             continue
         lo, hi = max(s.start_ns, start_ns), min(s.end_ns, end_ns)
         if hi > lo:

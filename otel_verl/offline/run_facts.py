@@ -631,7 +631,7 @@ def engine_split(trajectory: SpanRecord | None, spans: Iterable[SpanRecord]) -> 
     calls = [
         c
         for c in children.get((trajectory.trace_id, trajectory.span_id), [])
-        if c.name == semconv.SPAN_ROLLOUT_LLM_CALL
+        if semconv.is_llm_call(c.name, c.attributes)
     ]
     totals = [0.0, 0.0, 0.0]
     found = 0

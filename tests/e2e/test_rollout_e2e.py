@@ -52,7 +52,7 @@ def _check_rollout(run, n_gpus):
     by_id = {s.span_id: s for s in run.spans}
     llm_calls = defaultdict(list)
     for s in run.spans:
-        if s.name == semconv.SPAN_ROLLOUT_LLM_CALL:
+        if semconv.is_llm_call(s.name, s.attributes):
             llm_calls[s.parent_id].append(s)
     for step, trajs in by_step.items():
         # every trajectory of the step has a span, each (sample, rollout) once
@@ -96,6 +96,8 @@ def _check_rollout(run, n_gpus):
             assert call.attributes[semconv.GEN_AI_PROVIDER_NAME] == "hfcpu"
             assert call.attributes[semconv.GEN_AI_OPERATION_NAME] == "text_completion"
             assert call.attributes[semconv.GEN_AI_REQUEST_MODEL] == "model"  # the harness's model folder, by name
+            assert call.name == "text_completion model"  # the GenAI conventions' span name
+            assert call.attributes[semconv.GEN_AI_CONVERSATION_ID] and call.attributes[semconv.GEN_AI_RESPONSE_ID]
             assert call.attributes[semconv.GEN_AI_RESPONSE_FINISH_REASONS]
             assert semconv.ATTR_ROLLOUT_SERVER_ID in call.attributes
             assert t.start_ns <= call.start_ns and call.end_ns <= t.end_ns
@@ -148,7 +150,7 @@ def test_v0_rollout_spans_two_ranks(cluster_run):
     by_step = _check_rollout(run, CLUSTER_RANKS)
     # two rollout replicas behind the load balancer: calls may go to either
     servers = {
-        s.attributes[semconv.ATTR_ROLLOUT_SERVER_ID] for s in run.spans if s.name == semconv.SPAN_ROLLOUT_LLM_CALL
+        s.attributes[semconv.ATTR_ROLLOUT_SERVER_ID] for s in run.spans if semconv.is_llm_call(s.name, s.attributes)
     }
     assert servers
     assert by_step

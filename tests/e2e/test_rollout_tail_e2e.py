@@ -106,7 +106,7 @@ def _check_tail(run, driver):
         # every kept tree is whole: its LLM call, and (if it was scored) the reward worker's span
         for t in group:
             below = children[t.span_id]
-            (call,) = [c for c in below if c.name == semconv.SPAN_ROLLOUT_LLM_CALL]
+            (call,) = [c for c in below if semconv.is_llm_call(c.name, c.attributes)]
             assert call.trace_id == t.trace_id and call.resource["process.pid"] == t.resource["process.pid"]
             rewards = [c for c in below if c.name == semconv.SPAN_REWARD_WORKER]
             if t.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_OK:

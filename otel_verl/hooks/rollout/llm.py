@@ -1,18 +1,24 @@
 """LLM call spans: every engine call of an agent loop (``LLMServerClient.generate``).
 
-``verl.rollout.llm_call`` (CLIENT, child of the trajectory) with the GenAI conventions' ``gen_ai.*``
-request and usage attributes (operation ``text_completion``: verl sends the engine a templated prompt as
-token ids and takes its continuation back; the model is the one the rollout serves, ``model_name``);
-``LLMServerClient._acquire_server`` adds the server id and the seconds the load
-balancer took to hand it out. A record until its trajectory's tree is decided (``trajectory``);
-the ``verl.rollout.llm_call.duration`` histogram counts every call, kept or not.
-``LLMServerClient._vllm_request_id`` (the id verl makes for each engine call) carries the call's
-trace context to the rollout server and its engine (``engine_context``); the engine's spans of an
-undecided tree come back in the server's reply (``engine_handback``) and follow the tree's fate.
+One CLIENT span per call, a child of the trajectory, named and attributed by the GenAI conventions
+(``semconv.llm_call_span_name``: ``text_completion <model>``, so that backends with LLM views take it
+for what it is; readers find it with ``semconv.is_llm_call``). Operation ``text_completion``: verl
+sends the engine a templated prompt as token ids and takes its continuation back; the model is the
+one the rollout serves (``model_name``); the conversation is verl's request id of the trajectory (the
+one its load balancer keeps a sticky session for); the sampling settings, usage, finish reason and
+``error.type``. Never the prompt or the response. ``LLMServerClient._acquire_server`` adds the server
+(its id, and as ``server.address``/``server.port`` the replica's HTTP address that id is) and the
+seconds the load balancer took to hand it out; ``LLMServerClient._vllm_request_id`` the id the engine
+knows the call by (``gen_ai.response.id``). A record until its trajectory's tree is decided
+(``trajectory``); the ``verl.rollout.llm_call.duration`` histogram counts every call, kept or not.
+``_vllm_request_id`` also carries the call's trace context to the rollout server and its engine
+(``engine_context``); the engine's spans of an undecided tree come back in the server's reply
+(``engine_handback``) and follow the tree's fate.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -83,12 +89,25 @@ def _model(instance: Any) -> str | None:
     return st.model or None
 
 
-def _request_attributes(instance: Any, traj: rs.Trajectory, kwargs: dict[str, Any]) -> dict[str, Any]:
+_ID_MAX = 256  # verl's ids are uuids; a custom agent loop's are bounded all the same
+
+
+def _an_id(value: Any) -> str | None:
+    return value[:_ID_MAX] if isinstance(value, str) and value else None
+
+
+def _request_attributes(
+    instance: Any, traj: rs.Trajectory, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     attrs: dict[str, Any] = {
         semconv.GEN_AI_OPERATION_NAME: semconv.GEN_AI_OPERATION_TEXT_COMPLETION,
         semconv.ATTR_ROLLOUT_SUBMIT_STEP: traj.step,
         semconv.ATTR_ROLLOUT_VALIDATE: traj.validate,
     }
+    # generate(request_id, ...): the agent loop's id of the trajectory, the same for all its turns
+    conversation = _an_id(args[0] if args else kwargs.get("request_id"))
+    if conversation:
+        attrs[semconv.GEN_AI_CONVERSATION_ID] = conversation
     provider = _provider(instance)
     if provider:
         attrs[semconv.GEN_AI_PROVIDER_NAME] = provider
@@ -108,17 +127,24 @@ def _request_attributes(instance: Any, traj: rs.Trajectory, kwargs: dict[str, An
             value = params.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 attrs[attr] = value
+        top_k = params.get("top_k")
+        if isinstance(top_k, (int, float)) and not isinstance(top_k, bool) and top_k > 0:  # -1 / 0: no top-k
+            attrs[semconv.GEN_AI_REQUEST_TOP_K] = float(top_k)  # a double in the conventions
+        seed = params.get("seed")
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            attrs[semconv.GEN_AI_REQUEST_SEED] = seed
     return attrs
 
 
 @safe("rollout llm call start")
-def _llm_start(instance: Any, kwargs: dict[str, Any]) -> rs.LLMCall:
+def _llm_start(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> rs.LLMCall:
     traj = rs.TRAJECTORY.get()
     validate = traj.validate if traj is not None else False
     rec = None
     if traj is not None and traj.rec is not None:
-        attrs = _request_attributes(instance, traj, kwargs)
-        rec = trajectory.child_record(traj, semconv.SPAN_ROLLOUT_LLM_CALL, attrs, SpanKind.CLIENT)
+        attrs = _request_attributes(instance, traj, args, kwargs)
+        name = semconv.llm_call_span_name(attrs.get(semconv.GEN_AI_REQUEST_MODEL))
+        rec = trajectory.child_record(traj, name, attrs, SpanKind.CLIENT)
     call = rs.LLMCall(rec, rs.clock(), {semconv.ATTR_ROLLOUT_VALIDATE: validate}, traj)
     call.token = rs.LLM_CALL.set(call)  # _acquire_server, inside the call, finds it here
     return call
@@ -136,9 +162,9 @@ def _response_attributes(attrs: dict[str, Any], output: Any) -> None:
         attrs[semconv.ATTR_ROLLOUT_PREEMPTIONS] = preempted
     extra = getattr(output, "extra_fields", None)
     if isinstance(extra, dict):
-        cached = as_int(extra.get("num_cached_tokens"))
-        if cached is not None:
-            attrs[semconv.ATTR_ROLLOUT_CACHED_TOKENS] = cached
+        cached = as_int(extra.get("num_cached_tokens"))  # vLLM's prefix-cache hits, part of the input tokens
+        if cached is not None and cached >= 0:
+            attrs[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
         version = as_int(extra.get("global_steps"))
         if version is not None:
             attrs[semconv.ATTR_ROLLOUT_WEIGHT_VERSION] = version
@@ -174,7 +200,7 @@ def _error_type(error: BaseException) -> str:
 
 
 async def generate_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    call = _llm_start(instance, kwargs)
+    call = _llm_start(instance, args, kwargs)
     if call is None:  # no end hook then: the engine's spans are taken here
         output = await wrapped(*args, **kwargs)
         _safe_take_engine_spans(output)
@@ -194,12 +220,32 @@ def _take_engine_spans(output: Any) -> None:
         traj.handback(data)
 
 
+# verl's server id is the replica's HTTP address as verl writes it: ``host:port``, ``[v6]:port``
+_HOST_PORT = re.compile(r"(?:\[([0-9A-Fa-f:.]{2,45})\]|([A-Za-z0-9._-]{1,253})):([0-9]{1,5})")
+
+
+def server_endpoint(server_id: str) -> tuple[str, int] | None:
+    """``server.address`` and ``server.port`` of the replica whose id verl's load balancer handed
+    out, when that id is an address (verl's engines: the replica's HTTP server); None for any other
+    id (a custom balancer's names, the CPU harness's actor names)."""
+    m = _HOST_PORT.fullmatch(server_id)
+    if m is None:
+        return None
+    port = int(m.group(3))
+    return (m.group(1) or m.group(2), port) if 0 < port < 65536 else None
+
+
 @safe("rollout server id")
 def _note_server(result: Any, waited_s: float) -> None:
     call = rs.LLM_CALL.get()
     if call is not None and call.rec is not None and isinstance(result, tuple) and result:
-        call.rec.attributes[semconv.ATTR_ROLLOUT_SERVER_ID] = str(result[0])
-        call.rec.attributes[semconv.ATTR_ROLLOUT_SERVER_WAIT] = waited_s
+        server_id = str(result[0])
+        attrs = call.rec.attributes
+        attrs[semconv.ATTR_ROLLOUT_SERVER_ID] = server_id
+        attrs[semconv.ATTR_ROLLOUT_SERVER_WAIT] = waited_s
+        endpoint = server_endpoint(server_id)
+        if endpoint is not None:
+            attrs[semconv.ATTR_SERVER_ADDRESS], attrs[semconv.ATTR_SERVER_PORT] = endpoint
 
 
 async def acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -211,9 +257,13 @@ async def acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs:
 
 @safe("rollout engine context")
 def _carry(instance: Any, request_id: Any) -> Any:
+    call = rs.LLM_CALL.get()
+    if call is not None and call.rec is not None:
+        response_id = _an_id(request_id)  # verl's own id, as the engine gets it (the server strips ours)
+        if response_id:
+            call.rec.attributes[semconv.GEN_AI_RESPONSE_ID] = response_id
     if not engine_context.enabled(_provider(instance)):
         return request_id
-    call = rs.LLM_CALL.get()
     if call is None:
         return request_id  # not inside an LLM call we traced: no context of ours to hand on
     if call.rec is None:  # a trajectory left unrecorded: an unsampled parent leaves the engine's span out

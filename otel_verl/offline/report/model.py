@@ -283,7 +283,7 @@ def _row_kind(span: SpanRecord) -> str:
         return "traj"
     if span.name == semconv.SPAN_ROLLOUT_TAIL:
         return "tail"
-    if span.name == semconv.SPAN_ROLLOUT_LLM_CALL:
+    if semconv.is_llm_call(span.name, span.attributes):
         return "llm"
     return "other"
 
@@ -299,7 +299,8 @@ def _timeline(step: StepRow, members: list[SpanRecord], include_validation: bool
     gen = next((s for s in children.get(step.span.span_id, []) if s.attributes.get(semconv.ATTR_STAGE) == "gen"), None)
     linked_roots = children.pop("", [])
     for s in linked_roots:
-        anchor = gen if gen is not None and s.name.startswith("verl.rollout.") else step.span
+        rollout = s.name.startswith("verl.rollout.") or semconv.is_llm_call(s.name, s.attributes)
+        anchor = gen if gen is not None and rollout else step.span
         children[anchor.span_id].append(s)
     linked = {s.span_id for s in linked_roots}
 
@@ -325,7 +326,7 @@ def _timeline(step: StepRow, members: list[SpanRecord], include_validation: bool
         rows.append(row)
         below = []
         for child in sorted(children.get(span.span_id, []), key=lambda s: (s.start_ns, s.name)):
-            if kind == "traj" and child.name == semconv.SPAN_ROLLOUT_LLM_CALL:
+            if kind == "traj" and semconv.is_llm_call(child.name, child.attributes):
                 row.segments.append(child)
             else:
                 below.append((child, depth + 1))
@@ -556,7 +557,7 @@ def pool_states(step_span: SpanRecord) -> dict[str, dict[str, float]]:
 
 
 def _replicas(members: list[SpanRecord]) -> list[str]:
-    calls = (s for s in members if s.name == semconv.SPAN_ROLLOUT_LLM_CALL)
+    calls = (s for s in members if semconv.is_llm_call(s.name, s.attributes))
     found = {s.attributes.get(semconv.ATTR_ROLLOUT_SERVER_ID) for s in calls}
     return sorted(r for r in found if isinstance(r, str))
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from offline_otlp_json import gauge, span, traj_hist, write_metrics, write_spans
+from offline_otlp_json import gauge, llm_call, span, traj_hist, write_metrics, write_spans
 
 from otel_verl import semconv
 
@@ -14,7 +14,16 @@ from otel_verl import semconv
 @pytest.fixture
 def v1_run(tmp_path: Path) -> Path:
     """Two v1-style steps: stage spans in the step trace, trajectories in traces of their own."""
-    folder = tmp_path / "telemetry"
+    return write_v1_run(tmp_path / "telemetry")
+
+
+@pytest.fixture
+def v1_run_legacy(tmp_path: Path) -> Path:
+    """``v1_run`` as older otel-verl wrote it: its LLM calls named ``verl.rollout.llm_call``."""
+    return write_v1_run(tmp_path / "legacy", legacy=True)
+
+
+def write_v1_run(folder: Path, legacy: bool = False) -> Path:
     folder.mkdir()
     tr, workers, rollouts = [], [], []
     layout = {1: (0.0, {"gen": 1.0, "old_log_prob": 0.25, "update_actor": 0.5}), 2: (10.0, {"gen": 2.0, "adv": 0.1})}
@@ -41,7 +50,7 @@ def v1_run(tmp_path: Path) -> Path:
             rtrace = f"{step:08x}{i:08x}"
             attrs = {"verl__rollout__submit_step": step, "verl__rollout__sample_index": i, "verl__rollout__index": 0}
             tid, traj = span(semconv.SPAN_ROLLOUT_TRAJECTORY, rtrace, t + 0.1, t + 0.1 + dur, **attrs)
-            _, llm = span(semconv.SPAN_ROLLOUT_LLM_CALL, rtrace, t + 0.12, t + 0.05 + dur, tid)
+            _, llm = llm_call(rtrace, t + 0.12, t + 0.05 + dur, tid, legacy, verl__rollout__submit_step=step)
             rollouts += [traj, llm]
             if i == 1:
                 slowest[step] = (tid, dur)

@@ -47,6 +47,19 @@ def span(name, trace, start, end, parent=None, status=None, **attrs):
     return sid, out
 
 
+def llm_call(trace, start, end, parent=None, legacy=False, **attrs):
+    """One LLM call's span as otel-verl writes it: named and attributed by the GenAI conventions
+    (CLIENT, ``text_completion <model>``), or as older otel-verl wrote it (``legacy``: the name
+    ``verl.rollout.llm_call``, none of the attributes the predicate reads today)."""
+    if legacy:
+        return span(semconv.LEGACY_SPAN_ROLLOUT_LLM_CALL, trace, start, end, parent, **attrs)
+    attrs = {"gen_ai__operation__name": semconv.GEN_AI_OPERATION_TEXT_COMPLETION, **attrs}
+    attrs.setdefault("verl__rollout__submit_step", 1)
+    sid, out = span(semconv.llm_call_span_name("Qwen/Qwen2.5-0.5B"), trace, start, end, parent, **attrs)
+    out["kind"] = 3  # SPAN_KIND_CLIENT
+    return sid, out
+
+
 def write_spans(folder: Path, role: str, pid: int, spans: list[dict], **resource_attrs) -> None:
     resource = {"service.name": "verl", semconv.RES_ROLE: role, "process.pid": pid, semconv.RES_RUN_ID: "run-1"}
     resource.update(resource_attrs)

@@ -11,7 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from offline_otlp_json import _attrs, gauge, log_record, span, traj_hist, write_logs, write_metrics, write_spans
+from offline_otlp_json import (
+    _attrs,
+    gauge,
+    llm_call,
+    log_record,
+    span,
+    traj_hist,
+    write_logs,
+    write_metrics,
+    write_spans,
+)
 
 from otel_verl import semconv
 from otel_verl.offline.report import write_report
@@ -109,7 +119,7 @@ def _rich_run(folder: Path) -> None:
     tid, traj = span(
         semconv.SPAN_ROLLOUT_TRAJECTORY, "b" * 16, 0.1, 0.9, None, verl__rollout__response_tokens=5, **rollout
     )
-    _, call = span(semconv.SPAN_ROLLOUT_LLM_CALL, "b" * 16, 0.2, 0.8, tid, verl__rollout__server__id="r0")
+    _, call = llm_call("b" * 16, 0.2, 0.8, tid, verl__rollout__server__id="r0")
     write_spans(folder, "taskrunner", 1, [root, gen, wg, traj, call], **{semconv.RES_RANK: 0, "host.name": "n"})
     write_spans(folder, "worker", 2, [worker], **{semconv.RES_RANK: 0})
     cost = {"asDouble": 0.1, "attributes": _attrs({semconv.ATTR_OVERHEAD_COMPONENT: "hooks"})}

@@ -6,7 +6,7 @@ trajectory), not from the few trees exported.
 
 from __future__ import annotations
 
-from offline_otlp_json import _attrs, span, write_spans
+from offline_otlp_json import _attrs, llm_call, span, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.report import model, page
@@ -29,7 +29,7 @@ def _run(folder):
         verl__rollout__kept_because="slowest",
         verl__rollout__slowest_rank=1,
     )
-    _, call = span(semconv.SPAN_ROLLOUT_LLM_CALL, T, 0.3, 2.0, parent=slow_id)
+    _, call = llm_call(T, 0.3, 2.0, parent=slow_id)
     _, reward = span(semconv.SPAN_REWARD_WORKER, T, 2.05, 2.1, parent=slow_id)
     sampled = [
         span(
@@ -73,15 +73,15 @@ def test_summary_and_report_point_at_each_steps_slowest_kept_tree(tmp_path):
     assert row.slowest.span_id == slow_id
     assert row.trajectories == 3 and row.all_trajectories == 8  # trees exported / trajectories run
     assert row.tail_ratio == 5.0  # the worker's figure over all 8, not 2.0 / 0.4 from the three trees
-    assert sorted(s.name for s in row.tree) == [semconv.SPAN_REWARD_WORKER, semconv.SPAN_ROLLOUT_LLM_CALL]
+    call = semconv.llm_call_span_name("Qwen/Qwen2.5-0.5B")
+    assert sorted(s.name for s in row.tree) == [call, semconv.SPAN_REWARD_WORKER]
     text = lines(rep)
     assert f"    slowest trajectory (trees of 3 of its 8): span {slow_id} in trace {T * 2}, 2 spans below it" in text
     assert (
-        f"  its tree (kept because slowest): trace {T * 2} span {slow_id}, "
-        f"1 {semconv.SPAN_REWARD_WORKER}, 1 {semconv.SPAN_ROLLOUT_LLM_CALL}"
+        f"  its tree (kept because slowest): trace {T * 2} span {slow_id}, 1 {call}, 1 {semconv.SPAN_REWARD_WORKER}"
     ) in text
     html = page.render(rep)
     assert (
-        f"Its tree: 1 <code>{semconv.SPAN_REWARD_WORKER}</code>, 1 <code>{semconv.SPAN_ROLLOUT_LLM_CALL}</code>, "
+        f"Its tree: 1 <code>{call}</code>, 1 <code>{semconv.SPAN_REWARD_WORKER}</code>, "
         "kept because <code>slowest</code>."
     ) in html

@@ -11,19 +11,29 @@ from otel_verl.offline.pools import replica_busy_seconds, replica_idle_ratio
 S = 1_000_000_000
 
 
-def _call(server: str, start: float, end: float, name: str = semconv.SPAN_ROLLOUT_LLM_CALL) -> SpanRecord:
-    attrs = {semconv.ATTR_ROLLOUT_SERVER_ID: server}
+# An LLM call's span as otel-verl writes it (GenAI conventions' name and operation, its own step).
+OURS = {semconv.GEN_AI_OPERATION_NAME: semconv.GEN_AI_OPERATION_TEXT_COMPLETION, semconv.ATTR_ROLLOUT_SUBMIT_STEP: 1}
+
+
+def _call(server: str, start: float, end: float, name: str = "", **attrs) -> SpanRecord:
+    """An LLM call's span as otel-verl writes it; with a ``name``, a span of that name and ``attrs`` alone."""
+    attrs = {semconv.ATTR_ROLLOUT_SERVER_ID: server, **(attrs if name else OURS)}
+    name = name or semconv.llm_call_span_name("m")
     return SpanRecord(name, "t", f"{server}{start}", "", int(start * S), int(end * S), attrs, {}, "UNSET")
 
 
 def test_overlapping_calls_count_once_and_are_clipped_to_the_window():
     spans = [
         _call("a", 0.0, 2.0),
-        _call("a", 1.0, 3.0),  # overlaps the first: a is busy 0-3
+        _call("a", 1.0, 3.0, name=semconv.LEGACY_SPAN_ROLLOUT_LLM_CALL),  # as older otel-verl named it: a is busy 0-3
         _call("a", 5.0, 6.0),
         _call("b", 9.0, 12.0),  # clipped to the window's end (10)
         _call("c", 11.0, 12.0),  # outside the window
-        _call("a", 7.0, 8.0, name="verl.rollout.trajectory"),  # not an LLM call
+        _call("a", 7.0, 8.0, name=semconv.SPAN_ROLLOUT_TRAJECTORY),  # not an LLM call
+        # GenAI spans that are not otel-verl's LLM calls: a user's own client, the engine's request, a tool
+        _call("a", 8.0, 9.0, name="text_completion m", **{semconv.GEN_AI_OPERATION_NAME: "text_completion"}),
+        _call("a", 8.0, 9.0, name=semconv.SPAN_ENGINE_REQUEST),
+        _call("a", 8.0, 9.0, name="execute_tool t", **{**OURS, semconv.GEN_AI_OPERATION_NAME: "execute_tool"}),
     ]
     busy = replica_busy_seconds(spans, 0, 10 * S)
     assert busy == pytest.approx({"a": 4.0, "b": 1.0})

@@ -5,7 +5,7 @@ figures are still those of all its spans (the v1 rollout traces joined to it inc
 from __future__ import annotations
 
 import pytest
-from offline_otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
+from offline_otlp_json import T0, _attrs, gauge, llm_call, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import Skipped
@@ -48,13 +48,13 @@ def _run(folder, steps: int, kl=lambda n: 0.01) -> None:
                 verl__rollout__sample_index=i,
             )
             for c in range(2):
-                _, call = span(
-                    semconv.SPAN_ROLLOUT_LLM_CALL,
+                _, call = llm_call(
                     f"{10_000 * n + i:016x}",
                     t + c * seconds / 2,
                     t + (c + 1) * seconds / 2,
                     tid,
                     verl__rollout__server__id="r0",
+                    verl__rollout__submit_step=n,
                 )
                 rollouts.append(call)
             rollouts.append(traj)
@@ -95,7 +95,9 @@ def test_a_longer_run_holds_no_more_spans_at_once(tmp_path):
         assert r.slowest.seconds == TRAJECTORIES + r.step % 3
         assert r.tree_spans == 2  # its slowest trajectory's kept tree: counted, held only for the run's slowest
         run_slowest = r.slowest.span_id == b.slowest.span_id
-        assert [s.name for s in r.tree] == ([semconv.SPAN_ROLLOUT_LLM_CALL] * 2 if run_slowest else [])
+        assert [s.name for s in r.tree] == (
+            [semconv.llm_call_span_name("Qwen/Qwen2.5-0.5B")] * 2 if run_slowest else []
+        )
         assert list(r.stages) == ["gen", "update_actor"]
     assert b.slowest is not None and b.slowest.seconds == TRAJECTORIES + 2
     assert sum(1 for r in b.steps if r.tree) == 1

@@ -6,7 +6,7 @@ import io
 import os
 
 import pytest
-from offline_otlp_json import gauge, span, write_metrics, write_spans
+from offline_otlp_json import gauge, llm_call, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.commands.errors import CommandError
@@ -116,7 +116,7 @@ def test_nothing_readable_is_an_error(tmp_path):
     assert "1 training steps" in text and "traces-x-1.jsonl line 1 (not an OTLP traces request)" in err
 
 
-def _engine_run(folder, latency_of_second_call):
+def _engine_run(folder, latency_of_second_call, legacy=False):
     """One v0-style step: two trajectories; the slowest one's two LLM calls each have the engine's
     ``llm_request`` span (queue / prefill / decode), written by the rollout server."""
     folder.mkdir()
@@ -133,7 +133,7 @@ def _engine_run(folder, latency_of_second_call):
         if i:
             continue
         for n, latency in enumerate(({"queue": 0.1, "prefill": 0.2, "decode": 0.5}, latency_of_second_call)):
-            cid, call = span(semconv.SPAN_ROLLOUT_LLM_CALL, trace, 0.3 + n, 1.2 + n, tid)
+            cid, call = llm_call(trace, 0.3 + n, 1.2 + n, tid, legacy)
             rollout.append(call)
             attrs = {f"gen_ai__latency__{k}": v for k, v in latency.items()}
             attrs = {k.replace("__queue", "__time_in_queue").replace("__prefill", "__time_in_model_prefill")
@@ -145,8 +145,9 @@ def _engine_run(folder, latency_of_second_call):
     return folder
 
 
-def test_the_slowest_trajectorys_engine_time_is_split_into_queue_prefill_decode(tmp_path):
-    folder = _engine_run(tmp_path / "t", {"queue": 0.3, "prefill": 0.1, "decode": 0.4})
+@pytest.mark.parametrize("legacy", [False, True])  # LLM calls as otel-verl names them, and as it did
+def test_the_slowest_trajectorys_engine_time_is_split_into_queue_prefill_decode(tmp_path, legacy):
+    folder = _engine_run(tmp_path / "t", {"queue": 0.3, "prefill": 0.1, "decode": 0.4}, legacy)
     text, _ = _summary(folder)
     lines = text.splitlines()
     i = lines.index("  in the engine (its llm_request spans under the trajectory's LLM calls), each step's slowest:")

@@ -20,6 +20,8 @@ from verl.protocol import DataProto
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
+from otel_verl import semconv
+
 PROMPT = [11, 12, 13]
 
 
@@ -55,8 +57,10 @@ class _Remote:
 class FakeServer:
     def __init__(self, delays=None):
         self.delays = delays or {}
+        self.request_ids: list[str] = []  # the ids the engine got, one per call
 
         async def generate(*, request_id, prompt_ids, sampling_params, image_data=None, video_data=None, **kw):
+            self.request_ids.append(request_id)
             n = sampling_params["max_tokens"]
             await asyncio.sleep(self.delays.get(n, 0.0))
             return TokenOutput(
@@ -70,13 +74,15 @@ class FakeServer:
 
 
 class FakeBalancer:
-    def __init__(self, server):
+    def __init__(self, server, server_id="replica-0"):
+        self.server = server
+
         async def fields():
             return []
 
         async def acquire_server(request_id):
             await asyncio.sleep(0.02)  # queueing in the load balancer
-            return "replica-0", server
+            return server_id, server
 
         self.require_acquire_fields = _Remote(fields)
         self.require_release_fields = _Remote(fields)
@@ -136,6 +142,11 @@ def make_batch(step=3, validate=False, prompts=2, n=2, **extra):
 
 def by_name(captured, name):
     return [s for s in captured.finished() if s.name == name]
+
+
+def llm_calls(captured):
+    """The LLM-call spans, found as every reader finds them (``semconv.is_llm_call``)."""
+    return [s for s in captured.finished() if semconv.is_llm_call(s.name, s.attributes)]
 
 
 def hist(captured, name):

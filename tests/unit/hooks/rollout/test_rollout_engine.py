@@ -13,7 +13,7 @@ import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-from rollout_helpers import CONFIG, FakeBalancer, _Remote, by_name, make_batch, make_worker
+from rollout_helpers import CONFIG, FakeBalancer, _Remote, by_name, llm_calls, make_batch, make_worker
 from verl.workers.rollout.replica import TokenOutput
 
 from otel_verl import semconv
@@ -139,7 +139,7 @@ def _engine_parents(srv) -> list[str]:
 def test_every_engine_call_gets_its_llm_calls_context_and_verls_own_request_id(captured, engine_server):
     asyncio.run(_worker_on(engine_server).generate_sequences(make_batch()))
 
-    calls = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    calls = llm_calls(captured)
     assert len(calls) == 4 and len(engine_server.engine.calls) == 4
     expected = {f"00-{c.context.trace_id:032x}-{c.context.span_id:016x}-{c.context.trace_flags:02x}" for c in calls}
     assert set(_engine_parents(engine_server)) == expected  # each engine request under its own LLM call
@@ -152,7 +152,7 @@ def test_a_trajectory_left_out_hands_the_engine_an_unsampled_parent(captured, en
     settings.cache_clear()
     asyncio.run(_worker_on(engine_server).generate_sequences(make_batch()))
 
-    assert by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL) == []
+    assert llm_calls(captured) == []
     parents = _engine_parents(engine_server)
     assert len(parents) == 4 and all(int(p[-2:], 16) & 1 == 0 for p in parents)  # the engine's span left out too
 
@@ -166,7 +166,7 @@ def test_no_context_travels_when_off_or_for_an_engine_without_tracing(
     asyncio.run(_worker_on(engine_server, rollout).generate_sequences(make_batch()))
 
     assert [headers for _, headers in engine_server.engine.calls] == [None] * 4
-    assert len(by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)) == 4
+    assert len(llm_calls(captured)) == 4
 
 
 def test_headers_verl_gave_the_engine_are_kept(captured, engine_server):
@@ -316,7 +316,7 @@ def test_the_engines_spans_follow_their_trajectorys_tree(captured, engine_server
 
     assert len(engine_server.engine.calls) == 4  # every call was traced by the engine ...
     trajectories = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
-    calls = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    calls = llm_calls(captured)
     engine_spans = by_name(captured, semconv.SPAN_ENGINE_REQUEST)
     assert len(trajectories) == 1 and len(calls) == 1  # ... one tree was kept
     assert len(engine_spans) == 1  # and only its engine span was exported: no orphans

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otel_verl import semconv
 from otel_verl.hooks.rollout import engine, engine_context
 
 pytestmark = pytest.mark.vllm_cpu
@@ -81,7 +82,7 @@ def test_sglangs_request_span_is_a_child_of_the_llm_call(sglang_trace):
         yield obj
 
     wrapped = wrapt.FunctionWrapper(generate_request, engine.sglang_generate_request_wrapper)
-    with provider.get_tracer("t").start_as_current_span("verl.rollout.llm_call") as call:
+    with provider.get_tracer("t").start_as_current_span(semconv.llm_call_span_name("m")) as call:
         parent = engine_context.traceparent(trace.set_span_in_context(call))
 
     async def serve():

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from opentelemetry import trace
-from rollout_helpers import EchoAgentLoop, FakeBalancer, _Remote, by_name, hist, make_batch, make_worker
+from rollout_helpers import EchoAgentLoop, FakeBalancer, _Remote, by_name, hist, llm_calls, make_batch, make_worker
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.workers.rollout.replica import TokenOutput
@@ -160,7 +160,7 @@ def test_only_the_budget_of_trees_is_exported_the_slowest_whole_and_marked(captu
     assert slowest.attributes[semconv.ATTR_ROLLOUT_SLOWEST_RANK] == 1
     assert slowest.attributes[semconv.ATTR_ROLLOUT_SAMPLE_RATE] == 1.0
     (call,) = below  # its whole tree: the LLM call, with the request's attributes
-    assert call.name == semconv.SPAN_ROLLOUT_LLM_CALL and call.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == 4
+    assert semconv.is_llm_call(call.name, call.attributes) and call.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == 4
     assert call.attributes[semconv.ATTR_ROLLOUT_SERVER_ID] == "replica-0"
     assert slowest.start_time <= call.start_time <= call.end_time <= slowest.end_time
     for t, _ in trees.values():
@@ -171,7 +171,7 @@ def test_only_the_budget_of_trees_is_exported_the_slowest_whole_and_marked(captu
     assert duration.count == 8 and duration.max == pytest.approx(SLOW_S, abs=0.1)
     (llm,) = hist(captured, semconv.M_ROLLOUT_LLM_CALL_DURATION)
     assert llm.count == 8
-    assert len(by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)) == 3  # only in kept trees
+    assert len(llm_calls(captured)) == 3  # only in kept trees
     # the step's long-tail event names the kept tree and says what was kept
     (tail,) = by_name(captured, semconv.SPAN_ROLLOUT_TAIL)
     (event,) = tail.events
@@ -218,7 +218,7 @@ def test_failed_trajectories_are_always_kept_beyond_the_budget(captured, clock, 
         assert [e.name for e in t.events] == ["exception"]
         assert "agent failed" in t.events[0].attributes["exception.message"]
         (call,) = trees[t.context.span_id][1]  # its LLM call came back before the agent loop failed
-        assert call.name == semconv.SPAN_ROLLOUT_LLM_CALL
+        assert semconv.is_llm_call(call.name, call.attributes)
     (event,) = by_name(captured, semconv.SPAN_ROLLOUT_TAIL)[0].events
     assert event.attributes[semconv.ATTR_ROLLOUT_KEPT_PREFIX + semconv.KEPT_ERROR] == 2
     assert event.attributes[semconv.ATTR_ROLLOUT_NOT_KEPT] == 2
@@ -244,7 +244,7 @@ def test_user_spans_inside_a_trajectory_follow_its_tree(captured, clock, budget)
     (user,) = [s for s in below if s.name == "my.turn"]
     assert user.parent.span_id == t.context.span_id and user.attributes["i"] == 1
     assert user.context.trace_id == t.context.trace_id
-    (call,) = [s for s in below if s.name == semconv.SPAN_ROLLOUT_LLM_CALL]
+    (call,) = [s for s in below if semconv.is_llm_call(s.name, s.attributes)]
     assert call.parent.span_id == t.context.span_id
     assert [s.attributes["i"] for s in captured.finished() if s.name == "my.turn"] == [1]  # the others: dropped
     assert PROCESS.telemetry.trees.held == 0

@@ -9,9 +9,10 @@ import asyncio
 
 import pytest
 from opentelemetry import trace
-from rollout_helpers import PROMPT, FakeBalancer, FakeServer, by_name, hist, make_batch, make_worker
+from rollout_helpers import PROMPT, FakeBalancer, FakeServer, by_name, hist, llm_calls, make_batch, make_worker
 
 from otel_verl import semconv
+from otel_verl.hooks.rollout import engine_context
 
 
 def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
@@ -37,13 +38,18 @@ def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
         assert a[semconv.ATTR_ROLLOUT_REWARD] == 0.25 * n
     assert seen == {(0, 0), (0, 1), (1, 0), (1, 1)}
 
-    calls = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    calls = llm_calls(captured)
     assert len(calls) == 4
     parents = {t.context.span_id: t for t in trajs}
+    # the ids the engine gets once the server hook took the trace context off again
+    engine_ids = [engine_context.detach(rid)[0] for rid in worker.llm_client._load_balancer.server.request_ids]
     for c in calls:
         traj = parents[c.parent.span_id]  # child of its trajectory
         a = c.attributes
+        # the GenAI conventions' span: {gen_ai.operation.name} {gen_ai.request.model}, CLIENT
+        assert c.name == "text_completion Qwen2.5-0.5B-Instruct"
         assert c.kind == trace.SpanKind.CLIENT
+        assert c.instrumentation_scope.name == semconv.SCOPE
         assert a[semconv.GEN_AI_OPERATION_NAME] == "text_completion"
         assert a[semconv.GEN_AI_PROVIDER_NAME] == "vllm"
         assert a[semconv.GEN_AI_REQUEST_MODEL] == "Qwen2.5-0.5B-Instruct"  # the folder's name, not the user's path
@@ -52,15 +58,22 @@ def test_every_trajectory_and_llm_call_gets_a_span_with_verl_outputs(captured):
         assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == traj.attributes[semconv.ATTR_ROLLOUT_RESPONSE_TOKENS]
         assert a[semconv.GEN_AI_REQUEST_MAX_TOKENS] == a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]
         assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("completed",)
-        assert a[semconv.ATTR_ROLLOUT_CACHED_TOKENS] == 2
+        assert a[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 2
+        assert a[semconv.GEN_AI_CONVERSATION_ID] == "req"  # the agent loop's id of the trajectory
+        assert a[semconv.GEN_AI_RESPONSE_ID] in engine_ids  # the id the engine got for this call
+        assert semconv.GEN_AI_REQUEST_TOP_K not in a  # top_k -1: no top-k sampling
+        assert semconv.ATTR_SERVER_ADDRESS not in a  # "replica-0" is no address
         assert a[semconv.ATTR_ROLLOUT_PREEMPTIONS] == 0
         assert a[semconv.ATTR_ROLLOUT_WEIGHT_VERSION] == 3
         assert a[semconv.ATTR_ROLLOUT_SERVER_ID] == "replica-0"
         assert 0.02 <= a[semconv.ATTR_ROLLOUT_SERVER_WAIT] < (c.end_time - c.start_time) / 1e9
+    assert sorted(c.attributes[semconv.GEN_AI_RESPONSE_ID] for c in calls) == sorted(engine_ids)  # one each
 
     # reward scoring makes no span here: the reward worker's span is the trajectory's child
     names = {s.name for s in captured.finished()}
-    assert names == {semconv.SPAN_ROLLOUT_TRAJECTORY, semconv.SPAN_ROLLOUT_LLM_CALL, semconv.SPAN_ROLLOUT_TAIL}, names
+    expected = {semconv.SPAN_ROLLOUT_TRAJECTORY, "text_completion Qwen2.5-0.5B-Instruct", semconv.SPAN_ROLLOUT_TAIL}
+    assert names == expected, names
+    assert not [s for s in captured.finished() if semconv.is_llm_call(s.name, s.attributes) != (s in calls)]
 
     (duration,) = hist(captured, semconv.M_ROLLOUT_TRAJECTORY_DURATION)
     assert duration.count == 4
@@ -142,7 +155,8 @@ def test_a_config_without_a_model_leaves_the_attribute_out(captured):
     worker = make_worker()
     worker.llm_client.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm"}}})
     asyncio.run(worker.generate_sequences(make_batch(prompts=1, n=1)))
-    (call,) = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    (call,) = llm_calls(captured)
+    assert call.name == "text_completion"  # the conventions' name without a model: the operation alone
     assert semconv.GEN_AI_REQUEST_MODEL not in call.attributes
     assert call.attributes[semconv.GEN_AI_PROVIDER_NAME] == "vllm"
 
@@ -159,7 +173,89 @@ def test_a_failed_engine_call_carries_its_error_type(captured):
     worker.llm_client._load_balancer = FakeBalancer(server)
     with pytest.raises(ConnectionResetError, match="engine gone"):
         asyncio.run(worker.generate_sequences(make_batch(prompts=1, n=1)))
-    (call,) = by_name(captured, semconv.SPAN_ROLLOUT_LLM_CALL)
+    (call,) = llm_calls(captured)
     assert call.attributes[semconv.ATTR_ERROR_TYPE] == "ConnectionResetError"
     assert call.attributes[semconv.ATTR_ROLLOUT_STATUS] == semconv.STATUS_ERROR
     assert call.attributes[semconv.GEN_AI_REQUEST_MODEL] == "Qwen2.5-0.5B-Instruct"
+
+
+def _one_call(captured, sampling_params, server_id):
+    """verl's real ``LLMServerClient.generate`` inside a trajectory, as an agent loop calls it."""
+    from otel_verl.hooks.rollout import trajectory
+
+    worker = make_worker()
+    worker.llm_client._load_balancer = FakeBalancer(FakeServer(), server_id)
+    st = trajectory._trajectory_start((None, {"step": 5, "sample_index": 0}), {"agent_name": "a"}, None)
+
+    async def agent_turn():
+        return await worker.llm_client.generate("conv-1", prompt_ids=PROMPT, sampling_params=sampling_params)
+
+    asyncio.run(agent_turn())
+    trajectory._trajectory_end(st, None, None)
+    (call,) = llm_calls(captured)
+    return call
+
+
+def test_the_sampling_settings_and_the_replicas_address_are_the_conventions_attributes(captured):
+    params = {"max_tokens": 3, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "seed": 7, "repetition_penalty": 1.0}
+    call = _one_call(captured, params, "[fd00::1]:8001")  # verl's id of a vLLM replica: its HTTP address
+    a = call.attributes
+    assert call.name == "text_completion Qwen2.5-0.5B-Instruct" and call.kind == trace.SpanKind.CLIENT
+    assert a[semconv.GEN_AI_REQUEST_TOP_K] == 20.0 and isinstance(a[semconv.GEN_AI_REQUEST_TOP_K], float)
+    assert a[semconv.GEN_AI_REQUEST_SEED] == 7
+    assert (a[semconv.GEN_AI_REQUEST_TEMPERATURE], a[semconv.GEN_AI_REQUEST_TOP_P]) == (0.7, 0.9)
+    assert a[semconv.ATTR_SERVER_ADDRESS] == "fd00::1" and a[semconv.ATTR_SERVER_PORT] == 8001
+    assert a[semconv.ATTR_ROLLOUT_SERVER_ID] == "[fd00::1]:8001"
+    assert a[semconv.GEN_AI_CONVERSATION_ID] == "conv-1" and a[semconv.ATTR_ROLLOUT_SUBMIT_STEP] == 5
+    assert not [k for k in a if "prompt" in k or "message" in k or "content" in k]  # never the text
+
+
+def test_settings_that_are_off_or_not_numbers_are_left_out(captured):
+    call = _one_call(captured, {"max_tokens": 3, "top_k": -1, "seed": True, "temperature": "hot"}, "replica-0")
+    for key in (semconv.GEN_AI_REQUEST_TOP_K, semconv.GEN_AI_REQUEST_SEED, semconv.GEN_AI_REQUEST_TEMPERATURE):
+        assert key not in call.attributes
+    assert semconv.ATTR_SERVER_ADDRESS not in call.attributes and semconv.ATTR_SERVER_PORT not in call.attributes
+
+
+@pytest.mark.parametrize(
+    ("server_id", "endpoint"),
+    [
+        ("10.0.0.7:8000", ("10.0.0.7", 8000)),
+        ("node-3.cluster.local:40123", ("node-3.cluster.local", 40123)),
+        ("[fd00::1]:8001", ("fd00::1", 8001)),
+        ("replica-0", None),  # a custom balancer's name, the CPU harness's actor name
+        ("fd00::1:8001", None),  # an IPv6 address without brackets: which part is the port?
+        ("10.0.0.7:0", None),
+        ("10.0.0.7:65536", None),
+        ("10.0.0.7:", None),
+        (":8000", None),
+        ("user@10.0.0.7:8000", None),
+        ("10.0.0.7:8000\n", None),
+        ("a" * 100_000 + ":8000", None),
+    ],
+)
+def test_the_server_address_is_read_only_from_an_id_that_is_an_address(server_id, endpoint):
+    from otel_verl.hooks.rollout.llm import server_endpoint
+
+    assert server_endpoint(server_id) == endpoint
+
+
+@pytest.mark.parametrize(
+    ("name", "attributes", "found"),
+    [
+        (
+            "text_completion Qwen/Qwen3-8B",
+            {"gen_ai.operation.name": "text_completion", "verl.rollout.submit_step": 1},
+            True,
+        ),
+        ("text_completion", {"gen_ai.operation.name": "text_completion", "verl.rollout.submit_step": 1}, True),
+        ("verl.rollout.llm_call", {}, True),  # as older otel-verl named it: its files still read
+        ("text_completion gpt-4", {"gen_ai.operation.name": "text_completion"}, False),  # a user's own client
+        ("execute_tool search", {"gen_ai.operation.name": "execute_tool", "verl.rollout.submit_step": 1}, False),
+        ("verl.rollout.trajectory", {"verl.rollout.submit_step": 1, "gen_ai.agent.name": "a"}, False),
+        ("llm_request", {"gen_ai.response.model": "m", "gen_ai.request.id": "x"}, False),  # the engine's span
+        ("text_completion m", None, False),
+    ],
+)
+def test_llm_calls_are_found_by_what_they_carry_new_and_old(name, attributes, found):
+    assert semconv.is_llm_call(name, attributes) is found

@@ -14,7 +14,9 @@ from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, trajectory_histo
 from otel_verl.offline.run_facts import step_gauges
 
 
-def test_build_reads_steps_stages_timelines_and_curves(v1_run):
+@pytest.mark.parametrize("files", ["v1_run", "v1_run_legacy"])  # LLM calls as otel-verl names them, and as it did
+def test_build_reads_steps_stages_timelines_and_curves(files, request):
+    v1_run = request.getfixturevalue(files)
     rep = build(v1_run)
     slowest = {int(k): v for k, v in json.loads((v1_run / "expected.json").read_text()).items()}
     assert [r.step for r in rep.steps] == [1, 2]
@@ -27,10 +29,12 @@ def test_build_reads_steps_stages_timelines_and_curves(v1_run):
     for n in (1, 2):
         assert rep.steps[n - 1].slowest.span_id == slowest[n][0]
         tl = rep.timelines[n]
-        names = [r.span.name for r in tl.rows]
-        assert names[0] == semconv.SPAN_STEP and semconv.SPAN_ROLLOUT_LLM_CALL not in names  # drawn inside
+        assert tl.rows[0].span.name == semconv.SPAN_STEP
+        assert not [r for r in tl.rows if semconv.is_llm_call(r.span.name, r.span.attributes)]  # drawn inside
         trajs = [r for r in tl.rows if r.kind == "traj"]
-        assert len(trajs) == 4 and all(r.linked for r in trajs) and sum(len(r.segments) for r in trajs) == 3
+        assert len(trajs) == 4 and all(r.linked for r in trajs)
+        segments = [c for r in trajs for c in r.segments]
+        assert len(segments) == 3 and all(semconv.is_llm_call(c.name, c.attributes) for c in segments)
         gen = next(i for i, r in enumerate(tl.rows) if r.span.name == "verl.gen")
         assert all(r.depth == tl.rows[gen].depth + 1 for r in trajs)  # hung under the gen stage
         assert [r.span.span_id for r in tl.rows if r.slowest] == [slowest[n][0]]

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 
 import pytest
 from components import require_chromium
-from offline_otlp_json import gauge, log_record, span, write_logs, write_metrics, write_spans
+from offline_otlp_json import gauge, llm_call, log_record, span, write_logs, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.commands.text import MAX_CHARS
@@ -154,7 +154,7 @@ def test_pool_seconds_and_replica_idle_of_the_slowest_step(tmp_path):
     pools = {"verl__pool__actor__busy": 0.5, "verl__pool__actor__waiting": 0.25, "verl__pool__actor__idle": 0.25}
     sid, root = span(semconv.SPAN_STEP, "c" * 16, 0, 1.0, verl__step=1, verl__time__rollout=1.0, **pools)
     calls = [
-        span(semconv.SPAN_ROLLOUT_LLM_CALL, "c" * 16, a, b, sid, verl__rollout__server__id="r0")[1]
+        llm_call("c" * 16, a, b, sid, verl__rollout__server__id="r0")[1]
         for a, b in ((0.0, 0.25), (0.125, 0.5))  # overlapping: busy 0.5 s of the step, not 0.625
     ]
     write_spans(tmp_path, "taskrunner", 1, [root, *calls])
@@ -202,7 +202,7 @@ def _hostile_run(folder, payload: str, **extra_resource) -> None:
         verl__rollout__index=payload,
         verl__rollout__response_tokens=payload,
     )
-    _, call = span(semconv.SPAN_ROLLOUT_LLM_CALL, "a" * 16, 0.2, 0.3, tid, verl__rollout__server__id=payload)
+    _, call = llm_call("a" * 16, 0.2, 0.3, tid, verl__rollout__server__id=payload)
     _, other = span(payload, "a" * 16, 1, 1.5, sid)
     resource = {semconv.RES_RUN_ID: payload, "service.name": payload, semconv.RES_EXPERIMENT: payload, **extra_resource}
     write_spans(folder, payload, payload, [root, stage, traj, call, other], **resource)
