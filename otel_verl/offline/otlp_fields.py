@@ -238,13 +238,13 @@ def _check_any(v: dict[str, Any], depth: int) -> None:
     """Refuse an AnyValue (at message depth ``depth``) where json_format would."""
     if depth > MAX_DEPTH:
         raise ValueError("a value nested too deep")
-    set_ = 0
+    members_set = 0
     for key, x in v.items():
         kind = _ANY.get(key)
         if kind is None or x is None:
             continue
-        set_ += 1
-        if set_ > 1:
+        members_set += 1
+        if members_set > 1:
             raise ValueError("an AnyValue with two values")
         if kind == "string":
             text(x)

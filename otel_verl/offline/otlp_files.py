@@ -2,9 +2,11 @@
 
 Used by ``otel-verl summary``/``report``/``replay`` and by the tests that check a real run's telemetry.
 The files are written by other jobs on a shared file system, so nothing in them is trusted: a line
-is used only when it is an OTLP export request of its signal, as protobuf's ``json_format`` reads
-it into the opentelemetry-proto message (every field of the right type, text that is UTF-8), whose
-ids are hex of their length, whose numbers are numbers and whose spans end at or after their start.
+is used only when it is an OTLP export request of its signal whose every field the readers read is
+as protobuf's ``json_format`` reads it into the opentelemetry-proto message (of the right type,
+text that is UTF-8), whose ids are hex of their length, whose numbers are numbers and whose spans
+end at or after their start (``otlp_fields``: each field checked once, where it is read). Replay
+checks a line whole with ``json_format`` before it sends it (``check_request``).
 
 Whatever cannot be used is left out and noted in a ``Skipped`` (pass one to the readers): a line
 that is not JSON (the last line of a process killed while writing is cut short), not UTF-8 text,
@@ -394,23 +396,25 @@ def _link(lk: Any) -> SpanLink:
 
 def _spans(batch: dict[str, Any]) -> list[SpanRecord]:
     out: list[SpanRecord] = []
+    nanos, hex_id, trace_id, span_id = fields.nanos, fields.hex_id, fields.TRACE_ID, fields.SPAN_ID
     for resource, s in _scoped(batch, "traces"):
-        start, end = fields.nanos(s["startTimeUnixNano"]), fields.nanos(s["endTimeUnixNano"])
+        start, end = nanos(s["startTimeUnixNano"]), nanos(s["endTimeUnixNano"])
         if end < start:
             raise BadRequest("a span that ends before it starts")
+        name = s["name"]
         out.append(
             SpanRecord(
-                name=fields.text(s["name"]),
-                trace_id=fields.hex_id(s["traceId"], fields.TRACE_ID, optional=False),
-                span_id=fields.hex_id(s["spanId"], fields.SPAN_ID, optional=False),
-                parent_id=fields.hex_id(s.get("parentSpanId", ""), fields.SPAN_ID),
+                name=name if type(name) is str else fields.text(name),
+                trace_id=hex_id(s["traceId"], trace_id, optional=False),
+                span_id=hex_id(s["spanId"], span_id, optional=False),
+                parent_id=hex_id(s.get("parentSpanId", ""), span_id),
                 start_ns=start,
                 end_ns=end,
                 attributes=fields.attributes(s.get("attributes"), fields.DEPTH_ITEM),
                 resource=resource,
                 status=_status(s.get("status")),
-                events=_events(s),
-                links=[_link(lk) for lk in fields.items(s, "links")],
+                events=_events(s) if "events" in s else [],
+                links=[_link(lk) for lk in fields.items(s, "links")] if "links" in s else [],
             )
         )
     return out
