@@ -559,6 +559,8 @@ def check_request(signal: str, batch: dict[str, Any]) -> int:
     else a ``BadRequest`` (a ValueError) naming why."""
     try:
         json_format.ParseDict(batch, REQUEST_MESSAGES[signal](), ignore_unknown_fields=True)
+    except SystemError:  # upb, asked for a field named by a lone surrogate (a message given as text)
+        raise BadRequest(f"not an OTLP {signal} request") from None
     except (json_format.ParseError, *_MALFORMED) as exc:
         if "surrogate" in str(exc):  # a lone "\ud800" escape: text no UTF-8 can hold
             raise BadRequest(fields.SURROGATE) from None
