@@ -2,9 +2,11 @@
 
 Used by ``otel-verl summary``/``report``/``replay`` and by the tests that check a real run's telemetry.
 The files are written by other jobs on a shared file system, so nothing in them is trusted: a line
-is used only when it is an OTLP export request of its signal, as protobuf's ``json_format`` reads
-it into the opentelemetry-proto message (every field of the right type, text that is UTF-8), whose
-ids are hex of their length, whose numbers are numbers and whose spans end at or after their start.
+is used only when it is an OTLP export request of its signal whose every field the readers read is
+as protobuf's ``json_format`` reads it into the opentelemetry-proto message (of the right type,
+text that is UTF-8), whose ids are hex of their length, whose numbers are numbers and whose spans
+end at or after their start (``otlp_fields``: each field checked once, where it is read). Replay
+checks a line whole with ``json_format`` before it sends it (``check_request``).
 
 Whatever cannot be used is left out and noted in a ``Skipped`` (pass one to the readers): a line
 that is not JSON (the last line of a process killed while writing is cut short), not UTF-8 text,
@@ -18,9 +20,7 @@ from __future__ import annotations
 
 import errno
 import itertools
-import json
 import os
-import re
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,9 +34,12 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
-from otel_verl.semconv import RES_SERIES_IDENTITY as SERIES_IDENTITY
+from otel_verl.offline import otlp_fields as fields
+from otel_verl.offline.otlp_fields import BadRequest
+from otel_verl.semconv import RES_SERIES_IDENTITY
 
 SIGNALS = ("traces", "metrics", "logs")
+SERIES_IDENTITY = frozenset(RES_SERIES_IDENTITY)
 # signal -> (the request's list of resources, each resource's list of scopes, each scope's items)
 REQUEST_KEYS = {
     "traces": ("resourceSpans", "scopeSpans", "spans"),
@@ -54,13 +57,6 @@ REQUEST_MESSAGES: dict[str, type[Message]] = {
 MAX_LINE_BYTES = 256 * 1024 * 1024
 # Errors a malformed request raises while it is decoded (missing key, wrong JSON type, bad number).
 _MALFORMED = (LookupError, TypeError, ValueError, AttributeError, ArithmeticError, RecursionError)
-# OTLP JSON writes ids as hex (case-insensitive); the readers keep them lowercase.
-_TRACE_ID = re.compile("[0-9a-f]{32}")
-_SPAN_ID = re.compile("[0-9a-f]{16}")
-
-
-class BadRequest(ValueError):
-    """A stored request the readers do not use; the message says why (``Skipped``'s reason)."""
 
 
 @dataclass
@@ -104,71 +100,22 @@ def size(n: int) -> str:
     return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n} bytes"
 
 
-def _float(value: Any) -> float:
-    """A double of a request. protojson writes ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``: those
-    are kept, since a NaN loss or an infinite grad norm is exactly what a run's record must show (the
-    guard fires on them); every chart, sum and sort downstream leaves non-finite values out."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise BadRequest("a number that is not a number")
-    try:
-        return float(value)
-    except ValueError:
-        raise BadRequest("a number that is not a number") from None
-
-
-def _id(value: Any, pattern: re.Pattern[str], optional: bool = True) -> str:
-    """A trace or span id (``pattern``: 32 or 16 hex digits), lowercase; ``""`` when ``optional`` and absent."""
-    text = _str(value).lower()
-    if (optional and not text) or pattern.fullmatch(text):
-        return text
-    raise BadRequest("an id that is not hex of its length (32 digits for a trace, 16 for a span)")
-
-
-def _value(v: dict[str, Any], frozen: bool = True) -> Any:
-    """An OTLP ``AnyValue``. ``frozen`` (attribute values): an array as a tuple and a map as its JSON
-    text, so that any value can be a key (a stage, a process, a server); else a list and a dict."""
-    if "intValue" in v:
-        return int(v["intValue"])  # OTLP JSON writes int64 as a string
-    if "doubleValue" in v:
-        return _float(v["doubleValue"])
-    if "arrayValue" in v:
-        values = [_value(x, frozen) for x in v["arrayValue"].get("values", [])]
-        return tuple(values) if frozen else values
-    if "kvlistValue" in v:  # a map, e.g. a sampled generation's {prompt, response} body
-        items = {_str(a["key"]): _value(a.get("value", {}), False) for a in v["kvlistValue"].get("values") or []}
-        return _body_text(items) if frozen else items
-    return next(iter(v.values()), None)
-
-
-def _attrs(items: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """Attributes: each value a str, int, float, bool, bytes' base64 text, tuple of those, or a map's JSON text."""
-    return {_str(a["key"]): _value(a.get("value", {})) for a in items or []}
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _body_text(value: Any) -> str:
-    """A log body as text: strings as they are, a map or a list (structured bodies) as JSON."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True, default=str)
-    return "" if value is None else str(value)
-
-
 # The JSON file exporter writes a span's status code as its number; protojson writes the name.
 _STATUS_NAMES = {0: "STATUS_CODE_UNSET", 1: "STATUS_CODE_OK", 2: "STATUS_CODE_ERROR"}
+_STATUS_ENUM = frozenset(_STATUS_NAMES.values())
+_TEMPORALITY_ENUM = frozenset(
+    {"AGGREGATION_TEMPORALITY_UNSPECIFIED", "AGGREGATION_TEMPORALITY_DELTA", "AGGREGATION_TEMPORALITY_CUMULATIVE"}
+)
 
 
 def _status(status: Any) -> str:
     """A span's status code as its OTLP name (``STATUS_CODE_ERROR``), whichever way it was written."""
-    code = (status or {}).get("code", 0)
+    if not status and (status is None or type(status) is dict):
+        return "STATUS_CODE_UNSET"
+    code = (fields.optional_message(status) or {}).get("code", 0)
     if isinstance(code, bool) or not isinstance(code, (int, str)):
         raise TypeError(f"expected a status code, got {type(code).__name__}")
+    fields.enum(code, _STATUS_ENUM)
     return _STATUS_NAMES.get(code, str(code)) if isinstance(code, int) else code
 
 
@@ -201,7 +148,8 @@ class SpanRecord:
 
     def event_attributes(self, name: str) -> list[dict[str, Any]]:
         """The attributes of each event called ``name`` (events stay as OTLP JSON in ``events``)."""
-        return [_attrs(e.get("attributes")) for e in self.events if e.get("name") == name]
+        depth = fields.DEPTH_EVENT
+        return [fields.attributes(e.get("attributes"), depth) for e in self.events if e.get("name") == name]
 
 
 @dataclass(slots=True)
@@ -372,7 +320,7 @@ def iter_lines(
             if not text:
                 continue
             try:
-                batch = json.loads(text)
+                batch = fields.parse(text)
             except (ValueError, RecursionError):
                 # the exporter ends every line with a newline: one without is a write cut short
                 skipped.line(path, number, "not JSON" if complete else "cut short")
@@ -400,101 +348,188 @@ def requests(
             yield path, number, text, batch
 
 
+def _resource(r: dict[str, Any], depth: int = fields.DEPTH_RESOURCE) -> dict[str, Any]:
+    """A ResourceSpans' (or -Metrics', -Logs') resource attributes."""
+    if type(r) is not dict:
+        raise TypeError("a resource's entry that is not an object")
+    resource = r.get("resource", {})
+    if type(resource) is not dict:
+        raise TypeError("a resource that is not an object")
+    return fields.attributes(resource.get("attributes"), depth)
+
+
+def _scoped(batch: dict[str, Any], signal: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(resource attributes, item) for each item of a request: spans, metrics or log records."""
+    resources_key, scopes_key, items_key = REQUEST_KEYS[signal]
+    for r in batch[resources_key]:
+        resource = _resource(r)
+        for scope in fields.items(r, scopes_key):
+            if type(scope) is not dict:
+                raise TypeError("a scope's entry that is not an object")
+            for item in fields.items(scope, items_key):
+                if type(item) is not dict:
+                    raise TypeError("an item that is not an object")
+                yield resource, item
+
+
+def _events(span: dict[str, Any]) -> list[dict[str, Any]]:
+    """A span's events, kept as OTLP JSON; what ``event_attributes`` reads of them is checked here."""
+    events = fields.items(span, "events")
+    for e in events:
+        if type(e) is not dict:
+            raise TypeError("an event that is not an object")
+        if e.get("name") is not None:
+            fields.text(e["name"])
+        fields.attributes(e.get("attributes"), fields.DEPTH_EVENT)
+    return list(events)
+
+
+def _link(lk: Any) -> SpanLink:
+    if type(lk) is not dict:
+        raise TypeError("a link that is not an object")
+    return SpanLink(
+        fields.hex_id(lk.get("traceId", ""), fields.TRACE_ID, optional=False),
+        fields.hex_id(lk.get("spanId", ""), fields.SPAN_ID, optional=False),
+        fields.attributes(lk.get("attributes"), fields.DEPTH_EVENT),
+    )
+
+
 def _spans(batch: dict[str, Any]) -> list[SpanRecord]:
     out: list[SpanRecord] = []
-    for rs in batch["resourceSpans"]:
-        resource = _attrs(rs.get("resource", {}).get("attributes"))
-        for ss in rs.get("scopeSpans", []):
-            for s in ss.get("spans", []):
-                start, end = int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])
-                if end < start:
-                    raise BadRequest("a span that ends before it starts")
-                out.append(
-                    SpanRecord(
-                        name=_str(s["name"]),
-                        trace_id=_id(s["traceId"], _TRACE_ID, optional=False),
-                        span_id=_id(s["spanId"], _SPAN_ID, optional=False),
-                        parent_id=_id(s.get("parentSpanId", ""), _SPAN_ID),
-                        start_ns=start,
-                        end_ns=end,
-                        attributes=_attrs(s.get("attributes")),
-                        resource=resource,
-                        status=_status(s.get("status")),
-                        events=list(s.get("events", [])),
-                        links=[
-                            SpanLink(
-                                _id(lk.get("traceId", ""), _TRACE_ID, optional=False),
-                                _id(lk.get("spanId", ""), _SPAN_ID, optional=False),
-                                _attrs(lk.get("attributes")),
-                            )
-                            for lk in s.get("links", [])
-                        ],
-                    )
-                )
+    nanos, hex_id, trace_id, span_id = fields.nanos, fields.hex_id, fields.TRACE_ID, fields.SPAN_ID
+    for resource, s in _scoped(batch, "traces"):
+        start, end = nanos(s["startTimeUnixNano"]), nanos(s["endTimeUnixNano"])
+        if end < start:
+            raise BadRequest("a span that ends before it starts")
+        name = s["name"]
+        out.append(
+            SpanRecord(
+                name=name if type(name) is str else fields.text(name),
+                trace_id=hex_id(s["traceId"], trace_id, optional=False),
+                span_id=hex_id(s["spanId"], span_id, optional=False),
+                parent_id=hex_id(s.get("parentSpanId", ""), span_id),
+                start_ns=start,
+                end_ns=end,
+                attributes=fields.attributes(s.get("attributes"), fields.DEPTH_ITEM),
+                resource=resource,
+                status=_status(s.get("status")),
+                events=_events(s) if "events" in s else [],
+                links=[_link(lk) for lk in fields.items(s, "links")] if "links" in s else [],
+            )
+        )
     return out
 
 
 def _own_attrs(items: Any, resource: dict[str, Any]) -> dict[str, Any]:
     """A metric point's attributes less the copies of its resource's series identity that the
     exporting process put on every point (``process.point_identity``): here they are the resource's."""
-    attrs = _attrs(items)
+    if items is None:
+        return {}
+    attrs = fields.attributes(items, fields.DEPTH_POINT)
+    if SERIES_IDENTITY.isdisjoint(attrs):
+        return attrs
     return {k: v for k, v in attrs.items() if k not in SERIES_IDENTITY or resource.get(k) != v}
+
+
+_INF = float("inf")
+KINDS = frozenset({"gauge", "sum", "histogram"})  # the kinds of metric the readers read
+_DATA = frozenset({*KINDS, "exponentialHistogram", "summary"})  # a Metric's data: one of these (a oneof)
+
+
+def _kind(m: dict[str, Any]) -> str | None:
+    """Which of ``KINDS`` metric ``m`` is (None: another, or none)."""
+    found = _DATA.intersection(m)
+    if len(found) == 1:
+        (kind,) = found
+        return kind if kind in KINDS else None
+    found = {k for k in found if k in KINDS or m[k] is not None}  # json_format: null is unset
+    if len(found) > 1:
+        raise ValueError("a metric of two kinds")
+    return next((k for k in found if k in KINDS), None)
+
+
+def _number_value(p: dict[str, Any]) -> float | None:
+    """A gauge's or a sum's point value: ``asDouble`` or ``asInt`` (a oneof), as a float."""
+    as_double, as_int = p.get("asDouble"), p.get("asInt")
+    if as_int is not None:
+        if as_double is not None:
+            raise ValueError("a point with two values")
+        fields.check_integer(as_int)  # sfixed64
+    if as_double is not None:
+        return fields.double(as_double)
+    if "asDouble" in p or as_int is None:
+        return None
+    return fields.number(as_int)
 
 
 def _points(batch: dict[str, Any]) -> list[MetricPoint]:
     out: list[MetricPoint] = []
-    for rm in batch["resourceMetrics"]:
-        resource = _attrs(rm.get("resource", {}).get("attributes"))
-        for sm in rm.get("scopeMetrics", []):
-            for m in sm.get("metrics", []):
-                for kind in ("gauge", "sum", "histogram"):
-                    if kind not in m:
-                        continue
-                    temporality = _temporality(m[kind].get("aggregationTemporality"))
-                    for p in m[kind].get("dataPoints", []):
-                        if kind == "histogram":
-                            value, count = p.get("sum"), int(p.get("count", 0))
-                            value = _float(value) if value is not None else None
-                        else:
-                            value = p.get("asDouble", p.get("asInt"))
-                            value, count = (_float(value) if value is not None else None), None
-                        out.append(
-                            MetricPoint(
-                                _str(m["name"]),
-                                kind,
-                                value,
-                                count,
-                                _own_attrs(p.get("attributes"), resource),
-                                resource,
-                                int(p.get("timeUnixNano", 0)),
-                                [_float(b) for b in p.get("explicitBounds", [])] if kind == "histogram" else None,
-                                [int(c) for c in p.get("bucketCounts", [])] if kind == "histogram" else None,
-                                int(p.get("startTimeUnixNano", 0)),
-                                temporality,
-                            )
-                        )
+    nanos_of = fields.nanos_of
+    for resource, m in _scoped(batch, "metrics"):
+        name = m.get("name")
+        if name is not None and type(name) is not str:
+            fields.text(name)
+        kind = _kind(m)
+        if kind is None:
+            continue
+        data = m[kind]
+        if type(data) is not dict:
+            raise TypeError("a metric's data that is not an object")
+        temporality = _temporality(data.get("aggregationTemporality"), checked=kind != "gauge")
+        for p in fields.items(data, "dataPoints"):
+            if type(p) is not dict:
+                raise TypeError("a point that is not an object")
+            if kind == "histogram":
+                total = p.get("sum")
+                value, count = (fields.double(total) if total is not None else None), nanos_of(p, "count")
+                bounds = [fields.double(b) for b in fields.items(p, "explicitBounds")]
+                buckets = [fields.nanos(c) for c in fields.items(p, "bucketCounts")]
+            else:
+                value, count, bounds, buckets = p.get("asDouble"), None, None, None
+                if not (type(value) is float and -_INF < value < _INF and "asInt" not in p):  # else as written
+                    value = _number_value(p)
+            attrs = p.get("attributes")
+            time_ns = p.get("timeUnixNano")
+            if not (type(time_ns) is str and len(time_ns) < 20 and time_ns.isascii() and time_ns.isdigit()):
+                time_ns = nanos_of(p, "timeUnixNano")  # else read below, as written: digits below 2**64
+            out.append(
+                MetricPoint(
+                    name if type(name) is str else fields.text(m["name"]),
+                    kind,
+                    value,
+                    count,
+                    _own_attrs(attrs, resource) if attrs is not None else {},
+                    resource,
+                    int(time_ns),
+                    bounds,
+                    buckets,
+                    nanos_of(p, "startTimeUnixNano") if "startTimeUnixNano" in p else 0,
+                    temporality,
+                )
+            )
     return out
 
 
 def _logs(batch: dict[str, Any]) -> list[LogEntry]:
     out: list[LogEntry] = []
-    for rl in batch["resourceLogs"]:
-        resource = _attrs(rl.get("resource", {}).get("attributes"))
-        for sl in rl.get("scopeLogs", []):
-            for r in sl.get("logRecords", []):
-                body = r.get("body") or {}
-                out.append(
-                    LogEntry(
-                        event_name=_str(r.get("eventName", "")),
-                        body=_body_text(_value(body, frozen=False)) if body else "",
-                        attributes=_attrs(r.get("attributes")),
-                        resource=resource,
-                        trace_id=_id(r.get("traceId", ""), _TRACE_ID),
-                        span_id=_id(r.get("spanId", ""), _SPAN_ID),
-                        time_ns=int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0),
-                        severity=_str(r.get("severityText", "")),
-                    )
-                )
+    for resource, r in _scoped(batch, "logs"):
+        body = fields.optional_message(r.get("body"))
+        time_ns, observed_ns = r.get("timeUnixNano"), r.get("observedTimeUnixNano")
+        for value in (time_ns, observed_ns):
+            if value is not None:
+                fields.check_integer(value, 0, fields.U64)  # fixed64
+        out.append(
+            LogEntry(
+                event_name=fields.text(r.get("eventName", "")),
+                body=fields.body_text(fields.any_value(body, fields.DEPTH_BODY, frozen=False)) if body else "",
+                attributes=fields.attributes(r.get("attributes"), fields.DEPTH_ITEM),
+                resource=resource,
+                trace_id=fields.hex_id(r.get("traceId", ""), fields.TRACE_ID),
+                span_id=fields.hex_id(r.get("spanId", ""), fields.SPAN_ID),
+                time_ns=int(time_ns or observed_ns or 0),
+                severity=fields.text(r.get("severityText", "")),
+            )
+        )
     return out
 
 
@@ -504,18 +539,11 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], list[Any]]] = {"traces": _spans,
 def decode(signal: str, batch: dict[str, Any]) -> list[Any]:
     """The records (``SpanRecord``, ``MetricPoint``, ``LogEntry``) of one stored request of ``signal``.
 
-    The one check every reader (and replay, through ``check_request``) applies: the request must be
-    an OTLP export request as ``json_format`` reads it into ``REQUEST_MESSAGES[signal]`` (fields
-    it does not know, from a newer exporter, are ignored), then pass the checks of its records:
-    hex ids, numbers that are numbers (NaN and infinities included), spans that do not end before
-    they start. Else a ``BadRequest`` naming why.
+    The one check every reader applies (``otlp_fields``): each field a record is made of must be as
+    ``json_format`` reads it into ``REQUEST_MESSAGES[signal]``, and usable: hex ids, numbers that
+    are numbers (NaN and infinities included), text that is UTF-8, spans that do not end before
+    they start. Fields no reader uses are not looked at. Else a ``BadRequest`` naming why.
     """
-    try:
-        json_format.ParseDict(batch, REQUEST_MESSAGES[signal](), ignore_unknown_fields=True)
-    except (json_format.ParseError, *_MALFORMED) as exc:
-        if "surrogate" in str(exc):  # a lone "\ud800" escape: text no UTF-8 can hold
-            raise BadRequest("text that is not UTF-8 (a lone surrogate)") from None
-        raise BadRequest(f"not an OTLP {signal} request") from None
     try:
         return _DECODERS[signal](batch)
     except BadRequest:
@@ -525,8 +553,18 @@ def decode(signal: str, batch: dict[str, Any]) -> list[Any]:
 
 
 def check_request(signal: str, batch: dict[str, Any]) -> int:
-    """The items of one stored request, checked as the readers check them (``decode``: replay sends
-    exactly what summary and report read); a ``BadRequest`` (a ValueError) when they would skip it."""
+    """The items of one stored request that replay may send: one the readers read (``decode``) and
+    an OTLP endpoint takes whole, every field as ``json_format`` reads it into
+    ``REQUEST_MESSAGES[signal]`` (fields it does not know, from a newer exporter, are ignored);
+    else a ``BadRequest`` (a ValueError) naming why."""
+    try:
+        json_format.ParseDict(batch, REQUEST_MESSAGES[signal](), ignore_unknown_fields=True)
+    except SystemError:  # upb, asked for a field named by a lone surrogate (a message given as text)
+        raise BadRequest(f"not an OTLP {signal} request") from None
+    except (json_format.ParseError, *_MALFORMED) as exc:
+        if "surrogate" in str(exc):  # a lone "\ud800" escape: text no UTF-8 can hold
+            raise BadRequest(fields.SURROGATE) from None
+        raise BadRequest(f"not an OTLP {signal} request") from None
     decode(signal, batch)
     return count_items(signal, batch)
 
@@ -546,8 +584,7 @@ def _read(folder: str | Path, signal: str, skipped: Skipped | None) -> list[Any]
 @dataclass
 class Reading:
     """What the first reading of a folder saw, so that a second one reads exactly the same: each
-    file's identity and length when first opened, and the lines it skipped (named once, by the first).
-    A file whose identity changed in between (replaced) is read again with every check."""
+    file's length when first opened, and the lines it skipped (named once, by the first)."""
 
     files: dict[Path, tuple[int, int, int]] = field(default_factory=dict)  # file -> (device, inode, size)
     bad: set[tuple[Path, int]] = field(default_factory=set)  # (file, line number) the first reading skipped
@@ -558,21 +595,18 @@ def file_records(
 ) -> Iterator[tuple[int, list[Any]]]:
     """(line number, records) for each usable stored request of one ``signal`` file.
 
-    First reading (``again`` False): every line checked by ``decode``; the file's identity and the
-    lines skipped go into ``reading``. Second one: the same bytes, the same lines, and the checks
-    the first already made are not made twice (the records are built as before).
+    Every line is checked by ``decode``. First reading (``again`` False): the file's identity and
+    length and the lines skipped go into ``reading``. Second one: as far as the first read, the
+    lines it skipped left out, and the problems named by the first only.
     """
     key = REQUEST_KEYS[signal][0]
     mark = reading.files.get(path)
     if again and mark is None:
         return
-    trusted = [False]
 
     def opened(st: os.stat_result) -> bool:
         if not again:
             reading.files[path] = (st.st_dev, st.st_ino, st.st_size)
-        else:
-            trusted[0] = (st.st_dev, st.st_ino) == mark[:2]  # type: ignore[index]
         return True
 
     quiet = Skipped()  # a second reading's problems were the first's to name
@@ -582,14 +616,12 @@ def file_records(
         try:
             if not isinstance(batch.get(key), list):
                 raise BadRequest(f"not an OTLP {signal} request")
-            records = _DECODERS[signal](batch) if trusted[0] else decode(signal, batch)
+            records = decode(signal, batch)
         except BadRequest as exc:
             if not again:
                 skipped.line(path, number, str(exc))
                 reading.bad.add((path, number))
             continue
-        except _MALFORMED:
-            continue  # trusted, yet changed in place: left out
         yield number, records
 
 
@@ -605,7 +637,11 @@ def read_metric_points(folder: str | Path, skipped: Skipped | None = None) -> li
     return _read(folder, "metrics", skipped)
 
 
-def _temporality(value: Any) -> int:
+def _temporality(value: Any, checked: bool = True) -> int:
+    """A sum's or histogram's ``aggregationTemporality`` (its number or name; ``checked``: a field
+    of the message, which a gauge's is not)."""
+    if checked and value is not None:
+        fields.enum(value, _TEMPORALITY_ENUM)
     if isinstance(value, str) and not value.isdigit():  # enum name, as protojson may write it
         return {"AGGREGATION_TEMPORALITY_DELTA": 1, "AGGREGATION_TEMPORALITY_CUMULATIVE": 2}.get(value, 0)
     return int(value or 0)

@@ -278,3 +278,14 @@ def test_a_file_is_read_as_long_as_it_was_when_opened(tmp_path):
     with open(path, "a") as f:
         f.write(_span_line(name="written after") * 3)
     assert [batch["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] for _, _, batch in lines] == ["second"]
+
+
+def test_replay_refuses_a_message_given_as_text_with_a_lone_surrogate():
+    """protobuf's json_format walks a string given for a message as a list of field names, and one
+    holding a lone surrogate made it raise SystemError: replay stopped there."""
+    line = json.loads(_span_line())
+    line["resourceSpans"][0]["scopeSpans"][0]["scope"] = "\ud800"
+    batch = otlp_files.fields.parse(json.dumps(line))
+    assert len(otlp_files.decode("traces", batch)) == 1  # the readers read no scope
+    with pytest.raises(otlp_files.BadRequest, match="not an OTLP traces request"):
+        otlp_files.check_request("traces", batch)
