@@ -44,7 +44,9 @@ def run(request, user_code_runs):
 
 
 def _foreign(spans):
-    return [s for s in spans if not s.name.startswith(OWN)]
+    """Spans neither otel-verl's (``verl.*``, and its LLM-call spans named by the GenAI conventions:
+    ``semconv.is_llm_call``) nor the user code's (``my.*``)."""
+    return [s for s in spans if not s.name.startswith(OWN) and not semconv.is_llm_call(s.name, s.attributes)]
 
 
 def _url(span) -> str:
