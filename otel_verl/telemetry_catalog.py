@@ -590,6 +590,23 @@ SPANS: tuple[SpanDoc, ...] = (
     ),
 )
 
+# What v1's wait for rollouts still waits for (hooks/waiting_for.py): on its event and the stall record.
+_WAIT_PICTURE = (
+    s.ATTR_WAIT_PARTITION,
+    s.ATTR_WAIT_NEEDED,
+    s.ATTR_WAIT_POLLS,
+    s.ATTR_WAIT_ELAPSED,
+    s.ATTR_WAIT_PENDING,
+    s.ATTR_WAIT_RUNNING,
+    s.ATTR_WAIT_FINISHED,
+    s.ATTR_WAIT_FAILED,
+    s.ATTR_WAIT_OLDEST_UIDS,
+    s.ATTR_WAIT_OLDEST_STATES,
+    s.ATTR_WAIT_OLDEST_STEPS,
+    s.ATTR_WAIT_OLDEST_AGES,
+    s.ATTR_WAIT_OLDEST_SCANNED,
+)
+
 EVENTS: tuple[EventDoc, ...] = (
     EventDoc(
         s.EVENT_SLOWEST_TRAJECTORY,
@@ -636,21 +653,7 @@ EVENTS: tuple[EventDoc, ...] = (
     EventDoc(
         s.EVENT_WAIT_STILL_WAITING,
         "span event on `verl.wait` (v1)",
-        (
-            s.ATTR_WAIT_PARTITION,
-            s.ATTR_WAIT_NEEDED,
-            s.ATTR_WAIT_POLLS,
-            s.ATTR_WAIT_ELAPSED,
-            s.ATTR_WAIT_PENDING,
-            s.ATTR_WAIT_RUNNING,
-            s.ATTR_WAIT_FINISHED,
-            s.ATTR_WAIT_FAILED,
-            s.ATTR_WAIT_OLDEST_UIDS,
-            s.ATTR_WAIT_OLDEST_STATES,
-            s.ATTR_WAIT_OLDEST_STEPS,
-            s.ATTR_WAIT_OLDEST_AGES,
-            s.ATTR_WAIT_OLDEST_SCANNED,
-        ),
+        _WAIT_PICTURE,
         f"The wait has lasted {wf.EVENT_AFTER_POLLS} poll intervals (at least {wf.EVENT_AFTER_MIN_S:g} s), then "
         f"{wf.EVENT_FACTOR:g}x as long each time, at most {wf.MAX_EVENTS} per wait: what it still waits for, with "
         "the oldest groups in flight.",
@@ -665,19 +668,7 @@ EVENTS: tuple[EventDoc, ...] = (
             s.ATTR_STAGE,
             s.ATTR_EVENT_NAME,
             s.ATTR_WAIT_FOR,
-            s.ATTR_WAIT_PARTITION,
-            s.ATTR_WAIT_NEEDED,
-            s.ATTR_WAIT_POLLS,
-            s.ATTR_WAIT_ELAPSED,
-            s.ATTR_WAIT_PENDING,
-            s.ATTR_WAIT_RUNNING,
-            s.ATTR_WAIT_FINISHED,
-            s.ATTR_WAIT_FAILED,
-            s.ATTR_WAIT_OLDEST_UIDS,
-            s.ATTR_WAIT_OLDEST_STATES,
-            s.ATTR_WAIT_OLDEST_STEPS,
-            s.ATTR_WAIT_OLDEST_AGES,
-            s.ATTR_WAIT_OLDEST_SCANNED,
+            *_WAIT_PICTURE,
         ),
         "No training step has finished for `OTEL_VERL_STALL_AFTER`; when the trainer is inside v1's wait for "
         "rollouts, what it waits for (`verl.wait.*`, as on the `verl.wait.still_waiting` event).",
