@@ -30,8 +30,8 @@ from otel_verl.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
 from otel_verl.offline import generation as gen
 from otel_verl.offline.bounded import StepSeries, folded
-from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
-from otel_verl.offline.run_facts import GroupPoint, StepGauges, as_number
+from otel_verl.offline.otlp_files import LogEntry, SpanRecord
+from otel_verl.offline.run_facts import GroupPoint, as_number
 
 OK, WARN, INFO = "ok", "warn", "info"
 VALIDATION_PREFIX = semconv.metric_name("val-core/")  # verl's core validation keys
@@ -169,16 +169,6 @@ class HealthFold:
         counts = {k: dict(v) for k, v in self.nonfinite.items()}
         scores = {k: v.close() for k, v in sorted(self.validation.items())}
         return counts, scores, hits
-
-
-def fold_health(points: Iterable[MetricPoint], first_step_ns: int | None = None) -> HealthFold:
-    """``HealthFold`` over ``points`` in any order (through ``run_facts.StepGauges``)."""
-    fold = HealthFold(first_step_ns)
-    gauges = StepGauges(listeners=(fold,))
-    for p in sorted(points, key=lambda p: p.time_ns):
-        gauges.add(p)
-    gauges.close()
-    return fold
 
 
 def _steps_text(steps: Iterable[int | None]) -> str:

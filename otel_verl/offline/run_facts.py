@@ -215,10 +215,6 @@ class StepGauges:
         return {key: series.close() for key, series in self._series.items()}
 
 
-def _names_step(name: str, attrs: tuple, kind: str) -> bool:
-    return name == semconv.M_TRAINING_STEP and not attrs and kind == "gauge"
-
-
 def step_gauges(points: Iterable[MetricPoint]) -> dict[tuple[str, tuple], Series]:
     """``StepGauges`` over ``points`` in any order."""
     fold = StepGauges()

@@ -8,22 +8,10 @@ used are exact binary fractions, so the sums are too."""
 from __future__ import annotations
 
 import pytest
+from support.clock import FakeClock
 
 from otel_verl import semconv
 from otel_verl.hooks import accounting, waits
-
-
-class FakeClock:
-    """A stand-in for ``accounting.clock``: reads ``now``, which only ``sleep`` advances."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

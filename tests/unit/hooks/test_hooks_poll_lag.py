@@ -10,17 +10,10 @@ import copy
 from types import SimpleNamespace
 
 import pytest
+from support.clock import FakeClock
 
 from otel_verl import semconv
 from otel_verl.hooks import accounting, poll_lag
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

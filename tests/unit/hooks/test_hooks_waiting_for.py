@@ -11,18 +11,11 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+from support.clock import FakeClock
 
 from otel_verl import config, semconv
 from otel_verl.hooks import accounting, poll_lag, waiting_for, waits
 from otel_verl.stall import board, watchdog
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

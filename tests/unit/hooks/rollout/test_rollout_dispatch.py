@@ -12,6 +12,7 @@ import pickle
 import numpy as np
 import pytest
 from rollout_helpers import _Remote, by_name, make_batch, make_worker
+from support.clock import FakeClock
 from test_rollout_handoff import dispatch_v1, make_td
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 from verl.protocol import DataProto
@@ -98,16 +99,8 @@ def test_concat_outside_a_dispatch_leaves_replies_alone(captured):
     assert DataProto.concat(replies).meta_info == {key: 5}  # verl's own merge, untouched
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_v1_dispatch_is_the_wait_for_the_workers_to_take_the_batch(captured, v0_trainer, monkeypatch):
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     monkeypatch.setattr(accounting, "clock", clock)
     tracer = PROCESS.telemetry.tracer
     real_dispatch = handoff._inject_v1
@@ -132,7 +125,7 @@ def test_v1_dispatch_is_the_wait_for_the_workers_to_take_the_batch(captured, v0_
 
 
 def test_a_wait_inside_another_counts_once(monkeypatch):
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     monkeypatch.setattr(accounting, "clock", clock)
     account = accounting.StepAccount()
     account.step_started(1)
