@@ -6,9 +6,10 @@ The bottom layer of the package: it imports nothing of otel-verl.
 
 from __future__ import annotations
 
-# Only what the tests run (scripts/setup.sh installs verl 0.9.1): verl 0.9.0 lacks cachetools in its
-# verl-core extra and its CPU GRPO run fails in the TaskRunner (no flash_attn). Keep in step with
-# pyproject.toml's `instruments` extra and README's support section (tests/unit/test_package.py).
+# Only what the tests run (scripts/setup.sh installs verl 0.9.1). verl 0.9.0 is run too, as an untested
+# release (docs/generated/compatibility.md): its v1 driver works with 0.9.1's dependencies, but its own
+# verl-core extra lacks cachetools and its v0 driver needs flash_attn. Keep in step with pyproject.toml's
+# `instruments` extra and README's support section (tests/unit/test_package.py).
 _instruments = ("verl >= 0.9.1, < 0.10",)
 
 _supports_metrics = True

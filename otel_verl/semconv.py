@@ -19,6 +19,7 @@ SCOPE = "otel_verl"
 # OpenTelemetry's resource semantic conventions (service.*, process.*, host.*, telemetry.distro.*)
 RES_SERVICE_NAME = "service.name"
 RES_SERVICE_INSTANCE_ID = "service.instance.id"
+RES_SERVICE_VERSION = "service.version"  # the installed verl's version: the service is verl
 RES_PROCESS_PID = "process.pid"
 RES_HOST_NAME = "host.name"
 RES_DISTRO_NAME = "telemetry.distro.name"

@@ -51,6 +51,7 @@ TASKRUNNER, WORKER, AGENT, REWARD, SERVER = (
 RESOURCE: tuple[str, ...] = (
     s.RES_SERVICE_NAME,
     s.RES_SERVICE_INSTANCE_ID,
+    s.RES_SERVICE_VERSION,
     s.RES_RUN_ID,
     s.RES_PROJECT,
     s.RES_EXPERIMENT,
@@ -85,6 +86,12 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
         f"`OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`), default `{s.SERVICE_NAME_DEFAULT}`.",
     ),
     AttributeDoc(s.RES_SERVICE_INSTANCE_ID, "string", "One per process (the SDK's)."),
+    AttributeDoc(
+        s.RES_SERVICE_VERSION,
+        "string",
+        "The installed verl's version (`0.9.1`; what a comparison across a verl upgrade groups by), unless "
+        "`OTEL_RESOURCE_ATTRIBUTES` sets one.",
+    ),
     AttributeDoc(s.RES_RUN_ID, "string", "The job's run id, shared by all its processes (`OTEL_VERL_RUN_ID`)."),
     AttributeDoc(s.RES_PROJECT, "string", "verl's `trainer.project_name` (or `OTEL_VERL_PROJECT`)."),
     AttributeDoc(s.RES_EXPERIMENT, "string", "verl's `trainer.experiment_name` (or `OTEL_VERL_EXPERIMENT`)."),

@@ -112,6 +112,13 @@ say "phase 3/4: verl 0.9.1 with its core dependencies (Ray, transformers, ...), 
   "its test extras: pytest, MkDocs) and the CPU test harness; .venv ends near 6 GB in all"
 with_progress "installing verl and otel-verl" pip install -q 'verl[verl-core]==0.9.1' -e '.[test]' -e tests/harness
 run .venv/bin/python -c "import torch, verl, otel_verl; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+# An older verl release for the compatibility matrix (tests/support/compat.py): its files only, beside
+# the venv's verl; its run puts the folder first on PYTHONPATH (15 MB, a few seconds). Tests only.
+older_verl=.venv/verl-releases/0.9.0
+if [ "${SETUP_TEST_TOOLS:-1}" != 0 ] && [ ! -d "$older_verl/verl-0.9.0.dist-info" ]; then
+  say "  and verl 0.9.0's files (no dependencies) in $older_verl, for the compatibility matrix's run"
+  run pip install -q --no-deps --target "$older_verl" verl==0.9.0
+fi
 
 # Test-only tools (the ops and report tests); the demo sets SETUP_TEST_TOOLS=0: it needs none of them.
 apt_pkgs=()

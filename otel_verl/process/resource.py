@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import settings
-from otel_verl.package import package_version
+from otel_verl.package import VERL, package_version
 from otel_verl.version import __version__
 
 if TYPE_CHECKING:
@@ -93,6 +93,11 @@ def _from_env() -> dict[str, str]:
     return out
 
 
+def _verl_version() -> dict[str, str]:
+    version = package_version(VERL)  # the service is verl: its version (read once per process)
+    return {} if version == "unknown" else {semconv.RES_SERVICE_VERSION: version}
+
+
 def _user_set() -> frozenset[str]:
     """The resource attributes the user set (``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``)."""
     from opentelemetry.sdk.environment_variables import OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
@@ -114,6 +119,7 @@ def build_resource(identity: Identity) -> Resource:
         semconv.RES_SERVICE_NAME: semconv.SERVICE_NAME_DEFAULT,
         semconv.RES_HOST_NAME: socket.gethostname(),
         **_from_env(),
+        **_verl_version(),
     }
     user = _user_set()
     attrs: dict[str, Any] = {k: v for k, v in defaults.items() if k not in user}

@@ -24,6 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from support import compat
 
 from otel_verl import semconv
 
@@ -186,3 +187,8 @@ def test_one_pipeline_per_process(run):
         resources[pid].add(tuple(sorted((k, str(v)) for k, v in record.resource.items())))
     assert len(resources) >= 3  # the TaskRunner, a worker, the agent loop at least
     assert all(len(r) == 1 for r in resources.values()), {p: len(r) for p, r in resources.items()}
+
+
+def test_compatibility_cell(run):
+    """This run is its cell of the compatibility matrix (docs/generated/compatibility.md)."""
+    compat.check(run, "0.10.0-sim-v1-hf")

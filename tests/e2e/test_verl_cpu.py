@@ -15,6 +15,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from shared_runs import switched_off_run
+from support import compat
 
 from otel_verl import semconv
 from otel_verl.hooks import stages as stages_module
@@ -225,3 +226,8 @@ def test_disabled_switch_leaves_no_telemetry(verl_runs):
     assert 1 in off.console  # verl itself ran and logged
     assert off.spans == [] and off.points == []
     assert not list(off.telemetry_dir.glob("*.jsonl"))  # no log file either
+
+
+def test_compatibility_cell(run):
+    """This run is its cell of the compatibility matrix (docs/generated/compatibility.md)."""
+    compat.check(run, f"0.9.1-{run.driver}-hf")

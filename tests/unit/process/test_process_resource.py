@@ -47,6 +47,14 @@ def test_otel_service_name_wins_and_the_defaults_fill_the_rest(env):
     assert _attrs()[semconv.RES_SERVICE_NAME] == semconv.SERVICE_NAME_DEFAULT
 
 
+def test_service_version_is_the_installed_verls_unless_the_user_set_one(env):
+    import importlib.metadata
+
+    assert _attrs()[semconv.RES_SERVICE_VERSION] == importlib.metadata.version("verl")
+    env.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.version=2026.12-rc1")
+    assert _attrs()[semconv.RES_SERVICE_VERSION] == "2026.12-rc1"
+
+
 def test_the_processs_identity_is_its_own_whatever_a_job_wide_variable_says(env):
     env.setenv("OTEL_RESOURCE_ATTRIBUTES", f"{semconv.RES_ROLE}=taskrunner,{semconv.RES_PROCESS_PID}=1")
     attrs = _attrs(role=semconv.ROLE_AGENT_LOOP)
