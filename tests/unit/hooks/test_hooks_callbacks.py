@@ -235,18 +235,17 @@ def test_a_step_that_raises_ends_its_span_with_the_error_in_fits_hook(make_train
 
 
 def test_after_uninstrument_the_attached_hooks_pass_every_call_through(make_trainer, captured, tmp_path):
-    trainer = make_trainer(global_steps=2)
-    hooks = [h for h in callbacks.HOOKS if h.attach]
-    saved = set(hookset._IN_EFFECT)
-    hookset._IN_EFFECT.difference_update(f"{h.module}.{h.target}" for h in hooks)  # what uninstall does
-    try:
-        trainer.on_step_begin()
-        trainer.on_step_end()
-        trainer._save_checkpoint()
-    finally:
-        hookset._IN_EFFECT.update(saved)
+    from otel_verl.instrumentor import VerlInstrumentor
+
+    trainer = make_trainer(global_steps=2)  # attached while instrumented
+    VerlInstrumentor().uninstrument()  # the instrumentor is a singleton: the one ``captured`` installed
+    assert not hookset.in_effect(targets.TRAINER_V1, callbacks.STEP_BEGIN)
+    trainer.on_step_begin()
+    trainer.on_step_end()
+    trainer._save_checkpoint()
     assert not _spans(captured, semconv.SPAN_STEP) and trainer.checkpoint_manager.synced == [2]
-    assert [s["step"] for s in user_callback.saves(tmp_path)] == [2]
+    assert [s["step"] for s in user_callback.saves(tmp_path)] == [2]  # the user's callback: still once
+    assert guard_checkpoint._STATE.verl_saved_step is None  # nothing of otel-verl's ran
 
 
 # ---------------------------------------------------------------- declared and installed
