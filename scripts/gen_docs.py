@@ -215,11 +215,13 @@ def hooks_page() -> str:
             _shape(t.shape),
             "yes" if all(h.optional for h in by_key[t.key]) else "",
             made_by(t.key),
+            f"`{t.fallback_for}`" if t.fallback_for else "",
         )
         for t in targets.TARGETS
     ]
     head = HEAD.format(source="otel_verl/hooks/targets.py (TARGETS) and otel_verl.hooks.all_hooks()")
-    return head + _table(("Module", "Target", "Mechanism", "Since", "Expected shape", "Optional", "Hook"), rows)
+    columns = ("Module", "Target", "Mechanism", "Since", "Expected shape", "Optional", "Hook", "Fallback for")
+    return head + _table(columns, rows)
 
 
 PAGES: dict[str, Callable[[], str]] = {

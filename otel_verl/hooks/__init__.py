@@ -10,6 +10,8 @@ Where things are made (the full list of names: docs/reference.md):
 * ``waits``: ``verl.wait`` spans where the trainer waits (v1 replay buffer);
 * ``replicas``: ``verl.replicas.*`` spans where the trainer sleeps, wakes, syncs and resumes the replicas;
 * ``samples``: opt-in sampled generations as log records;
+* ``callbacks``: verl's documented v1 hooks (checkpoint callback, step callbacks), attached to
+  each trainer object, each with a patch as its fallback;
 * ``guard``: rules over each step's values, and each rule's action (record, alert, checkpoint, stop);
   ``guard_checkpoint`` its checkpoint (never at the cost of one of verl's), ``guard_exit`` its stop's marker;
 * ``ray_launch``: ``ray.init`` hands the ``OTEL_*`` settings to the job's Ray workers.
@@ -26,6 +28,7 @@ from otel_verl.hooks.hookset import Hook
 def all_hooks() -> list[Hook]:
     """Every hook otel-verl installs (the instrumentor's list, and what ``doctor`` checks)."""
     from otel_verl.hooks import (
+        callbacks,
         guard,
         guard_checkpoint,
         ray_launch,
@@ -41,6 +44,7 @@ def all_hooks() -> list[Hook]:
 
     return [
         *stages.HOOKS,
+        *callbacks.HOOKS,  # before trainer's: its fit wrapper ends a failed step's span before the flush
         *trainer.HOOKS,
         *tracking.HOOKS,
         *workers.HOOKS,

@@ -18,8 +18,10 @@ config objects and restored afterwards whatever happens:
 * ``guard``: saved as verl's own (``global_step_N`` in ``default_local_dir``, the tracker names it):
   resuming picks it, as the user asked; it then counts as one of verl's at verl's later saves.
 
-Each verl save of the trainer (its own, not the guard's) is noted, so the guard knows whether verl
-just saved the step itself.
+Each verl save of the trainer (its own, not the guard's) is noted, with its folder, so the guard
+knows whether verl just saved the step itself: from verl's checkpoint callback where verl has one
+(v1, verl 0.9.1 on: ``hooks.callbacks``), else (v0, verl 0.9.0, a callback that takes no wrapper)
+from the patch of ``_save_checkpoint``, which notes a save only when the callback did not.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class Saved:
 class _State:
     def __init__(self) -> None:
         self.verl_saved_step: int | None = None  # the step verl's own last _save_checkpoint saved
+        self.verl_saved_folder: str | None = None  # its folder, as verl's checkpoint callback named it
+        self.callback_noted = False  # the running _save_checkpoint's save was noted by the callback
         self.guard_saving = False
 
 
@@ -100,7 +104,7 @@ def save(trainer: Any, step: int) -> Saved:
         local_dir = str(trainer.config.trainer.default_local_dir)
         last_good = settings().guard_resume == "last_good"
         if _STATE.verl_saved_step == step:  # verl saved this very step itself, before logging it
-            folder = os.path.join(local_dir, f"global_step_{step}")
+            folder = _STATE.verl_saved_folder or os.path.join(local_dir, f"global_step_{step}")
             if last_good:
                 _point_back(trainer, local_dir, step)
             return Saved(os.path.abspath(folder), None, resumes_from(local_dir))
@@ -237,9 +241,19 @@ def _point_back(trainer: Any, local_dir: str, step: int) -> None:
     )
 
 
+def note_save(step: Any, folder: Any) -> None:
+    """verl's checkpoint callback: verl saved ``step`` into ``folder`` (the guard's own save: not noted)."""
+    _STATE.callback_noted = True
+    if not _STATE.guard_saving and isinstance(step, int):
+        _STATE.verl_saved_step = step
+        _STATE.verl_saved_folder = str(folder) if isinstance(folder, (str, os.PathLike)) else None
+
+
 def _note_verl_save(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    # the fallback of verl's checkpoint callback: says only a save the callback did not
+    _STATE.callback_noted = False
     result = wrapped(*args, **kwargs)
-    if not _STATE.guard_saving:
+    if not _STATE.guard_saving and not _STATE.callback_noted:
         _note(instance)
     return result
 
@@ -247,6 +261,7 @@ def _note_verl_save(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
 @safe("guard: verl's own checkpoint")
 def _note(trainer: Any) -> None:
     _STATE.verl_saved_step = trainer.global_steps
+    _STATE.verl_saved_folder = None
 
 
 # ---------------------------------------------------------------- the workers

@@ -5,6 +5,11 @@ processes of a Ray job that never touch verl pay nothing). A hook whose target i
 the installed verl or Ray (a renamed private name), or exists with another shape than its
 wrapper expects (``hooks.compat.check``), is skipped; training is unaffected. What applied and
 what did not goes into the process's one hook table (``hooks.compat.REPORT``), with the versions.
+
+A documented verl hook (``Hook.attach``) is not wrapped here: its target (a method verl calls on an
+object it made, e.g. the trainer's checkpoint callback) is checked and reported the same way, and
+its module attaches ``wrapper`` to each such object (``hooks.callbacks``), asking ``in_effect``
+first and at each call: from uninstrument on, what was attached passes every call through.
 """
 
 from __future__ import annotations
@@ -31,11 +36,22 @@ class Hook:
     # ``replace``: ``wrapper(original)`` returns the new attribute (for decorated functions whose
     # decorator inspects its caller: a wrapt proxy in between would change what it sees).
     replace: bool = False
+    # ``attach``: a documented verl hook: checked and reported here, attached per object by its
+    # module (``wrapper`` is what it attaches); nothing is wrapped at import
+    attach: bool = False
 
     @property
     def package(self) -> str:
         """The distribution that owns the target (named in the hook table when it is not verl)."""
         return self.module.split(".", 1)[0]
+
+
+_IN_EFFECT: set[str] = set()  # the ``attach`` hooks' keys whose target checked out (and not uninstalled)
+
+
+def in_effect(module: str, target: str) -> bool:
+    """Whether the ``attach`` hook on ``module``.``target`` is installed and its target checked out."""
+    return f"{module}.{target}" in _IN_EFFECT
 
 
 def _owner(module: Any, target: str) -> tuple[Any, str]:
@@ -85,7 +101,9 @@ class HookSet:
                 continue
             try:
                 owner, attr, _ = compat.check(hook, module)
-                if hook.replace:
+                if hook.attach:
+                    _IN_EFFECT.add(f"{hook.module}.{hook.target}")
+                elif hook.replace:
                     original = owner.__dict__.get(attr, getattr(owner, attr))
                     replacement = hook.wrapper(original)
                     if replacement is None:
@@ -105,6 +123,9 @@ class HookSet:
     def uninstall(self) -> None:
         self._active = False
         for hook in reversed(self.applied):
+            if hook.attach:
+                _IN_EFFECT.discard(f"{hook.module}.{hook.target}")
+                continue
             if hook in self._replaced:
                 owner, attr, original = self._replaced.pop(hook)
                 setattr(owner, attr, original)

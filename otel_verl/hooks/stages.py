@@ -49,6 +49,7 @@ from otel_verl.process.state import PROCESS
 from otel_verl.stall.watchdog import LONG_STAGES, STEP_CLOCK
 
 STEP = "step"
+_open_step: SpanState | None = None  # the ``verl.step`` span open now (training thread), from either source
 PROFILER_STAGES = frozenset({"start_profile", "stop_profile"})  # v0: no-ops unless the profiler is on
 
 
@@ -81,6 +82,8 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
     state = open_span(span_name, context=parent, attributes=attrs, step=step, epoch=epoch)
     span_id = state[0].get_span_context().span_id
     if name == STEP:
+        global _open_step
+        _open_step = state
         STEP_CLOCK.step_started(attrs.get(semconv.ATTR_STEP), state[0].get_span_context())
         ACCOUNT.step_started(span_id)
         PROCESS.stage_spans = {}
@@ -117,6 +120,8 @@ def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | No
     seconds = pools = lag = None
     PROCESS.stage_spans[name] = state[0].get_span_context()  # timing_s/<name>'s exemplar ("step": the step's)
     if name == STEP:
+        global _open_step
+        _open_step = None
         seconds = ACCOUNT.step_ended(span_id)
         if seconds is not None:
             pools, lag = ACCOUNT.last_pools, ACCOUNT.last_poll_lag
@@ -150,6 +155,21 @@ def _step_end(
     training.record_step_end(
         step if isinstance(step, int) else None, ended, seconds, idle, pools, rollout_idle, poll_lag
     )
+
+
+def step_open() -> bool:
+    """Whether a ``verl.step`` span is open now (the ``step`` timer's or the step callbacks')."""
+    return _open_step is not None
+
+
+def begin_step(timing_raw: Any) -> SpanState | None:
+    """Open the step's span as the ``step`` timer does (``hooks.callbacks``: where no timer did)."""
+    return _start(STEP, timing_raw)
+
+
+def end_step(state: SpanState, timing_raw: Any, error: BaseException | None) -> None:
+    """Close a span of :func:`begin_step`, with everything the ``step`` timer's end does."""
+    _end(state, STEP, timing_raw, error)
 
 
 def _timer_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -4,7 +4,15 @@ One place to look when a verl or Ray release moves things: the hook modules name
 targets from here, ``otel-verl doctor`` checks each one exists in the installed versions.
 ``TARGETS`` holds every hooked name with the shape its wrapper expects (a name that exists with
 another shape is skipped, not wrapped), its mechanism (a documented verl hook, or a patch of a
-public or private name) and the release it exists since; ``docs/generated/hooks.md`` is made from it.
+public or private name), the release it exists since, and, for a target that stands in for another
+where that one is missing, which (``fallback_for``); ``docs/generated/hooks.md`` is made from it.
+
+verl's documented hooks are preferred where they carry the same fact (``hooks.callbacks``): v1's
+checkpoint callback says "verl saved step N in folder D" (the patch of ``_save_checkpoint`` stays,
+for what the callback did not say: verl 0.9.0, a callback object that cannot take a wrapper); v1's
+``on_step_begin``/``on_step_end`` bound a step where the ``_timer`` patch made no step span (a verl
+whose private timer moved). The ``_timer`` patch stays the step's first source: it is verl's own
+measure of the step (``timing_s/step``), the stage spans' parent, and v0 has no step callbacks.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ PERFORMANCE = "verl.utils.profiler.performance"  # _timer: every stage verl time
 TRACKING = "verl.utils.tracking"  # Tracking.log: every value verl logs
 TRAINER_V0 = "verl.trainer.ppo.ray_trainer"  # RayPPOTrainer (legacy driver)
 TRAINER_V1 = "verl.trainer.ppo.v1.trainer_base"  # PPOTrainer (verl 0.9 default)
+CHECKPOINT_CALLBACK = "verl.trainer.ppo.checkpoint_callback"  # CheckpointCallback: v1's driver-side save hook
 SINGLE_CONTROLLER = "verl.single_controller.ray.base"  # func_generator: worker-group methods
 ENGINE_WORKERS = "verl.workers.engine_workers"  # ActorRolloutRefWorker, TrainingWorker
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"  # AgentLoopManager / AgentLoopWorker (v0)
@@ -61,15 +70,27 @@ class Target:
     mechanism: str
     since: str  # the first release of the owning package with this name in this shape (the tested one for others)
     shape: Shape = Shape()
+    fallback_for: str = ""  # the key of the target this one stands in for where that one says nothing
 
     @property
     def key(self) -> str:
         return f"{self.module}.{self.name}"
 
 
-def _t(module: str, name: str, since: str, *params: str, coroutine: bool | None = None) -> Target:
+def _t(
+    module: str, name: str, since: str, *params: str, coroutine: bool | None = None, fallback_for: str = ""
+) -> Target:
     private = any(part.startswith("_") and not part.startswith("__") for part in (*module.split("."), *name.split(".")))
-    return Target(module, name, PRIVATE if private else PUBLIC, since, Shape(params, coroutine))
+    return Target(module, name, PRIVATE if private else PUBLIC, since, Shape(params, coroutine), fallback_for)
+
+
+def _hook(module: str, name: str, since: str, *params: str, fallback_for: str = "") -> Target:
+    """A documented verl hook (attached to each object, ``hooks.callbacks``): sync, reads ``params``."""
+    return Target(module, name, HOOK, since, Shape(params, False), fallback_for)
+
+
+_ON_SAVE = f"{CHECKPOINT_CALLBACK}.CheckpointCallback.on_save"
+_TIMER = f"{PERFORMANCE}._timer"
 
 
 _V0_TRAINER = "RayPPOTrainer"
@@ -100,7 +121,10 @@ TARGETS: tuple[Target, ...] = (
     _t(TRAINER_V1, "PPOTrainer.init", "verl 0.9.0"),
     _t(TRAINER_V1, "PPOTrainer._validate", "verl 0.9.0", coroutine=False),
     _t(TRAINER_V1, "PPOTrainer.fit", "verl 0.9.0", coroutine=False),
-    _t(TRAINER_V1, "PPOTrainer._save_checkpoint", "verl 0.9.0", coroutine=False),
+    _t(TRAINER_V1, "PPOTrainer._save_checkpoint", "verl 0.9.0", coroutine=False, fallback_for=_ON_SAVE),
+    _hook(CHECKPOINT_CALLBACK, "CheckpointCallback.on_save", "verl 0.9.1", "trainer", "global_step", "checkpoint_dir"),
+    _hook(TRAINER_V1, "PPOTrainer.on_step_begin", "verl 0.9.0", fallback_for=_TIMER),
+    _hook(TRAINER_V1, "PPOTrainer.on_step_end", "verl 0.9.0", fallback_for=_TIMER),
     _t(TRAINER_V1, "PPOTrainer._compute_metrics", "verl 0.9.0", "batch", coroutine=False),
     _t(SINGLE_CONTROLLER, "func_generator", "verl 0.5.0", "method_name", coroutine=False),
     *(_t(ENGINE_WORKERS, f"ActorRolloutRefWorker.{m}", "verl 0.7.0") for m in _WORKER_METHODS),

@@ -36,6 +36,7 @@ from otel_verl import semconv
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
 from opskit import require_tool  # noqa: E402
 from promreplay import Replay, run_series  # noqa: E402
+from verl_cpu_harness import checkpoint_callback as user_callback  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -45,6 +46,9 @@ STOP_NAN_AFTER = "16"  # the stop runs: NaN from step 3, after verl's own checkp
 # verl saves step 2 and keeps 1 checkpoint (disk-saving users): the guard's must not evict it
 STOP_CHECKPOINTS = ["trainer.save_freq=2", "trainer.max_actor_ckpt_to_keep=1", "trainer.max_critic_ckpt_to_keep=1"]
 EXIT_CODE = {"v0": 0, "v1": 3}  # v0: the default (rc 0, as a finished run); v1: one asked for
+# v1: the user's own checkpoint callback (verl 0.9.1's trainer.checkpoint_callback_class), which
+# otel-verl's checkpoint hook chains: called once per save, the guard's too (verl's own save path)
+USER_CALLBACK = {"v0": [], "v1": [f"trainer.checkpoint_callback_class={user_callback.FQN}"]}
 
 
 def _guard_run(run_instrumented, workdir, driver, action, *, extra=(), env=None, steps=STEPS):
@@ -75,7 +79,8 @@ def stopped(request, tmp_path_factory, run_verl_instrumented):
     env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": STOP_NAN_AFTER}
     if EXIT_CODE[request.param]:
         env["OTEL_VERL_GUARD_EXIT_CODE"] = str(EXIT_CODE[request.param])
-    run = _guard_run(run_verl_instrumented, workdir, request.param, "stop", env=env, extra=STOP_CHECKPOINTS)
+    extra = [*STOP_CHECKPOINTS, *USER_CALLBACK[request.param]]
+    run = _guard_run(run_verl_instrumented, workdir, request.param, "stop", env=env, extra=extra)
     return workdir, request.param, run, run_verl_instrumented
 
 
@@ -98,6 +103,14 @@ def test_stop_ends_after_the_bad_step_with_its_exit_code_and_a_checkpoint(stoppe
     assert marker["resume"] == "last_good" and marker["resumes_from"] == str(ckpt / "global_step_2")
     if EXIT_CODE[driver]:
         assert f"exiting with {EXIT_CODE[driver]} (OTEL_VERL_GUARD_EXIT_CODE)" in run.output
+    if USER_CALLBACK[driver]:  # once per save: verl's of step 2, the guard's of step 3
+        saved = [(s["step"], s["dir"], s["async"]) for s in user_callback.saves(workdir)]
+        assert saved == [
+            (2, str(ckpt / "global_step_2"), False),
+            (3, str(ckpt / "otel-verl-guard" / "global_step_3"), False),
+        ]
+    steps = [s.attributes.get(semconv.ATTR_STEP) for s in run.spans if s.name == semconv.SPAN_STEP]
+    assert sorted(steps) == [1, 2, 3], steps  # one span per step: the step callbacks add none beside the timer's
 
 
 def test_stop_exports_the_span_event_log_record_and_counter(stopped):
@@ -167,7 +180,7 @@ def test_resume_picks_verls_good_checkpoint_and_verls_later_saves_spare_the_guar
         workdir,
         driver,
         "checkpoint",
-        extra=["trainer.resume_mode=auto", *STOP_CHECKPOINTS],
+        extra=["trainer.resume_mode=auto", *STOP_CHECKPOINTS, *USER_CALLBACK[driver]],
         env={"VERL_CPU_HARNESS_NAN_REWARD_AFTER": STOP_NAN_AFTER},  # the reward's call count goes on: NaN
     )
     assert resumed.returncode == 0, resumed.output[-3000:]
@@ -178,6 +191,8 @@ def test_resume_picks_verls_good_checkpoint_and_verls_later_saves_spare_the_guar
     assert sorted(p.name for p in (ckpt / "otel-verl-guard" / "global_step_3" / "actor").iterdir())  # kept
     assert sorted(p.name for p in (ckpt / "global_step_4" / "actor").iterdir())  # verl's own last save
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    if USER_CALLBACK[driver]:  # the resumed job's saves, after the stopped one's two: the guard's 3, verl's 4
+        assert [s["step"] for s in user_callback.saves(workdir)] == [2, 3, 3, 4]
 
 
 @pytest.fixture(scope="module")
