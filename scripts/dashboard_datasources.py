@@ -120,7 +120,7 @@ def rewrite(dashboard: dict[str, Any], uids: dict[str, str], version: str) -> di
 
 
 def text(dashboard: dict[str, Any]) -> str:
-    return json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(dashboard, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
