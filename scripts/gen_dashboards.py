@@ -20,7 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "collector" / "grafana" / "dashboards"
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/dashboards, also when loaded by a test
+if str(Path(__file__).resolve().parent) not in sys.path:  # scripts/dashboards, also when a test loads this
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dashboards import DASHBOARDS, kit  # noqa: E402
 from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
