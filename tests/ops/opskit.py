@@ -377,7 +377,7 @@ _DS_VARIABLE_RE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 def dashboard_datasource_uid(dashboard: dict, ds) -> str | None:
     """The provisioned data source a dashboard's data-source reference (a panel's, a target's, a
     variable's) reaches in the kit: a fixed UID as it is; a data-source variable (``${ds_prometheus}``,
-    scripts/dashboard_datasources.py) the kit's one data source of the variable's plugin (what the
+    scripts/dashboards/kit.py) the kit's one data source of the variable's plugin (what the
     variable falls back to when nothing was chosen); None when it resolves to nothing."""
     uid = _ds_uid(ds)
     m = _DS_VARIABLE_RE.fullmatch(uid or "")

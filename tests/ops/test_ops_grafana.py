@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import re
 import sys
 
 import pytest
 import yaml
+from components import require_module
 from opskit import (
     COMPOSE_FILE,
     DASHBOARD_FILES,
@@ -133,12 +136,12 @@ def test_panel_datasources_are_provisioned(dashboard, datasources):
 
 def test_no_fixed_datasource_uid(dashboard):
     """Every reference goes through a data-source variable, so that the dashboard imports into any
-    Grafana (the UIDs there are not the kit's); `python scripts/dashboard_datasources.py` rewrites
-    panels added with a fixed UID."""
+    Grafana (the UIDs there are not the kit's); scripts/dashboards/kit.py's PROMETHEUS, TEMPO and
+    LOKI are such references."""
     variables = {v["name"]: v for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
     for where, ds in _references(dashboard):
         name = re.fullmatch(r"\$\{(\w+)\}", _uid(ds) or "")
-        assert name, f"{where}: fixed data-source UID {ds!r} (run scripts/dashboard_datasources.py)"
+        assert name, f"{where}: fixed data-source UID {ds!r} (use kit.PROMETHEUS, ... in scripts/dashboards)"
         assert variables[name.group(1)]["query"] == ds["type"], where
     names = [v["name"] for v in dashboard["templating"]["list"]]
     assert names[: len(variables)] == list(variables), "data-source variables come before the queries that use them"
@@ -170,10 +173,103 @@ def test_imported_into_another_grafana_every_reference_reaches_the_chosen_dataso
         assert current[name] == chosen[f"DS_{ds['type'].upper()}"], where
 
 
-def test_dashboard_datasource_script_is_applied():
-    """scripts/dashboard_datasources.py --check: nothing left to rewrite (it is idempotent)."""
-    res = run_tool([sys.executable, str(REPO / "scripts" / "dashboard_datasources.py"), "--check"])
-    assert res.returncode == 0, res.stdout + res.stderr
+SDK_HOW = "grafana-foundation-sdk is in the test extra: pip install -e '.[test]'"
+
+
+def _gen_dashboards():
+    """scripts/gen_dashboards.py as a module (it needs grafana-foundation-sdk)."""
+    require_module("grafana_foundation_sdk", SDK_HOW)
+    spec = importlib.util.spec_from_file_location("gen_dashboards", REPO / "scripts" / "gen_dashboards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_dashboards_are_what_their_code_makes():
+    """collector/grafana/dashboards/*.json are written by scripts/gen_dashboards.py from
+    scripts/dashboards/ (grafana-foundation-sdk): edit the code, then run it."""
+    gen = _gen_dashboards()
+    assert gen.stale() == [], "run: .venv/bin/python scripts/gen_dashboards.py"
+    done = run_tool([sys.executable, str(REPO / "scripts" / "gen_dashboards.py"), "--check"])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_check_fails_on_a_hand_edited_or_unknown_dashboard(tmp_path):
+    gen = _gen_dashboards()
+    texts = gen.render()
+    assert set(texts) == {p.name for p in DASHBOARD_FILES}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert gen.stale(tmp_path) == []
+    edited = tmp_path / "verl-rl-training.json"
+    edited.write_text(edited.read_text(encoding="utf-8").replace('"1m"', '"5m"', 1), encoding="utf-8")
+    (tmp_path / "hand-made.json").write_text("{}\n", encoding="utf-8")
+    assert gen.stale(tmp_path) == ["hand-made.json", "verl-rl-training.json"]
+
+
+def _outside_grafanas_schema(dashboard: dict) -> list[str]:
+    """The fields of ``dashboard`` that Grafana's dashboard schema (the SDK's types) does not read back."""
+    require_module("grafana_foundation_sdk", SDK_HOW)
+    from grafana_foundation_sdk.cog import plugins
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    plugins.register_default_plugins()  # the panel and query types, by plugin id
+    back = json.loads(json.dumps(Dashboard.from_json(dashboard), cls=JSONEncoder))
+    lost: list[str] = []
+
+    def walk(before, after, path):
+        if isinstance(before, dict):
+            for key, value in before.items():
+                if not isinstance(after, dict) or key not in after:
+                    lost.append(f"{path}.{key}")
+                else:
+                    walk(value, after[key], f"{path}.{key}")
+        elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+            for i, (b, a) in enumerate(zip(before, after, strict=True)):
+                walk(b, a, f"{path}[{i}]")
+        elif before != after:
+            lost.append(f"{path} ({before!r} read as {after!r})")
+
+    walk(dashboard, back, "")
+    return lost
+
+
+def test_the_dashboard_is_grafanas_schema_through_and_through(dashboard):
+    """Every field is one Grafana's schema has, where it has it (read back whole by the SDK's types),
+    but the export's ``__inputs``/``__requires`` and what Grafana's Prometheus data source reads
+    from its annotation (scripts/dashboards/kit.py's PrometheusAnnotation)."""
+    prometheus_annotation = {"step", "titleFormat", "textFormat", "tagKeys", "useValueForTime"}
+    (i,) = [i for i, a in enumerate(dashboard["annotations"]["list"]) if a["datasource"]["type"] == "prometheus"]
+    expected = {".__inputs", ".__requires"} | {f".annotations.list[{i}].{k}" for k in prometheus_annotation}
+    assert set(_outside_grafanas_schema(dashboard)) == expected
+
+
+def test_the_schema_check_names_a_misplaced_field(dashboard):
+    """A panel's axis bounds under ``custom`` (where a time series has none: Grafana ignores them)."""
+    broken = json.loads(json.dumps(dashboard))
+    (panel,) = [p for p in broken["panels"] if p["title"] == "GPU utilisation per rank"]
+    panel["fieldConfig"]["defaults"]["custom"]["min"] = 0
+    lost = _outside_grafanas_schema(broken)
+    assert [x for x in lost if "custom.min" in x] == [
+        f".panels[{broken['panels'].index(panel)}].fieldConfig.defaults.custom.min"
+    ]
+
+
+def test_a_datasource_reference_without_its_variable_is_refused():
+    """The export (``__inputs``) is made from the data-source variables: a reference to one the
+    dashboard lacks, or a variable nothing uses, stops the generator."""
+    _gen_dashboards()
+    kit = importlib.import_module("dashboards.kit")
+    variable = {"type": "datasource", "name": "ds_prometheus", "query": "prometheus"}
+    panel = {"datasource": {"type": "prometheus", "uid": "${ds_prometheus}"}}
+    assert [i["name"] for i in kit.exported({"templating": {"list": [variable]}, "panels": [panel]})["__inputs"]] == [
+        "DS_PROMETHEUS"
+    ]
+    with pytest.raises(ValueError, match="ds_loki"):
+        kit.exported({"templating": {"list": [variable]}, "panels": [panel, {"datasource": kit.LOKI.to_json()}]})
+    with pytest.raises(ValueError, match="ds_prometheus"):
+        kit.exported({"templating": {"list": [variable]}, "panels": []})
 
 
 def test_panels_do_not_overlap(dashboard):
