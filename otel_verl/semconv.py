@@ -380,6 +380,27 @@ M_ROLLOUT_IDLE_RATIO = "verl.rollout.idle_ratio"  # the rollout role's idle / st
 ATTR_POOL_ROLE = "verl.pool.role"  # actor | rollout | ref | critic | reward
 ATTR_POOL_STATE = "verl.pool.state"  # busy | waiting | idle
 ATTR_POOL_PREFIX = "verl.pool."  # + role.state: on the verl.step span
+# goodput: each step's seconds per role in four buckets (hooks/goodput.py, docs/time.md)
+M_GOODPUT_TIME = "verl.goodput.time"  # counter: seconds of steps per verl.goodput.role and verl.goodput.bucket
+M_GOODPUT_DROPPED_GROUPS = "verl.goodput.dropped_groups"  # counter: prompt groups generated, not trained on
+ATTR_GOODPUT_ROLE = "verl.goodput.role"  # trainer | rollout
+ATTR_GOODPUT_BUCKET = "verl.goodput.bucket"  # productive | overhead | idle | wasted
+GOODPUT_TRAINER = "trainer"
+GOODPUT_ROLLOUT = "rollout"
+GOODPUT_PRODUCTIVE = "productive"
+GOODPUT_OVERHEAD = "overhead"
+GOODPUT_IDLE = "idle"
+GOODPUT_WASTED = "wasted"
+# verl 0.9.1's counts of prompt groups generated and not trained on in a step (v1 replay buffer: DAPO
+# filter_groups, its surplus discarded, stale off-policy groups, failed groups refilled); logged only in
+# the steps that had some
+DROPPED_GROUP_KEYS = (
+    "training/filter_groups/evicted_samples",
+    "training/filter_groups/discarded_surplus_samples",
+    "training/off_policy/evicted_samples",
+    "training/rollout_failure/evicted_samples",
+)
+ABORTED_RATIO_KEY = "response/aborted_ratio"  # verl's share of the trained batch's samples with no response
 SPAN_GUARD = "verl.guard"  # child of the step's span: verl logs a step's values after that span ended
 EVENT_GUARD_TRIGGERED = "verl.guard.triggered"  # span event and log record event name
 M_GUARD_TRIGGERED = "verl.guard.triggered"  # counter, attributes ATTR_GUARD_RULE, ATTR_GUARD_ACTION

@@ -148,6 +148,13 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     ),
     AttributeDoc(s.ATTR_POOL_ROLE, "string", "`actor`, `rollout`, `ref`, `critic`, `reward`."),
     AttributeDoc(s.ATTR_POOL_STATE, "string", "`busy`, `waiting`, `idle` (they add up to the step per role)."),
+    AttributeDoc(s.ATTR_GOODPUT_ROLE, "string", "`trainer` (the actor/critic/ref pools), `rollout` (the replicas)."),
+    AttributeDoc(
+        s.ATTR_GOODPUT_BUCKET,
+        "string",
+        "`productive`, `overhead`, `idle`, `wasted` (they add up to the step per role; [Where the time goes]"
+        "(time.md#goodput-by-role)).",
+    ),
     AttributeDoc(
         s.ATTR_WAIT_FOR,
         "string",

@@ -19,7 +19,8 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
   last span context of the step (``PROCESS.stage_spans``) goes with those values, as their exemplar;
 * where the step's time went (``accounting``): ``verl.step.time`` by category, ``verl.time.*``
   attributes on the step span, ``verl.trainer.idle_ratio``, v1's ``verl.trainer.poll_lag``; per
-  pool role ``verl.pool.time``, ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``;
+  pool role ``verl.pool.time``, ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``; per
+  role the goodput buckets (``goodput``: ``verl.goodput.time``, with verl's values of the step);
 * at the end of each step: ``verl.training.step``, ``verl.training.steps`` and the
   ``verl.training.last_step.timestamp`` heartbeat.
 
@@ -39,7 +40,7 @@ from opentelemetry import trace
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import accounting, targets
+from otel_verl.hooks import accounting, goodput, targets
 from otel_verl.hooks.accounting import ACCOUNT
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import SpanState, close_span, open_span
@@ -138,7 +139,8 @@ def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | No
         # in the same ordered background queue as the step's Tracking.log values
         # the pipeline of now, not of when the background thread gets to it
         telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
-        telemetry.submit(lambda: _step_end(training, step, ended, seconds, pools, lag))
+        batch = goodput.batch_groups(PROCESS.trainer) if seconds is not None else None
+        telemetry.submit(lambda: _step_end(training, step, ended, seconds, pools, lag, batch))
 
 
 @safe("step end metrics")
@@ -149,11 +151,12 @@ def _step_end(
     seconds: dict[str, float] | None,
     pools: dict[tuple[str, str], float] | None = None,
     poll_lag: float | None = None,
+    batch_groups: int | None = None,
 ) -> None:
     idle = accounting.idle_ratio(seconds) if seconds is not None else None
     rollout_idle = accounting.rollout_idle_ratio(pools) if pools else None
     training.record_step_end(
-        step if isinstance(step, int) else None, ended, seconds, idle, pools, rollout_idle, poll_lag
+        step if isinstance(step, int) else None, ended, seconds, idle, pools, rollout_idle, poll_lag, batch_groups
     )
 
 

@@ -237,6 +237,29 @@ POOL_TIME = InstrumentSpec(
         " a stage of theirs ran; the same figures are `verl.pool.<role>.<state>` attributes of `verl.step`."
     ),
 )
+GOODPUT_TIME = InstrumentSpec(
+    semconv.M_GOODPUT_TIME,
+    COUNTER,
+    "s",
+    "Seconds of training steps per role (verl.goodput.role) in each goodput bucket (verl.goodput.bucket)",
+    attributes=(semconv.ATTR_GOODPUT_ROLE, semconv.ATTR_GOODPUT_BUCKET),
+    source=(
+        "Each step's seconds, per role (`trainer`, `rollout`), as `productive`, `overhead`, `idle` or `wasted` "
+        "(TaskRunner, from the step's `verl.step.time` categories and verl's own counts of the step's dropped "
+        "groups and aborted samples: `otel_verl/hooks/goodput.py`); the four add up to the step for each role "
+        "([Where the time goes](time.md#goodput-by-role))."
+    ),
+)
+GOODPUT_DROPPED_GROUPS = InstrumentSpec(
+    semconv.M_GOODPUT_DROPPED_GROUPS,
+    COUNTER,
+    "{group}",
+    "Prompt groups generated and not trained on (verl's filtered, discarded and evicted groups)",
+    source=(
+        "The sum of the step's " + ", ".join(f"`{k}`" for k in semconv.DROPPED_GROUP_KEYS) + " (verl's v1 replay "
+        "buffer logs them only in the steps that had some), added at each step (TaskRunner)."
+    ),
+)
 ROLLOUT_IDLE_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_IDLE_RATIO,
     GAUGE,
@@ -513,6 +536,8 @@ ALL: tuple[InstrumentSpec, ...] = (
     TRAINER_POLL_LAG,
     POOL_TIME,
     ROLLOUT_IDLE_RATIO,
+    GOODPUT_TIME,
+    GOODPUT_DROPPED_GROUPS,
     TRAJECTORY_DURATION,
     LLM_CALL_DURATION,
     RESPONSE_TOKENS,

@@ -21,7 +21,9 @@ from opentelemetry.metrics import Meter
 from opentelemetry.trace import SpanContext
 
 from otel_verl import semconv
+from otel_verl._safe import safe
 from otel_verl._values import as_float
+from otel_verl.hooks import goodput
 from otel_verl.instruments import catalog
 
 
@@ -71,6 +73,10 @@ class TrainingMetrics:
         self.poll_lag = catalog.create(meter, catalog.TRAINER_POLL_LAG)
         self.pool_time = catalog.create(meter, catalog.POOL_TIME)
         self.rollout_idle_ratio = catalog.create(meter, catalog.ROLLOUT_IDLE_RATIO)
+        self.goodput = catalog.create(meter, catalog.GOODPUT_TIME)
+        self.dropped_groups = catalog.create(meter, catalog.GOODPUT_DROPPED_GROUPS)
+        # the last step's categories and batch size, until verl logs the step's values (its drops)
+        self._goodput_pending: tuple[dict[str, float], int | None] | None = None
 
     def _gauge(self, key: str) -> Any:
         gauge = self._gauges.get(key)
@@ -86,6 +92,8 @@ class TrainingMetrics:
         ``stage_spans``: stage -> the span that timed it in this step; a ``timing_s/<stage>`` value's
         exemplar names that span (none without one: the recording thread's own context is not the
         step's)."""
+        if self._goodput_pending is not None:  # the values of the step that just ended
+            self._record_goodput(data)
         recorded = 0
         spans = stage_spans or {}
         for key, raw in data.items():
@@ -121,9 +129,16 @@ class TrainingMetrics:
         pools: Mapping[tuple[str, str], float] | None = None,
         rollout_idle_ratio: float | None = None,
         poll_lag: float | None = None,
+        batch_groups: int | None = None,
     ) -> None:
         """The end of a step; ``seconds`` / ``idle_ratio`` / ``pools`` / ``poll_lag``: where its time
-        went (``hooks.accounting``)."""
+        went (``hooks.accounting``). Its goodput (``hooks.goodput``) is recorded with the step's
+        values verl logs next (``record_log``: its dropped groups and aborted samples; ``batch_groups``:
+        the prompt groups it trains on)."""
+        if self._goodput_pending is not None:  # verl logged nothing after the last step: no drops known
+            self._record_goodput({})
+        if seconds:
+            self._goodput_pending = (dict(seconds), batch_groups)
         for category, value in (seconds or {}).items():
             self.step_time.set(value, {semconv.ATTR_TIME_CATEGORY: category})
         if idle_ratio is not None:
@@ -138,3 +153,15 @@ class TrainingMetrics:
             self.step.set(global_step)
         self.steps.add(1)
         self.last_step.set(time.time() if ended is None else ended)
+
+    @safe("goodput")  # on its own: a failure here must not cost the step's other values
+    def _record_goodput(self, data: Mapping[str, Any]) -> None:
+        """The pending step's seconds per role and bucket, its drops from verl's values ``data``."""
+        pending, self._goodput_pending = self._goodput_pending, None
+        if pending is None:
+            return
+        seconds, batch = pending
+        dropped, share = goodput.step_waste(data, batch)
+        for (role, bucket), value in goodput.step_goodput(seconds, share).items():
+            self.goodput.add(value, {semconv.ATTR_GOODPUT_ROLE: role, semconv.ATTR_GOODPUT_BUCKET: bucket})
+        self.dropped_groups.add(dropped)
