@@ -13,8 +13,10 @@ section that has the details (its ``anchor``):
 5. generation health: each degenerate kind's share of the training responses and its worst step
    (``offline.generation``), a finding when the repetitive or the empty share is above the alert's
    threshold;
-6. the slowest step and the slowest trajectory (``run_facts``' rule);
-7. what the ops kit's alert rules would have fired on: the guard's built-in rules (the alerts'
+6. goodput: each role's share of the run's time productive, overhead, idle and wasted
+   (``offline.goodput``);
+7. the slowest step and the slowest trajectory (``run_facts``' rule);
+8. what the ops kit's alert rules would have fired on: the guard's built-in rules (the alerts'
    thresholds, counted in steps) run over the values of every step, and the stall alert.
 """
 
@@ -30,6 +32,7 @@ from otel_verl.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
 from otel_verl.offline import generation as gen
 from otel_verl.offline.bounded import StepSeries, folded
+from otel_verl.offline.goodput import Goodput
 from otel_verl.offline.otlp_files import LogEntry, SpanRecord
 from otel_verl.offline.run_facts import GroupPoint, as_number
 
@@ -44,7 +47,7 @@ _NAMED = frozenset(spec.name for spec in catalog.ALL)  # otel-verl's own instrum
 class Finding:
     """One line of the health box."""
 
-    topic: str  # guard, stall, nonfinite, validation, generation, slowest step, slowest trajectory, alerts
+    topic: str  # guard, stall, nonfinite, validation, generation, goodput, slowest step, slowest trajectory, alerts
     level: str  # OK, WARN or INFO
     text: str
     anchor: str  # the report section with the details ("" when there is none)
@@ -273,6 +276,17 @@ def _generation_finding(g: gen.Generation | None) -> Finding:
     return Finding(GENERATION, OK if g.training else INFO, text, GENERATION_ANCHOR)
 
 
+GOODPUT = "goodput"
+GOODPUT_ANCHOR = "goodput"  # the report's section with the tables
+
+
+def _goodput_finding(g: Goodput | None) -> Finding:
+    """Each role's shares of the run's time (``offline.goodput``): a figure, never a finding."""
+    if g is None:
+        return Finding(GOODPUT, INFO, f"not measured by this run (no {semconv.M_GOODPUT_TIME})", "")
+    return Finding(GOODPUT, INFO, g.line(), GOODPUT_ANCHOR)
+
+
 def _alerts_finding(hits: list[AlertHit]) -> Finding:
     if not hits:
         return Finding("alert rules", OK, "none would have fired (the ops kit's rules over this run's values)", "guard")
@@ -289,6 +303,7 @@ class Health:
     validation: dict[str, dict[int, float]]
     alerts: list[AlertHit]
     generation: gen.Generation | None = None  # each degenerate kind's share (offline.generation)
+    goodput: Goodput | None = None  # each role's time by bucket (offline.goodput)
 
     @property
     def healthy(self) -> bool:
@@ -303,10 +318,12 @@ def health(
     stall_processes: int,
     slowest: Sequence[Finding] = (),
     generation: gen.GenerationFold | None = None,
+    goodput: Goodput | None = None,
 ) -> Health:
     """The run's health findings in their order (``fold``, ``generation``: the metric points'
     facts, every point folded; ``slowest``: the slowest step's and trajectory's, worded by the
-    caller, which knows the steps)."""
+    caller, which knows the steps; ``goodput``: the run's account, closed by the caller, which
+    knows the time outside the steps)."""
     firings = guard_firings(spans, records)
     counts, scores, hits = fold.close()
     shares = generation.close() if generation is not None else None
@@ -320,7 +337,8 @@ def health(
         _nonfinite_finding(counts),
         _validation_finding(scores),
         _generation_finding(shares),
+        _goodput_finding(goodput),
         *slowest,
         _alerts_finding(hits),
     ]
-    return Health(findings, firings, counts, scores, hits, shares)
+    return Health(findings, firings, counts, scores, hits, shares, goodput)

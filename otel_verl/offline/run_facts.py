@@ -142,7 +142,7 @@ class ExportListener(Protocol):
 # a point of an export as ``StepGauges`` holds it: (name, attributes, value, kind, temporality)
 GroupPoint = tuple[str, tuple, float, str, int]
 # sums grouped with their export too: the step the export names is theirs (``health.HealthFold``)
-GROUPED_SUMS = frozenset({semconv.M_NONFINITE})
+GROUPED_SUMS = frozenset({semconv.M_NONFINITE, semconv.M_GOODPUT_TIME, semconv.M_GOODPUT_DROPPED_GROUPS})
 
 
 class StepGauges:

@@ -21,7 +21,8 @@ all as records takes gigabytes. So:
   names the step, the latest value for a step wins), each series thinned as it grows
   (``bounded``); the health facts (non-finite counts, validation scores, the alert rules over
   every step) fold per export too (``health.HealthFold``), and so do the degenerate responses'
-  shares (``generation.GenerationFold``, given the step spans the first reading found); only the
+  shares (``generation.GenerationFold``, given the step spans the first reading found) and the
+  goodput account (``goodput.GoodputFold``: a sum per role and bucket, the kept steps'); only the
   histograms of trajectories are kept as points, sharing one copy of each resource, and of the
   spools' and queues' counters and of each cumulative trajectory histogram only the latest point;
   otel-verl's own cost folds into its per-step sums (``run_facts.OverheadFold``, given the step
@@ -41,6 +42,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, Series
 from otel_verl.offline.generation import GenerationFold
+from otel_verl.offline.goodput import GoodputFold
 from otel_verl.offline.health import HealthFold
 from otel_verl.offline.otlp_files import (
     LogEntry,
@@ -405,6 +407,7 @@ class MetricFold:
     keep: Collection[int] = ()  # steps whose values the ``tabled`` series keep exactly (the tables' rows)
     tabled: Collection[tuple[str, tuple]] = ()  # (name, attributes) of the series the tables show
     generation: GenerationFold = field(default_factory=GenerationFold)
+    goodput: GoodputFold = field(default_factory=GoodputFold)
     points: int = 0
     kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS
     gauges: StepGauges = field(init=False)
@@ -415,7 +418,7 @@ class MetricFold:
     _deltas: dict[tuple, MetricPoint] = field(default_factory=dict)  # delta trajectory histograms, added up
 
     def __post_init__(self) -> None:
-        self.gauges = StepGauges(self.keep, (self.health, self.generation), self.tabled)
+        self.gauges = StepGauges(self.keep, (self.health, self.generation, self.goodput), self.tabled)
 
     def add(self, p: MetricPoint) -> None:
         self.points += 1
@@ -478,7 +481,7 @@ def fold_metrics(
     and place the validation before the first step; ``keep``: the steps whose values the ``tabled``
     series keep exactly."""
     first = steps[0][1] if steps else None
-    fold = MetricFold(OverheadFold(steps), HealthFold(first), keep, tabled, GenerationFold(steps))
+    fold = MetricFold(OverheadFold(steps), HealthFold(first), keep, tabled, GenerationFold(steps), GoodputFold(keep))
     reading = Reading()
     # the TaskRunner's files first (named by role: ``process.exporters``): its exports set the
     # step boundaries the other processes' cost waits for

@@ -227,3 +227,54 @@ def test_each_replicas_own_clock_agrees_with_the_llm_call_spans(run):
     for p in points:
         client = sum(replica_busy_seconds(run.spans, start, p.time_ns).values())
         assert 0.5 * client <= p.value <= client + 0.01, (p.value, client)
+
+
+def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(run):
+    """``verl.goodput.time`` (``hooks/goodput.py``): for every step each role's four buckets add up
+    to the step; checked against the raw spans: the trainer is productive in its training stages,
+    idle in ``gen`` and the waits for rollouts (their union), and the rollout role's overhead is the
+    weight sync; verl logged no dropped groups or aborted samples here, so nothing is wasted. The
+    report's account (``offline.goodput``) adds the run's time outside its steps as overhead and
+    summary's health line gives each role's shares."""
+    from otel_verl.hooks import accounting, goodput
+    from otel_verl.offline.goodput import GoodputFold, percent
+    from otel_verl.offline.report.model import build
+    from otel_verl.offline.run_facts import StepGauges
+    from otel_verl.offline.summary import lines
+
+    steps = _steps(run)
+    fold = GoodputFold(keep={s.attributes[semconv.ATTR_STEP] for s in steps})
+    gauges = StepGauges(listeners=(fold,))
+    for p in sorted(run.points, key=lambda p: p.time_ns):
+        gauges.add(p)
+    gauges.close()
+    for step in steps:
+        got = fold.per_step[step.attributes[semconv.ATTR_STEP]]
+        for role in goodput.ROLES:
+            total = sum(got.get((role, b), 0.0) for b in goodput.BUCKETS)
+            assert total == pytest.approx(step.seconds, rel=0.02, abs=0.005), role
+        assert got.get(("rollout", "wasted"), 0.0) == 0.0 and got.get(("trainer", "wasted"), 0.0) == 0.0
+        trace = [s for s in run.spans if s.trace_id == step.trace_id]
+        stages = [s for s in trace if s.parent_id == step.span_id and semconv.ATTR_STAGE in s.attributes]
+        training = sum(
+            s.seconds for s in stages if accounting.category_of(s.attributes[semconv.ATTR_STAGE]) == accounting.TRAINING
+        )
+        assert got[("trainer", "productive")] == pytest.approx(training, abs=0.02)
+        waiting = [s for s in stages if s.attributes[semconv.ATTR_STAGE] == "gen"]
+        waiting += [s for s in trace if s.name == semconv.SPAN_WAIT]
+        assert got[("trainer", "idle")] == pytest.approx(covered_seconds(step, waiting), abs=0.02)
+        sync = sum(s.seconds for s in stages if s.attributes[semconv.ATTR_STAGE] == "update_weights")
+        assert got[("rollout", "overhead")] == pytest.approx(sync, abs=0.02)
+        assert got[("rollout", "productive")] > 0
+
+    report = build(run.telemetry_dir)
+    account = report.health.goodput
+    assert account is not None and account.steps == 2 and account.dropped_groups == 0
+    cover = max(s.end_ns for s in run.spans) - min(s.start_ns for s in run.spans)
+    for role in goodput.ROLES:
+        run_s = account.run_s()
+        assert sum(run_s[(role, b)] for b in goodput.BUCKETS) == pytest.approx(cover / 1e9, rel=0.01)
+    (line,) = [text for text in lines(report) if "goodput:" in text]
+    shares = account.shares("rollout")
+    assert f"rollout productive {percent(shares['productive'])}, overhead {percent(shares['overhead'])}" in line
+    assert "0 prompt groups dropped by verl" in line

@@ -6,7 +6,7 @@ timelines, rollout latency, per-step curves. ``build(folder)`` returns it all as
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, SlowestPerRun, pick_steps, picked_text
+from otel_verl.offline.goodput import Goodput
 from otel_verl.offline.health import Finding, Health, health
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
 from otel_verl.offline.pools import replica_idle_ratio
@@ -239,14 +240,19 @@ def series_label(name: str, attributes: dict[str, Any]) -> str:
     return name + "{" + ",".join(f"{k}={v}" for k, v in sorted(attributes.items())) + "}"
 
 
-def trajectory_histogram(points: Iterable[MetricPoint], validate: bool = False) -> Histogram | None:
-    """The ``verl.rollout.trajectory.duration`` histogram summed over processes and attribute sets."""
+def trajectory_histogram(
+    points: Iterable[MetricPoint], validate: bool = False, statuses: Collection[str] | None = None
+) -> Histogram | None:
+    """The ``verl.rollout.trajectory.duration`` histogram summed over processes and attribute sets
+    (``statuses``: of the trajectories that ended so, ``verl.rollout.status``; None: all)."""
     latest: dict[tuple, MetricPoint] = {}
     deltas: list[MetricPoint] = []
     for p in points:
         if p.name != semconv.M_ROLLOUT_TRAJECTORY_DURATION or p.kind != "histogram" or not p.bucket_counts:
             continue
         if bool(p.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)) != validate:
+            continue
+        if statuses is not None and p.attributes.get(semconv.ATTR_ROLLOUT_STATUS) not in statuses:
             continue
         if p.temporality == 1:
             deltas.append(p)
@@ -393,6 +399,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
             add(n, [])
     steps = [rows[n] for n in sorted(rows)]
     default_step = slowest_row(steps).step if steps else None
+    account = _goodput(fold, index, totals, points)
     checks = health(
         index.guards,
         records,
@@ -401,6 +408,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         len(reports),
         _slowest_findings(steps, index.slowest, include_validation),
         fold.generation,
+        account,
     )
     if not index.spans:
         notes.append("no spans (traces-*.jsonl missing or empty): no stage breakdown, timeline or trajectory spans")
@@ -437,6 +445,22 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         health=checks,
         held=held,
         trajectories=index.trajectory_seconds,
+    )
+
+
+# the statuses of trajectories left out of the batch (``hooks.rollout.state.status_of``)
+FAILED_STATUSES = frozenset({semconv.STATUS_ERROR, semconv.STATUS_CANCELLED})
+
+
+def _goodput(fold: MetricFold, index: SpanIndex, totals: StepTotals, points: list[MetricPoint]) -> Goodput | None:
+    """The run's goodput account (``offline.goodput``): its steps' figures, the time its spans cover
+    outside the steps, and the training trajectories that failed in the agent loop."""
+    cover = (index.end_ns - index.start_ns) / 1e9 if index.start_ns is not None and index.end_ns is not None else 0.0
+    failed = trajectory_histogram(points, statuses=FAILED_STATUSES)
+    return fold.goodput.close(
+        totals.count,
+        cover - totals.seconds,
+        (failed.count, failed.total) if failed is not None else (0, 0.0),
     )
 
 

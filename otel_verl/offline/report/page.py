@@ -15,6 +15,7 @@ from importlib import resources
 from otel_verl import semconv
 from otel_verl.commands.text import printable
 from otel_verl.offline import generation as gen
+from otel_verl.offline import goodput as gp
 from otel_verl.offline.bounded import THINNED, thin, thinned
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.report.charts import (
@@ -71,10 +72,13 @@ def _parts(report: Report) -> Iterator[str]:
     yield f"<title>{esc(title)}</title><style>{style}</style></head><body>"
     yield f"<h1>{esc(title)}</h1>"
     yield _health_section(report)
+    yield _goodput_section(report)
     yield f'<dl class="meta">{_meta(report)}</dl>'
     yield f'<ul class="notes">{notes}</ul>' if notes else ""
     yield (
-        '<nav><a href="#health">Health</a><a href="#stages">Stages</a>'
+        '<nav><a href="#health">Health</a>'
+        + ('<a href="#goodput">Goodput</a>' if _goodput(report) is not None else "")
+        + '<a href="#stages">Stages</a>'
         + ('<a href="#time-went">Where the time went</a>' if any(r.time_by for r in report.steps) else "")
         + '<a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
         + ('<a href="#generation">Generation health</a>' if _has_generation(report) else "")
@@ -120,7 +124,9 @@ def _health_section(report: Report) -> str:
     h = report.health
     if h is None:
         return ""
-    present = {"guard", "stall", "time-went", "stages", "rollout", "generation", "curves"} & _sections(report)
+    present = {"guard", "stall", "time-went", "stages", "rollout", "generation", "goodput", "curves"} & _sections(
+        report
+    )
     items = "".join(
         f'<li class="finding {esc(f.level)}" data-topic="{esc(f.topic)}"><span class="mark">'
         f"{HEALTH_MARK.get(f.level, f.level)}</span> <b>{esc(f.topic)}</b>: {esc(f.text)}"
@@ -144,7 +150,60 @@ def _sections(report: Report) -> set[str]:
         out.add("stall")
     if _has_generation(report):
         out.add("generation")
+    if _goodput(report) is not None:
+        out.add("goodput")
     return out
+
+
+def _goodput(report: Report) -> gp.Goodput | None:
+    return report.health.goodput if report.health is not None else None
+
+
+def _goodput_cells(account: gp.Account, role: str) -> str:
+    total = sum(account.get((role, b), 0.0) for b in gp.BUCKETS)
+    return "".join(
+        f'<td data-bucket="{b}" data-seconds="{account.get((role, b), 0.0)!r}">{account.get((role, b), 0.0):.2f} '
+        f"<small>{gp.percent(account.get((role, b), 0.0) / total) if total > 0 else '-'}</small></td>"
+        for b in gp.BUCKETS
+    )
+
+
+def _goodput_section(report: Report) -> str:
+    """Where each role's time went over the run (``offline.goodput``): the run's seconds and shares
+    per bucket (the time outside the steps as overhead), the steps' alone, and each shown step's."""
+    g = _goodput(report)
+    if g is None:
+        return ""
+    head = "<tr><th>role</th><th>time</th>" + "".join(f"<th>{b}</th>" for b in gp.BUCKETS) + "</tr>"
+    rows = "".join(
+        f'<tr data-role="{role}" data-over="{over}"><th>{role}</th><td>{label}</td>{_goodput_cells(account, role)}</tr>'
+        for role in gp.ROLES
+        for over, label, account in (("run", "the run", g.run_s()), ("steps", "in the steps", g.steps_s))
+    )
+    steps = "".join(
+        f'<tr data-step="{esc(n)}" data-role="{role}"><th>{esc(n)}</th><td>{role}</td>'
+        + _goodput_cells(account, role)
+        + "</tr>"
+        for n, account in g.per_step.items()
+        for role in gp.ROLES
+    )
+    per_step = (
+        f'<details id="goodput-steps"{" open" if len(g.per_step) <= 4 else ""}><summary>each step</summary>'
+        f'<table class="num" id="goodput-step-table"><thead><tr><th>step</th><th>role</th>'
+        + "".join(f"<th>{b}</th>" for b in gp.BUCKETS)
+        + f"</tr></thead><tbody>{steps}</tbody></table></details>"
+        if steps
+        else ""
+    )
+    return (
+        '<section id="goodput"><h2>Goodput: where each role\'s time went</h2>'
+        f"<p>{esc(g.line())}.</p><p><small>Seconds and share of each role's time (<code>{semconv.M_GOODPUT_TIME}"
+        "</code>): trainer = the actor, critic and ref pools, productive when training, idle while waiting for "
+        "rollouts; rollout = the replicas, productive when generating rollouts that were trained on, wasted on "
+        "those verl dropped (by count), idle while waiting for the trainer; overhead: weight sync, checkpoints, "
+        "validation, the trainer's own work, and the run's time outside its steps (start-up included).</small></p>"
+        f'<table class="num" id="goodput-table"><thead>{head}</thead><tbody>{rows}</tbody></table>{per_step}</section>'
+    )
 
 
 def _has_generation(report: Report) -> bool:

@@ -17,6 +17,7 @@ ORDER = [
     "non-finite values",
     "validation score",
     "generation health",
+    "goodput",
     "slowest step",
     "slowest trajectory",
     "alert rules",
@@ -146,11 +147,12 @@ def test_a_sick_run_says_so_first(tmp_path):
         "(2 validations) (report: #curves)"
     )
     assert box[4] == "  [info]  generation health: not measured by this run (no verl.rollout.degenerate_ratio)"
-    assert box[5].startswith("  [info]  slowest step: step ")
+    assert box[5] == "  [info]  goodput: not measured by this run (no verl.goodput.time)"
+    assert box[6].startswith("  [info]  slowest step: step ")
     # the alert rules: the guard's built-in rules over the values, and the stall alert
-    assert box[7].startswith("  [check] alert rules: would have fired: ")
+    assert box[8].startswith("  [check] alert rules: would have fired: ")
     for alert in ("VerlNonFiniteLossOrGradNorm from step 2", "VerlTrainingStalled from step 3"):
-        assert alert in box[7]
+        assert alert in box[8]
 
 
 def test_the_page_opens_with_the_same_health_box_linking_to_its_sections(tmp_path):
