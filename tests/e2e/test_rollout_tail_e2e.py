@@ -21,11 +21,14 @@ test_mismatch_e2e.py, and sampled generations, checked in test_logs_e2e.py. Chec
   token up to the length limit) or an empty response, in turn, shows in each step's
   ``verl.rollout.degenerate_ratio`` and on the kept trajectories' spans, without their token ids;
   ``summary``'s health line names each kind with its share of the training responses as those
-  points say it.
+  points say it;
+* goodput (v1): ``summary`` names the failed trajectories (not trained on, not counted by verl)
+  beside the goodput buckets.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import pytest
@@ -238,4 +241,12 @@ def test_v1_every_steps_slowest_trajectory_keeps_its_tree_in_its_own_linked_trac
             (link,) = t.links
             assert link.span_id == gens[step].span_id
     _check_dispatch(run, "v1")
+    # goodput: the failed trajectories were not trained on, and verl counts them nowhere (it refills
+    # none: sync_refill_failed_groups is off); summary names them beside the buckets
+    failed = [t for ts in by_step.values() for t in ts if t.attributes[semconv.ATTR_ROLLOUT_STATUS] != "ok"]
+    line = next(x for x in lines(build(run.telemetry_dir)) if "goodput:" in x)
+    named = re.search(r"; (\d+) trajector(?:y|ies) failed in the agent loop \(([\d.]+) s\)", line)
+    assert named is not None, line
+    assert int(named.group(1)) == len(failed)
+    assert float(named.group(2)) == pytest.approx(sum(t.seconds for t in failed), abs=0.02)
     _check_health(run)
