@@ -5,6 +5,7 @@ A stage span's time is explained where a child span covers it: worker calls, the
 batch, the v1 replay buffer's ``verl.wait`` for finished rollouts (``otel_verl.hooks.waits``).
 Before the wait span, ~80% of a v1 step (its ``gen``: verl polling every 2 s) had no child span
 in any process; ``otel_verl.offline.run_facts.attributed_seconds`` is the rule summary and report use.
+The same runs carry the goodput account by role (``verl.goodput.time``), checked against their raw spans.
 """
 
 from __future__ import annotations
