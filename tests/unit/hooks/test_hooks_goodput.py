@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from test_hooks_accounting import FakeClock
+from support.clock import FakeClock
 
 from otel_verl import semconv
 from otel_verl.hooks import accounting, goodput
