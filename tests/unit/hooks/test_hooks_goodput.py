@@ -158,3 +158,12 @@ def test_a_failing_account_costs_none_of_verls_values(monkeypatch):
     assert training.record_log({"actor/pg_loss": 0.5}) == 1
     names = {m.name for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     assert "verl.actor.pg_loss" in names
+
+
+def test_the_dropped_group_keys_are_the_counts_verl_adds_up_per_step():
+    """verl's v1 sums exactly its eviction counts over a step's iterations (``MetricsAggregator``):
+    the training ones are the keys the account reads, so a key verl renames fails here."""
+    from verl.trainer.ppo.v1.utils import MetricsAggregator
+
+    summed = MetricsAggregator()._init_aggregation_rules()["sum"]
+    assert {k for k in summed if k.startswith("training/")} == set(semconv.DROPPED_GROUP_KEYS)
