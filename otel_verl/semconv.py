@@ -278,6 +278,12 @@ def is_llm_call(name: str, attributes: Mapping[str, Any] | None) -> bool:
 
 M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
 M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
+# the GenAI client metrics (gen-ai-metrics.md), once per LLM call beside verl.rollout.llm_call.duration
+M_GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
+M_GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # on gen_ai.client.token.usage: input | output
+GEN_AI_TOKEN_TYPE_INPUT = "input"
+GEN_AI_TOKEN_TYPE_OUTPUT = "output"
 M_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"
 M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
 M_ROLLOUT_DEGENERATE_RATIO = "verl.rollout.degenerate_ratio"  # a step's share of each degenerate kind

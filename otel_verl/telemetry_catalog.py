@@ -323,7 +323,17 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     AttributeDoc(
         s.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, "int", "Prompt tokens served from the engine's prefix cache (vLLM)."
     ),
-    AttributeDoc(s.ATTR_ERROR_TYPE, "string", "A failed LLM call's exception class (`asyncio.CancelledError`, ...)."),
+    AttributeDoc(
+        s.GEN_AI_TOKEN_TYPE,
+        "string",
+        "`input` (the prompt) or `output` (the tokens generated): which tokens are counted.",
+    ),
+    AttributeDoc(
+        s.ATTR_ERROR_TYPE,
+        "string",
+        "A failed LLM call's exception class, with its module unless a builtin (`ConnectionResetError`, "
+        "`asyncio.exceptions.CancelledError`, ...).",
+    ),
     AttributeDoc(
         s.ATTR_SERVER_ADDRESS,
         "string",

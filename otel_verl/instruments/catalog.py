@@ -36,6 +36,10 @@ DURATION_BUCKETS = (
     10000,
 )
 TOKEN_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+# The GenAI conventions' advice for their client metrics (gen-ai-metrics.md: "SHOULD be specified with
+# ExplicitBucketBoundaries"), so that their series match every other GenAI client's.
+GEN_AI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+GEN_AI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 GAUGE = "gauge"
 COUNTER = "counter"
@@ -303,6 +307,49 @@ LLM_CALL_DURATION = InstrumentSpec(
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.ATTR_ROLLOUT_STATUS),
     source="Every engine call (agent-loop workers).",
 )
+# The GenAI conventions' client metrics, from the same emission point as LLM_CALL_DURATION. Both are kept:
+# this pair is what GenAI-aware backends and dashboards read (by model and provider); the verl.rollout
+# one keeps the range of an RL rollout's calls (the advised buckets end at 81.92 s, a long generation
+# runs for minutes), the validate / status split and the kit's queries (docs/rollouts.md).
+# No server.address / server.port (recommended, not required): every agent-loop worker calls every
+# replica, so they would multiply these series by the replicas; the LLM-call span has them.
+GEN_AI_CLIENT_OPERATION_DURATION = InstrumentSpec(
+    semconv.M_GEN_AI_CLIENT_OPERATION_DURATION,
+    HISTOGRAM,
+    "s",
+    "GenAI operation duration.",
+    GEN_AI_DURATION_BUCKETS,
+    attributes=(
+        semconv.GEN_AI_OPERATION_NAME,
+        semconv.GEN_AI_PROVIDER_NAME,
+        semconv.GEN_AI_REQUEST_MODEL,
+        semconv.ATTR_ERROR_TYPE,
+    ),
+    source=(
+        "Every engine call (agent-loop workers), training and validation, by the GenAI conventions "
+        "([gen-ai-metrics](https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/)): the same "
+        "seconds as `verl.rollout.llm_call.duration`, with the conventions' buckets (to 81.92 s); `error.type` on a "
+        "failed or cancelled call (the exception's class) ([Rollouts](rollouts.md#genai-client-metrics))."
+    ),
+)
+GEN_AI_CLIENT_TOKEN_USAGE = InstrumentSpec(
+    semconv.M_GEN_AI_CLIENT_TOKEN_USAGE,
+    HISTOGRAM,
+    "{token}",
+    "Number of input and output tokens used.",
+    GEN_AI_TOKEN_BUCKETS,
+    attributes=(
+        semconv.GEN_AI_OPERATION_NAME,
+        semconv.GEN_AI_PROVIDER_NAME,
+        semconv.GEN_AI_TOKEN_TYPE,
+        semconv.GEN_AI_REQUEST_MODEL,
+    ),
+    source=(
+        "Every engine call that returned (agent-loop workers): `gen_ai.token.type` = `input` (the prompt's token "
+        "ids, cached prefix included) and `output` (the tokens generated), as on the LLM-call span; a failed call "
+        "records none."
+    ),
+)
 RESPONSE_TOKENS = InstrumentSpec(
     semconv.M_ROLLOUT_RESPONSE_TOKENS,
     HISTOGRAM,
@@ -540,6 +587,8 @@ ALL: tuple[InstrumentSpec, ...] = (
     GOODPUT_DROPPED_GROUPS,
     TRAJECTORY_DURATION,
     LLM_CALL_DURATION,
+    GEN_AI_CLIENT_OPERATION_DURATION,
+    GEN_AI_CLIENT_TOKEN_USAGE,
     RESPONSE_TOKENS,
     TAIL_RATIO,
     DEGENERATE_RATIO,

@@ -30,16 +30,17 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from otel_verl import semconv
 
-MAX_QUEUED = 8192  # values waiting for a collection (three per trajectory)
+MAX_QUEUED = 8192  # entries waiting for a collection (three per single-turn trajectory)
 
 ExemplarContext = otel_context.Context | Callable[[], otel_context.Context]
+Measurement = tuple[Any, float, dict[str, Any]]  # (instrument, value, attributes)
 
 
 class Deferred:
     """The queue of one meter's deferred histogram values."""
 
     def __init__(self, meter: Meter) -> None:
-        self._queue: deque[tuple[Any, float, dict[str, Any], ExemplarContext]] = deque()
+        self._queue: deque[tuple[tuple[Measurement, ...], ExemplarContext]] = deque()
         self._gauge = meter.create_observable_gauge(
             semconv.DEFERRED_RECORDER, callbacks=[self._drain], description="records queued values; no points"
         )
@@ -49,8 +50,12 @@ class Deferred:
     ) -> None:
         """``instrument.record(value, attributes)`` at the next collection, its exemplar context
         ``context`` (a context, or a function that gives one then), by default the caller's current one."""
+        self.record_all(((instrument, value, attributes),), context)
+
+    def record_all(self, measurements: tuple[Measurement, ...], context: ExemplarContext | None = None) -> None:
+        """Several values of one moment (an LLM call's histograms) as one entry, with one exemplar context."""
         queue = self._queue
-        queue.append((instrument, value, attributes, otel_context.get_current() if context is None else context))
+        queue.append((measurements, otel_context.get_current() if context is None else context))
         if len(queue) >= MAX_QUEUED:
             self.flush()
 
@@ -59,12 +64,13 @@ class Deferred:
         queue = self._queue
         while True:
             try:
-                instrument, value, attributes, ctx = queue.popleft()
+                measurements, ctx = queue.popleft()
             except IndexError:
                 return
             if callable(ctx):
                 ctx = ctx()
-            instrument.record(value, attributes, context=ctx)
+            for instrument, value, attributes in measurements:
+                instrument.record(value, attributes, context=ctx)
 
     @property
     def queued(self) -> int:

@@ -13,6 +13,7 @@ import pytest
 from shared_runs import CLUSTER_RANKS
 
 from otel_verl import semconv
+from otel_verl.instruments import catalog
 
 pytestmark = pytest.mark.e2e
 
@@ -115,6 +116,7 @@ def _check_rollout(run, n_gpus):
         _latest_histogram_count(run, semconv.M_ROLLOUT_LLM_CALL_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
         == n_train
     )
+    _check_gen_ai_metrics(run, n_train)
     # validation (val_before_train) trajectories are flagged, not mixed into the steps
     val = [
         s
@@ -137,6 +139,53 @@ def _check_rollout(run, n_gpus):
         assert attrs[semconv.ATTR_ROLLOUT_TAIL_RATIO] >= 1.0
         assert attrs[semconv.ATTR_ROLLOUT_TRAJECTORIES] == PER_STEP
     return by_step
+
+
+def _latest_histograms(run, name, **attrs):
+    """``_latest_histogram_count``'s points: the latest of each (process, attribute set)."""
+    latest = {}
+    for p in run.points:
+        if p.name == name and all(p.attributes.get(k) == v for k, v in attrs.items()):
+            key = (p.resource.get("process.pid"), tuple(sorted(p.attributes.items())))
+            if key not in latest or p.time_ns >= latest[key].time_ns:
+                latest[key] = p
+    return list(latest.values())
+
+
+def _check_gen_ai_metrics(run, n_train):
+    """The GenAI conventions' client metrics count the same calls as verl.rollout.llm_call.duration
+    (training and validation), with the conventions' attributes and buckets and nothing per call,
+    and the token usage is the LLM-call spans' (every call of this run has its span)."""
+    identity = set(semconv.RES_SERIES_IDENTITY)  # otel-verl's run identity on every point
+    gen_ai = {
+        semconv.GEN_AI_OPERATION_NAME: "text_completion",
+        semconv.GEN_AI_PROVIDER_NAME: "hfcpu",
+        semconv.GEN_AI_REQUEST_MODEL: "model",
+    }
+    calls = [s for s in run.spans if semconv.is_llm_call(s.name, s.attributes)]
+    n_calls = _latest_histogram_count(run, semconv.M_ROLLOUT_LLM_CALL_DURATION)
+    assert n_calls > n_train  # validation's calls too
+    assert len(calls) == n_calls
+    durations = _latest_histograms(run, semconv.M_GEN_AI_CLIENT_OPERATION_DURATION)
+    assert durations
+    for p in durations:
+        assert {k: v for k, v in p.attributes.items() if k not in identity} == gen_ai  # no error.type: none failed
+        assert p.bounds == list(catalog.GEN_AI_DURATION_BUCKETS)
+    assert sum(p.count for p in durations) == n_calls
+    for token_type, attr in (
+        ("input", semconv.GEN_AI_USAGE_INPUT_TOKENS),
+        ("output", semconv.GEN_AI_USAGE_OUTPUT_TOKENS),
+    ):
+        usage = _latest_histograms(run, semconv.M_GEN_AI_CLIENT_TOKEN_USAGE, **{semconv.GEN_AI_TOKEN_TYPE: token_type})
+        assert usage
+        for p in usage:
+            assert {k: v for k, v in p.attributes.items() if k not in identity} == {
+                **gen_ai,
+                semconv.GEN_AI_TOKEN_TYPE: token_type,
+            }
+            assert p.bounds == list(catalog.GEN_AI_TOKEN_BUCKETS)
+        assert sum(p.count for p in usage) == n_calls
+        assert sum(p.value for p in usage) == sum(c.attributes[attr] for c in calls)
 
 
 def test_v0_rollout_spans_match_verl(verl_runs):

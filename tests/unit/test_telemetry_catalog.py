@@ -41,7 +41,12 @@ def test_every_event_is_documented(const, value):
 
 ATTRIBUTE_PREFIXES = ("ATTR_", "RES_", "GEN_AI_")
 # values of an attribute, not attributes
-VALUES = {"GEN_AI_OPERATION_TEXT_COMPLETION", "GEN_AI_OPERATION_EXECUTE_TOOL"}
+VALUES = {
+    "GEN_AI_OPERATION_TEXT_COMPLETION",
+    "GEN_AI_OPERATION_EXECUTE_TOOL",
+    "GEN_AI_TOKEN_TYPE_INPUT",
+    "GEN_AI_TOKEN_TYPE_OUTPUT",
+}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ one its load balancer keeps a sticky session for); the sampling settings, usage,
 (its id, and as ``server.address``/``server.port`` the replica's HTTP address that id is) and the
 seconds the load balancer took to hand it out; ``LLMServerClient._vllm_request_id`` the id the engine
 knows the call by (``gen_ai.response.id``). A record until its trajectory's tree is decided
-(``trajectory``); the ``verl.rollout.llm_call.duration`` histogram counts every call, kept or not.
+(``trajectory``); the ``verl.rollout.llm_call.duration`` histogram and the GenAI client metrics
+(``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage``) count every call, kept or not.
 ``_vllm_request_id`` also carries the call's trace context to the rollout server and its engine
 (``engine_context``); the engine's spans of an undecided tree come back in the server's reply
 (``engine_handback``) and follow the tree's fate.
@@ -114,9 +115,6 @@ def _request_attributes(
     model = _model(instance)
     if model:
         attrs[semconv.GEN_AI_REQUEST_MODEL] = model
-    prompt_ids = kwargs.get("prompt_ids")
-    if prompt_ids is not None:
-        attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = len(prompt_ids)
     params = kwargs.get("sampling_params")
     if isinstance(params, dict):
         for key, attr in (
@@ -136,24 +134,50 @@ def _request_attributes(
     return attrs
 
 
+def _gen_ai_attributes(instance: Any) -> rs.GenAIAttributes:
+    """The GenAI client metrics' attributes of this process's calls: the conventions' required and
+    conditionally required ones otel-verl knows, no per-call value (bounded series)."""
+    st = rs.STATE
+    if st.gen_ai is None:
+        base: dict[str, Any] = {semconv.GEN_AI_OPERATION_NAME: semconv.GEN_AI_OPERATION_TEXT_COMPLETION}
+        provider = _provider(instance)
+        if provider:
+            base[semconv.GEN_AI_PROVIDER_NAME] = provider
+        model = _model(instance)
+        if model:
+            base[semconv.GEN_AI_REQUEST_MODEL] = model
+        st.gen_ai = rs.GenAIAttributes(base)
+    return st.gen_ai
+
+
+def _token_count(ids: Any) -> int | None:
+    try:
+        return len(ids) if ids is not None else None
+    except TypeError:  # not a sequence: no count
+        return None
+
+
 @safe("rollout llm call start")
 def _llm_start(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> rs.LLMCall:
     traj = rs.TRAJECTORY.get()
     validate = traj.validate if traj is not None else False
+    input_tokens = _token_count(kwargs.get("prompt_ids"))
     rec = None
     if traj is not None and traj.rec is not None:
         attrs = _request_attributes(instance, traj, args, kwargs)
+        if input_tokens is not None:
+            attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
         name = semconv.llm_call_span_name(attrs.get(semconv.GEN_AI_REQUEST_MODEL))
         rec = trajectory.child_record(traj, name, attrs, SpanKind.CLIENT)
-    call = rs.LLMCall(rec, rs.clock(), {semconv.ATTR_ROLLOUT_VALIDATE: validate}, traj)
+    gen_ai = _gen_ai_attributes(instance)
+    call = rs.LLMCall(rec, rs.clock(), {semconv.ATTR_ROLLOUT_VALIDATE: validate}, traj, gen_ai, input_tokens)
     call.token = rs.LLM_CALL.set(call)  # _acquire_server, inside the call, finds it here
     return call
 
 
-def _response_attributes(attrs: dict[str, Any], output: Any) -> None:
-    token_ids = getattr(output, "token_ids", None)
-    if token_ids is not None:
-        attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = len(token_ids)
+def _response_attributes(attrs: dict[str, Any], output: Any, output_tokens: int | None) -> None:
+    if output_tokens is not None:
+        attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
     stop = getattr(output, "stop_reason", None)
     if stop is not None:
         attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = (str(stop),)  # a sequence, as the SDK stores it
@@ -179,19 +203,35 @@ def _llm_end(call: rs.LLMCall, output: Any, error: BaseException | None) -> None
         call.token = None
     duration = rs.clock() - call.start
     status = rs.status_of(error)
-    inst = rs.metrics()
-    # exemplar: the trajectory's span (its trace holds the call) once its tree was exported, else none
-    exemplar = trajectory.exemplar_context(call.trajectory)
-    inst.deferred.record(inst.llm_call, duration, {**call.attrs, semconv.ATTR_ROLLOUT_STATUS: status}, exemplar)
+    error_type = _error_type(error) if error is not None else None
+    output_tokens = _token_count(getattr(output, "token_ids", None)) if output is not None else None
+    _record(call, duration, status, error_type, output_tokens)
     rec = call.rec
     if rec is None:
         return
     rec.attributes[semconv.ATTR_ROLLOUT_STATUS] = status
-    if error is not None:  # the GenAI conventions require it on a failed call
-        rec.attributes[semconv.ATTR_ERROR_TYPE] = _error_type(error)
+    if error_type is not None:  # the GenAI conventions require it on a failed call
+        rec.attributes[semconv.ATTR_ERROR_TYPE] = error_type
     if output is not None:
-        _response_attributes(rec.attributes, output)
+        _response_attributes(rec.attributes, output, output_tokens)
     rs.ended(rec, time.time_ns(), status, error)
+
+
+def _record(call: rs.LLMCall, duration: float, status: str, error_type: str | None, output_tokens: int | None) -> None:
+    """The call's histograms, every call's, kept or not: ``verl.rollout.llm_call.duration`` and the
+    GenAI client metrics (its duration; its tokens when it returned), queued as one entry."""
+    inst = rs.metrics()
+    values = [(inst.llm_call, duration, {**call.attrs, semconv.ATTR_ROLLOUT_STATUS: status})]
+    gen_ai = call.gen_ai
+    if gen_ai is not None:
+        attrs = gen_ai.duration if error_type is None else {**gen_ai.duration, semconv.ATTR_ERROR_TYPE: error_type}
+        values.append((inst.gen_ai_duration, duration, attrs))
+        if error_type is None and output_tokens is not None:  # a failed call reports no usage
+            if call.input_tokens is not None:
+                values.append((inst.gen_ai_tokens, call.input_tokens, gen_ai.input))
+            values.append((inst.gen_ai_tokens, output_tokens, gen_ai.output))
+    # exemplar: the trajectory's span (its trace holds the call) once its tree was exported, else none
+    inst.deferred.record_all(tuple(values), trajectory.exemplar_context(call.trajectory))
 
 
 def _error_type(error: BaseException) -> str:

@@ -103,14 +103,36 @@ class Trajectory:
 
 
 class LLMCall:
-    __slots__ = ("rec", "start", "attrs", "token", "trajectory")
+    __slots__ = ("rec", "start", "attrs", "token", "trajectory", "gen_ai", "input_tokens")
 
-    def __init__(self, rec: Rec | None, start: float, attrs: dict[str, Any], trajectory: Any = None) -> None:
+    def __init__(
+        self,
+        rec: Rec | None,
+        start: float,
+        attrs: dict[str, Any],
+        trajectory: Any = None,
+        gen_ai: GenAIAttributes | None = None,
+        input_tokens: int | None = None,
+    ) -> None:
         self.rec = rec
         self.start = start
         self.attrs = attrs
         self.token: Any = None
         self.trajectory: Trajectory | None = trajectory  # the one it was made in: its exemplar's span
+        self.gen_ai = gen_ai  # the GenAI client metrics' attributes
+        self.input_tokens = input_tokens  # its prompt's token ids (the span has them only when recorded)
+
+
+class GenAIAttributes:
+    """The attributes of the GenAI client metrics of this process's LLM calls, made once (the
+    provider and the model are the process's): the duration's, the input and the output tokens'."""
+
+    __slots__ = ("duration", "input", "output")
+
+    def __init__(self, base: dict[str, Any]) -> None:
+        self.duration = base
+        self.input = {**base, semconv.GEN_AI_TOKEN_TYPE: semconv.GEN_AI_TOKEN_TYPE_INPUT}
+        self.output = {**base, semconv.GEN_AI_TOKEN_TYPE: semconv.GEN_AI_TOKEN_TYPE_OUTPUT}
 
 
 class Group:
@@ -193,6 +215,7 @@ class RolloutState:
         self.identified = False
         self.provider: str | None = None
         self.model: str | None = None  # gen_ai.request.model ("" when the config names none)
+        self.gen_ai: GenAIAttributes | None = None  # the GenAI client metrics' attributes, once known
         self.limits: Limits | None = None  # what responses are measured against (the worker's, read once)
 
     def group(self, key: tuple[int, bool]) -> Group:

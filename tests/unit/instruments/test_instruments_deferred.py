@@ -98,3 +98,31 @@ def test_values_queued_while_another_thread_collects_are_counted_once():
         done.set()
         t.join()
     assert [p.count for p in _points(reader)["h"]] == [20_000]
+
+
+def test_an_entry_of_several_values_records_them_all_with_one_exemplar_context():
+    """An LLM call's histograms (its own duration, the GenAI duration and token usage) are one entry:
+    one place in the bound, one exemplar context asked for once."""
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("t")
+    queue = Deferred(meter)
+    seconds, tokens = meter.create_histogram("seconds"), meter.create_histogram("tokens")
+    ctx = SpanContext(0xABC, 0xDEF, False, TraceFlags(TraceFlags.SAMPLED))
+    asked: list[int] = []
+
+    def exemplar() -> otel_context.Context:
+        asked.append(1)
+        return trace.set_span_in_context(NonRecordingSpan(ctx), otel_context.Context())
+
+    queue.record_all(
+        ((seconds, 0.5, {}), (tokens, 3.0, {"type": "input"}), (tokens, 7.0, {"type": "output"})), exemplar
+    )
+    assert queue.queued == 1
+    points = _points(reader)
+    assert asked == [1]
+    (s,) = points["seconds"]
+    assert (s.count, s.sum) == (1, 0.5)
+    by_type = {p.attributes["type"]: p for p in points["tokens"]}
+    assert (by_type["input"].sum, by_type["output"].sum) == (3.0, 7.0)
+    for p in (s, *by_type.values()):
+        assert [(e.trace_id, e.span_id) for e in p.exemplars] == [(0xABC, 0xDEF)]

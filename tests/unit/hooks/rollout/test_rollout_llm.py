@@ -259,3 +259,133 @@ def test_the_server_address_is_read_only_from_an_id_that_is_an_address(server_id
 )
 def test_llm_calls_are_found_by_what_they_carry_new_and_old(name, attributes, found):
     assert semconv.is_llm_call(name, attributes) is found
+
+
+# -- the GenAI conventions' client metrics (gen-ai-metrics.md), beside verl.rollout.llm_call.duration
+
+MODEL = "Qwen2.5-0.5B-Instruct"
+GEN_AI = {semconv.GEN_AI_OPERATION_NAME: "text_completion", semconv.GEN_AI_PROVIDER_NAME: "vllm"}
+GEN_AI |= {semconv.GEN_AI_REQUEST_MODEL: MODEL}
+# the conventions' advice, as the SDK exports it when the instrument was created with it
+DURATION_BOUNDS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+TOKEN_BOUNDS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+
+
+def _metrics(captured) -> dict[str, object]:
+    """metric name -> the SDK's exported metric (name, unit, description, points), one collection."""
+    data = captured.reader.get_metrics_data()  # records the queued values first (``deferred``)
+    return {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+
+
+def _usage(metric) -> dict[str, object]:
+    points = {p.attributes[semconv.GEN_AI_TOKEN_TYPE]: p for p in metric.data.data_points}
+    assert len(points) == len(metric.data.data_points)
+    return points
+
+
+def test_every_call_feeds_the_genai_client_metrics_with_the_conventions_attributes_and_buckets(captured):
+    worker = make_worker()
+    asyncio.run(worker.generate_sequences(make_batch()))  # 4 calls, responses of 2, 2, 3, 3 tokens
+    calls = llm_calls(captured)
+    metrics = _metrics(captured)
+
+    op = metrics[semconv.M_GEN_AI_CLIENT_OPERATION_DURATION]
+    assert (op.unit, op.description) == ("s", "GenAI operation duration.")
+    (duration,) = op.data.data_points  # no per-call value on the points: one series
+    assert dict(duration.attributes) == GEN_AI
+    assert list(duration.explicit_bounds) == DURATION_BOUNDS
+    assert duration.count == len(calls) == 4
+    # the same seconds as otel-verl's own histogram of the calls, and as the spans
+    (own,) = metrics[semconv.M_ROLLOUT_LLM_CALL_DURATION].data.data_points
+    assert duration.sum == pytest.approx(own.sum)
+    assert duration.sum == pytest.approx(sum(c.end_time - c.start_time for c in calls) / 1e9, abs=0.02)
+
+    usage = metrics[semconv.M_GEN_AI_CLIENT_TOKEN_USAGE]
+    assert usage.unit == "{token}"
+    points = _usage(usage)
+    assert sorted(points) == ["input", "output"]
+    for token_type, point in points.items():
+        assert dict(point.attributes) == {**GEN_AI, semconv.GEN_AI_TOKEN_TYPE: token_type}
+        assert list(point.explicit_bounds) == TOKEN_BOUNDS
+        assert point.count == 4
+    assert points["input"].sum == sum(c.attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] for c in calls) == 4 * len(PROMPT)
+    assert points["output"].sum == sum(c.attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] for c in calls) == 10
+    assert (points["output"].min, points["output"].max) == (2, 3)
+
+
+def test_the_genai_metrics_count_calls_whose_trajectory_is_not_recorded(captured, monkeypatch):
+    from otel_verl.config import settings
+
+    monkeypatch.setenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP", "0")
+    settings.cache_clear()
+    try:
+        asyncio.run(make_worker().generate_sequences(make_batch(validate=True)))
+    finally:
+        monkeypatch.delenv("OTEL_VERL_ROLLOUT_SPANS_PER_STEP")
+        settings.cache_clear()
+    assert not llm_calls(captured)
+    metrics = _metrics(captured)
+    (duration,) = metrics[semconv.M_GEN_AI_CLIENT_OPERATION_DURATION].data.data_points
+    assert (dict(duration.attributes), duration.count) == (GEN_AI, 4)  # validation calls too: an LLM call is one
+    points = _usage(metrics[semconv.M_GEN_AI_CLIENT_TOKEN_USAGE])
+    assert (points["input"].sum, points["output"].sum) == (4 * len(PROMPT), 10)
+
+
+def test_the_genai_metrics_leave_the_calls_own_values_and_the_replica_on_the_span(captured):
+    """Bounded series: no conversation or response id, no sampling setting, and no ``server.address``
+    (every agent-loop worker calls every replica: it would multiply the series by the replicas)."""
+    call = _one_call(captured, {"max_tokens": 3, "temperature": 0.7, "seed": 7}, "10.0.0.7:8000")
+    assert call.attributes[semconv.ATTR_SERVER_ADDRESS] == "10.0.0.7"  # the span has it
+    metrics = _metrics(captured)
+    (duration,) = metrics[semconv.M_GEN_AI_CLIENT_OPERATION_DURATION].data.data_points
+    assert dict(duration.attributes) == GEN_AI
+    for point in metrics[semconv.M_GEN_AI_CLIENT_TOKEN_USAGE].data.data_points:
+        assert set(point.attributes) == {*GEN_AI, semconv.GEN_AI_TOKEN_TYPE}
+
+
+@pytest.mark.parametrize(
+    ("error", "error_type"),
+    [
+        (ConnectionResetError("engine gone"), "ConnectionResetError"),
+        (asyncio.CancelledError(), "asyncio.exceptions.CancelledError"),  # verl's abort of a replica's requests
+    ],
+)
+def test_a_failed_call_has_its_error_type_on_the_duration_and_reports_no_tokens(captured, error, error_type):
+    """The conventions require ``error.type`` on an operation that ended in an error; a call that
+    returned nothing has no usage to report (the successful ones still do)."""
+    worker = make_worker()
+    server = FakeServer()
+    answered = server.generate.remote
+
+    async def flaky(**kwargs):
+        if kwargs["sampling_params"]["max_tokens"] == 3:  # sample 1's calls fail
+            raise error
+        return await answered(**kwargs)
+
+    server.generate.remote = flaky
+    worker.llm_client._load_balancer = FakeBalancer(server)
+    with pytest.raises(type(error)):
+        asyncio.run(worker.generate_sequences(make_batch(prompts=2, n=1)))
+    metrics = _metrics(captured)
+    by_error = {
+        p.attributes.get(semconv.ATTR_ERROR_TYPE): p
+        for p in metrics[semconv.M_GEN_AI_CLIENT_OPERATION_DURATION].data.data_points
+    }
+    assert sorted(by_error, key=str) == sorted([None, error_type], key=str)
+    assert by_error[None].count == 1 and dict(by_error[None].attributes) == GEN_AI
+    assert by_error[error_type].count == 1
+    assert dict(by_error[error_type].attributes) == {**GEN_AI, semconv.ATTR_ERROR_TYPE: error_type}
+    (failed,) = [c for c in llm_calls(captured) if semconv.ATTR_ERROR_TYPE in c.attributes]
+    assert failed.attributes[semconv.ATTR_ERROR_TYPE] == error_type  # the span says the same
+    points = _usage(metrics[semconv.M_GEN_AI_CLIENT_TOKEN_USAGE])
+    assert (points["input"].count, points["output"].count) == (1, 1)  # the call that returned
+    assert points["output"].sum == 2
+
+
+def test_the_genai_duration_carries_the_exemplar_of_its_trajectory(captured):
+    worker = make_worker()
+    asyncio.run(worker.generate_sequences(make_batch(prompts=1, n=1)))
+    (traj,) = by_name(captured, semconv.SPAN_ROLLOUT_TRAJECTORY)
+    (duration,) = _metrics(captured)[semconv.M_GEN_AI_CLIENT_OPERATION_DURATION].data.data_points
+    (exemplar,) = duration.exemplars
+    assert (exemplar.trace_id, exemplar.span_id) == (traj.context.trace_id, traj.context.span_id)
