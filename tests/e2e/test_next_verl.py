@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -77,7 +77,7 @@ class RLInsight:
     traces: OtlpReceiver  # in Tempo's place: RL-Insight's trace store
     targets_file: Path  # the Prometheus file_sd targets the server keeps
     metrics_port: int  # the hub actor's /metrics (trainer.rl_insight.prometheus.metrics_report_port)
-    scrapes: list[str] = field(default_factory=list)  # the hub's /metrics, read while the run goes on
+    scraped: str = ""  # the hub's /metrics as last read while the run went on
 
 
 @pytest.fixture(scope="module")
@@ -142,13 +142,14 @@ def _hub_target(info: RLInsight) -> str | None:
 
 
 def _scrape_hub(info: RLInsight, stop: threading.Event) -> None:
-    while not stop.wait(2.0):
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a node address: never a proxy
+    while not stop.wait(0.5):  # the hub lives from Tracking's start to the job's end, the last step's seconds
         target = _hub_target(info)
         if target is None:
             continue
         try:
-            with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as answer:
-                info.scrapes.append(answer.read(4 << 20).decode())
+            with direct.open(f"http://{target}/metrics", timeout=5) as answer:
+                info.scraped = answer.read(4 << 20).decode()
         except OSError:
             pass
 
@@ -362,8 +363,8 @@ def test_rl_insight_gets_verl_values_stage_lanes_and_engine_targets(run, rl_insi
     jobs = {group["labels"]["rl_insight_job"] for group in groups}
     assert {"trainer_metrics", "hfcpu"} <= jobs, groups  # the hub; the rollout servers (rollout.name)
     assert _hub_target(rl_insight) is not None, groups
-    assert rl_insight.scrapes, "the hub's /metrics never answered"
-    last = rl_insight.scrapes[-1]
+    assert rl_insight.scraped, "the hub's /metrics never answered"
+    last = rl_insight.scraped
     for key in ("critic/score/mean", "actor/pg_loss"):
         name = f"{RL_INSIGHT_SERVICE}_{key.replace('/', '_')}"
         values = [float(v) for v in re.findall(rf"^{re.escape(name)}\{{[^}}]*\}} (\S+)$", last, re.M)]
