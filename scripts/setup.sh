@@ -109,7 +109,7 @@ say "phase 2/4: torch 2.13.0 from PyPI, with its CUDA libraries and triton (4.5 
   "CPU here); the first time several minutes, by network and machine (12 measured on a loaded one)"
 with_progress "installing torch" pip install -q torch==2.13.0
 say "phase 3/4: verl 0.9.1 with its core dependencies (Ray, transformers, ...), otel-verl (editable, with" \
-  "its test extras: pytest, MkDocs) and the CPU test harness; .venv ends near 6 GB in all"
+  "its test extras: pytest, MkDocs, mlflow-skinny, rl-insight) and the CPU test harness; .venv ends near 6 GB in all"
 with_progress "installing verl and otel-verl" pip install -q 'verl[verl-core]==0.9.1' -e '.[test]' -e tests/harness
 run .venv/bin/python -c "import torch, verl, otel_verl; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # An older verl release for the compatibility matrix (tests/support/compat.py): its files only, beside

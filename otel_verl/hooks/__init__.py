@@ -15,6 +15,7 @@ Where things are made (the full list of names: docs/reference.md):
 * ``guard``: rules over each step's values, and each rule's action (record, alert, checkpoint, stop);
   ``guard_checkpoint`` its checkpoint (never at the cost of one of verl's), ``guard_exit`` its stop's marker;
 * ``ray_launch``: ``ray.init`` hands the ``OTEL_*`` settings to the job's Ray workers.
+  ``rl_insight``: there too, one warning when verl's RL-Insight logger would send the OTLP headers to its server.
 
 ``hookset`` applies them on import, ``spans`` is the one traced-call shape they share,
 ``targets`` names every verl/Ray module they touch.

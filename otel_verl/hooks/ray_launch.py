@@ -54,7 +54,7 @@ from urllib.parse import unquote
 from otel_verl import config, private_api, redact
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
-from otel_verl.hooks import guard_exit, targets
+from otel_verl.hooks import guard_exit, rl_insight, targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.package import PYTHON
 
@@ -283,6 +283,7 @@ def _daemons_pythonpath(kwargs: dict[str, Any]) -> str | None:
 
 def _ray_init_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     guard_exit.launcher_ray_init()  # a guard stop's exit code, when one is asked for
+    rl_insight.warn_shared_headers()  # verl has just set its switch, if the logger is on
     made = _with_otel_env(kwargs)
     # only on kwargs made here (fresh runtime_env dicts), never on the user's own
     daemons = _daemons_pythonpath(made) if made is not None and made is not kwargs else None
