@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_verl import VerlInstrumentor, _safe
-from otel_verl.hooks import compat
+from otel_verl.hooks import accounting, compat
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
 from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.state import PROCESS
@@ -82,6 +82,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader])
     instrumentor = VerlInstrumentor()
+    accounting.ACCOUNT.reset()  # the roles an earlier test's stages showed are not this process's
     instrumentor.instrument(tracer_provider=tp, meter_provider=mp)
     try:
         yield Captured(spans, reader)

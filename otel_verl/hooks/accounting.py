@@ -143,6 +143,10 @@ class StepAccount:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the run: what a new process's account holds (each test's instrumented process)."""
         self._step_id: int | None = None  # span id of the open verl.step
         self._step_start = 0.0
         self._open: dict[int, float] = {}  # span id of an open top-level stage -> clock() at start

@@ -186,3 +186,25 @@ def test_every_method_of_the_step_account_holds_its_lock():
     account.stage_ended(99, "gen")  # not open
     account.step_ended(1)
     assert outside == []
+
+
+def test_each_instrumented_process_starts_with_a_fresh_account(request, clock):
+    """A role an earlier process's stages showed (a reward stage over 1 ms) is not this one's:
+    ``captured`` is a new process, its account knows only the roles every run has."""
+    from verl.utils.profiler import marked_timer
+
+    account = accounting.ACCOUNT
+    account.step_started(1)
+    account.stage_started(2, 1)
+    clock.sleep(0.5)
+    account.stage_ended(2, "reward")
+    account.step_ended(1)
+    assert accounting.POOL_REWARD in {role for role, _ in account.last_pools}
+    captured = request.getfixturevalue("captured")
+    request.getfixturevalue("v0_trainer")
+    timing: dict[str, float] = {}
+    with marked_timer("step", timing):
+        with marked_timer("update_actor", timing):
+            clock.sleep(1.0)
+    points = captured.metric_points()[semconv.M_POOL_TIME]
+    assert {dict(p.attributes)[semconv.ATTR_POOL_ROLE] for p in points} == set(accounting.ALWAYS_ROLES)
