@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import yaml
 from opskit import require_tool
 from promreplay import AS_IT_HAPPENED, NOT_ON_CPU, WHAT_IF, Replay, alert_names, run_series
 
@@ -91,6 +92,15 @@ def test_the_replay_fires_the_shipped_rules_on_those_series_and_ends_them_with_t
         for t in (30, 70, 420)
     ]
     got = replay.alerts(tmp_path / "promtool", cases)
+    # the NaN counter starts late (its first export is the second): promtool's '_' (a missing
+    # sample) until then, and the alert still fires on it (by the rule's `unless ... offset` branch:
+    # a series' first sample is no increase)
+    (nan,) = [
+        s["values"]
+        for s in yaml.safe_load((tmp_path / "promtool" / "replay.test.yaml").read_text())["tests"][0]["input_series"]
+        if s["series"].startswith("verl_training_nonfinite_total")
+    ]
+    assert nan.split()[:7] == ["_"] * 6 + ["1.0"], nan
     assert not got[("VerlStallDoctorStalled", 30)] and not got[("VerlNonFiniteLossOrGradNorm", 30)]
     assert [a["verl_run_id"] for a in got[("VerlStallDoctorStalled", 70)]] == ["run1"]
     assert [a["verl_metric_key"] for a in got[("VerlNonFiniteLossOrGradNorm", 70)]] == ["actor/pg_loss"]
