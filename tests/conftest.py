@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_verl import VerlInstrumentor, _safe
 from otel_verl.hooks import accounting, compat
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
+from otel_verl.process.resource import Identity
 from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.state import PROCESS
 
@@ -89,6 +90,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
     finally:
         instrumentor.uninstrument()
         PROCESS.use_providers(None, None)
+        PROCESS.identity = Identity()  # the next test is another process: its role is its own
 
 
 @pytest.fixture

@@ -34,11 +34,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import wrapt
-
 from otel_verl._safe import safe
 from otel_verl.hooks import guard_checkpoint, stages, targets
-from otel_verl.hooks.hookset import Hook, in_effect
+from otel_verl.hooks.hookset import Hook, attach_to, in_effect
 from otel_verl.hooks.spans import SpanState
 from otel_verl.process.state import PROCESS
 
@@ -124,7 +122,7 @@ def _attach_one(trainer: Any, path: tuple[str, ...], wrapper: Any) -> None:
     if owner is None or not callable(method) or getattr(method, "_self_wrapper", None) is wrapper:
         return
     try:
-        wrapt.wrap_function_wrapper(owner, path[-1], wrapper)  # this object only: its class stays as it is
+        attach_to(owner, path[-1], wrapper)  # this object only: its class stays as it is
     except (AttributeError, TypeError):  # an object that takes no attribute (``__slots__``): the fallback says it
         _log.debug("otel-verl: trainer.%s takes no wrapper; its fallback applies", ".".join(path), exc_info=True)
 

@@ -54,6 +54,14 @@ def in_effect(module: str, target: str) -> bool:
     return f"{module}.{target}" in _IN_EFFECT
 
 
+def attach_to(owner: Any, name: str, wrapper: Any) -> None:
+    """Wrap ``owner.name`` on that object only, for an ``attach`` hook (its class stays as it is).
+    ``uninstrument()`` leaves such wrappers on the objects verl made, passing calls straight
+    through once the hook is no longer ``in_effect``. AttributeError or TypeError: an object that
+    takes no attribute (``__slots__``)."""
+    wrapt.wrap_function_wrapper(owner, name, wrapper)
+
+
 def _owner(module: Any, target: str) -> tuple[Any, str]:
     owner_path, _, attr = target.rpartition(".")
     owner = module
