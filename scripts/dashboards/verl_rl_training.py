@@ -12,9 +12,9 @@ Prometheus query filters on the ``experiment`` and ``run`` variables (a test say
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import bargauge, logs, loki, table, tempo
 from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dashboard_b
-from grafana_foundation_sdk.builders import logs, loki, table, tempo
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dashboard_m
 from grafana_foundation_sdk.models import tempo as tempo_m
@@ -481,6 +481,32 @@ def build() -> dashboard_b.Dashboard:
             maximum=1,
         )
     )
+    d.with_panel(
+        bargauge.Panel()
+        .id(49)
+        .title("Goodput by role")
+        .description(
+            "The share of the run's step time, per role (trainer: the actor/critic/ref pools; rollout: the replicas), in each goodput bucket (otel-verl's verl.goodput.time counter, from the TaskRunner's step-time categories and verl's own counts of dropped groups and aborted samples): productive, overhead, idle and wasted add up to 1 for each role. The buckets' definitions are in docs/time.md (Goodput by role)."
+        )
+        .datasource(kit.PROMETHEUS)
+        .span(24)
+        .height(8)
+        .with_target(
+            kit.prom(
+                'sum by (verl_run_id, verl_goodput_role, verl_goodput_bucket) (verl_goodput_time_seconds_total{verl_experiment=~"$experiment", verl_run_id=~"$run"}) / ignoring (verl_goodput_bucket) group_left () sum by (verl_run_id, verl_goodput_role) (verl_goodput_time_seconds_total{verl_experiment=~"$experiment", verl_run_id=~"$run"})',
+                "{{verl_goodput_role}} {{verl_goodput_bucket}} {{verl_run_id}}",
+            ).ref_id("A")
+        )
+        .unit("percentunit")
+        .min(0)
+        .max(1)
+        .decimals(1)
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+        .orientation(common.VizOrientation.AUTO)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .value_mode(common.BarGaugeValueMode.COLOR)
+        .show_unfilled(True)
+    )
     d.with_row(kit.row(19, "Rollout"))
     d.with_panel(
         kit.timeseries(
@@ -602,6 +628,24 @@ def build() -> dashboard_b.Dashboard:
             w=8,
             h=9,
             unit="percentunit",
+        )
+    )
+    d.with_panel(
+        kit.timeseries(
+            50,
+            "LLM tokens per second by type",
+            "Tokens per second of the run's LLM calls (agent-loop workers), input (the prompt, cached prefix included) and output (generated), from the GenAI client metric gen_ai.client.token.usage (docs/rollouts.md, GenAI client metrics); a failed call counts none.",
+            [
+                kit.prom(
+                    'sum by (verl_run_id, gen_ai_token_type) (rate(gen_ai_client_token_usage_sum{verl_experiment=~"$experiment", verl_run_id=~"$run"}[$__rate_interval]))',
+                    "{{gen_ai_token_type}} {{verl_run_id}}",
+                ),
+            ],
+            w=24,
+            h=8,
+            unit="short",
+            line_width=2,
+            minimum=0,
         )
     )
     d.with_row(kit.row(25, "GPU"))
