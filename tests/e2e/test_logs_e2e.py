@@ -38,6 +38,8 @@ def _value(v: dict):
         return int(raw)
     if kind == "kvlistValue":
         return {kv["key"]: _value(kv["value"]) for kv in raw.get("values", [])}
+    if kind == "arrayValue":
+        return [_value(v) for v in raw.get("values", [])]
     return raw
 
 
