@@ -558,7 +558,7 @@ VARIABLES: tuple[Variable, ...] = (
         "samples_per_step",
         4,
         partial(env_int, minimum=1, maximum=10_000),
-        "Generations per sampled step (the first of the batch; 1 to 10000).",
+        "Generations per sampled step (degenerate responses first, then the first of the batch; 1 to 10000).",
         GROUP_LOGS,
     ),
     Variable(

@@ -359,6 +359,13 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
     # ------------------------------------------------------------ logs and samples
     AttributeDoc(s.ATTR_SAMPLE_REWARD, "double", "The sample's sequence score (`token_level_scores` summed)."),
     AttributeDoc(s.ATTR_SAMPLE_INDEX, "int", "The sample's position in the step's batch."),
+    AttributeDoc(
+        s.ATTR_SAMPLE_PICKED_BECAUSE,
+        "string",
+        f"Why the sample was picked: the degenerate kind it was preferred for (`{s.DEGENERATE_REPETITIVE}`, "
+        f"`{s.DEGENERATE_EMPTY}`, `{s.DEGENERATE_LENGTH_LIMIT}`), or `{s.PICKED_FIRST}` (the batch's first "
+        "responses, when no more are degenerate).",
+    ),
     AttributeDoc(s.ATTR_DATA_SOURCE, "string", "The dataset's `data_source` column."),
     # ------------------------------------------------------------ guard
     AttributeDoc(s.ATTR_GUARD_RULE, "string", "The rule that fired (`nonfinite`, `kl_high`, ...)."),
@@ -670,7 +677,14 @@ EVENTS: tuple[EventDoc, ...] = (
     EventDoc(
         s.EVENT_ROLLOUT_SAMPLE,
         "log record (`OTEL_VERL_SAMPLES=true`)",
-        (s.ATTR_STEP, s.ATTR_SAMPLE_REWARD, s.ATTR_DATA_SOURCE, s.ATTR_SAMPLE_INDEX),
+        (
+            s.ATTR_STEP,
+            s.ATTR_SAMPLE_REWARD,
+            s.ATTR_DATA_SOURCE,
+            s.ATTR_SAMPLE_INDEX,
+            s.ATTR_SAMPLE_PICKED_BECAUSE,
+            s.ATTR_ROLLOUT_DEGENERATE,
+        ),
         f"A sampled generation: body `{{{s.SAMPLE_BODY_PROMPT!r}: ..., {s.SAMPLE_BODY_RESPONSE!r}: ...}}`, in "
         "the step's trace.",
     ),

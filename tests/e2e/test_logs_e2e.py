@@ -5,7 +5,8 @@
 * samples on (tests/shared_runs.py's ``tail_run``, whose rollout faults the samples must survive):
   one record per sampled generation with the real step number, joined to that step's trace, and
   prompt, response and reward equal to what verl itself dumps for the same step with
-  ``trainer.rollout_data_dir``.
+  ``trainer.rollout_data_dir``; the harness's loops and empty answers are the ones sampled first,
+  each record saying why (``verl.sample.picked_because``).
 
 verl 0.9.1 logs nothing at WARNING inside a training step on this harness, so the
 trace-id-on-a-Python-log case is proven by tests/unit/process/test_process_logs.py with verl's real timers.
@@ -37,6 +38,8 @@ def _value(v: dict):
         return int(raw)
     if kind == "kvlistValue":
         return {kv["key"]: _value(kv["value"]) for kv in raw.get("values", [])}
+    if kind == "arrayValue":
+        return [_value(v) for v in raw.get("values", [])]
     return raw
 
 
@@ -89,3 +92,24 @@ def test_samples_on_match_verl_dump_step_and_trace(verl_runs, driver):
             assert same, f"step {step}: sample not among verl's dumped generations: {body}"
             assert attrs[semconv.ATTR_SAMPLE_REWARD] in {d["score"] for d in same}
             assert attrs[semconv.ATTR_DATA_SOURCE] == "tiny_add"
+        _degenerate_first(step, records)
+
+
+DEGENERATE = {semconv.DEGENERATE_REPETITIVE, semconv.DEGENERATE_EMPTY, semconv.DEGENERATE_LENGTH_LIMIT}
+
+
+def _degenerate_first(step: int, records: list[dict]) -> None:
+    """The harness's loops and empty answers (2 or 3 of each step's 8) are the samples picked first,
+    each saying why, as the agent loop's own measure says it of the same token ids."""
+    why = [r["attributes"][semconv.ATTR_SAMPLE_PICKED_BECAUSE] for r in records]
+    assert why[0] in {semconv.DEGENERATE_REPETITIVE, semconv.DEGENERATE_EMPTY}, f"step {step}: {why}"
+    assert why == sorted(why, key=lambda w: w == semconv.PICKED_FIRST), f"step {step}: degenerate not first: {why}"
+    for r in records:
+        attrs, response = r["attributes"], r["body"]["response"]
+        kinds = set(attrs.get(semconv.ATTR_ROLLOUT_DEGENERATE, []))
+        picked = attrs[semconv.ATTR_SAMPLE_PICKED_BECAUSE]
+        assert picked in kinds if picked in DEGENERATE else picked == semconv.PICKED_FIRST and not kinds, attrs
+        if picked == semconv.DEGENERATE_EMPTY:
+            assert response == "", response  # the end-of-sequence token alone
+        if picked == semconv.DEGENERATE_REPETITIVE:  # one token repeated up to the length limit
+            assert semconv.DEGENERATE_LENGTH_LIMIT in kinds and response, attrs

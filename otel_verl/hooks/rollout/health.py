@@ -53,9 +53,13 @@ class Limits:
     def of_worker(cls, worker: Any) -> Limits:
         """From verl's ``AgentLoopWorker``: ``rollout_config.response_length``, the tokenizer's eos and pad ids."""
         length = getattr(getattr(worker, "rollout_config", None), "response_length", None)
+        return cls.of(length, getattr(worker, "tokenizer", None))
+
+    @classmethod
+    def of(cls, length: Any, tokenizer: Any) -> Limits:
+        """From a ``rollout.response_length`` and a tokenizer (the worker's, or the trainer's: the same config)."""
         max_length = length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
         stops: set[int] = set()
-        tokenizer = getattr(worker, "tokenizer", None)
         for name in ("eos_token_id", "pad_token_id"):
             value = getattr(tokenizer, name, None)
             if isinstance(value, int):
@@ -66,16 +70,21 @@ class Limits:
 
 
 def measure(ids: Any, limits: Limits) -> tuple[float, tuple[str, ...]]:
-    """(repetition, the degenerate kinds) of one response's token ids (a list, or anything with ``tolist``)."""
-    if not isinstance(ids, (list, tuple)):
-        ids = ids.tolist()
+    """(repetition, the degenerate kinds) of one response's token ids (a list, or a 1-D tensor / array).
+
+    Only the last ``MAX_EXAMINED`` ids are read (a tensor's are the only ones converted), so the cost
+    is bounded whatever the response length.
+    """
     n = len(ids)
+    tail = ids[-MAX_EXAMINED:]
+    if not isinstance(tail, (list, tuple)):
+        tail = tail.tolist()
     kinds: list[str] = []
     if limits.max_length is not None and n >= limits.max_length:
         kinds.append(semconv.DEGENERATE_LENGTH_LIMIT)
-    if n == 0 or (n <= _SHORT and all(t in limits.stops for t in ids)):
+    if n == 0 or (n <= _SHORT and all(t in limits.stops for t in tail)):  # n <= _SHORT: tail is all of it
         kinds.append(semconv.DEGENERATE_EMPTY)
-    rep = repetition(ids)
+    rep = repetition(tail)
     if rep >= REPETITIVE_AT:
         kinds.append(semconv.DEGENERATE_REPETITIVE)
     return rep, tuple(kinds)

@@ -96,3 +96,111 @@ def test_a_broken_batch_never_breaks_training(logged, trainer, monkeypatch):
     sentinel = object()
     assert samples._compute_advantage_wrapper(lambda: sentinel, None, (), {}) is sentinel
     assert logged.records() == []
+
+
+# -- degenerate responses first --------------------------------------------------------------------
+
+WIDTH = 8  # rollout.response_length: responses are right-padded to it
+LOOP = [7] * 7  # one 4-gram, four times: seq-rep-4 0.75; shorter than the limit
+
+
+def _degenerate_batch():
+    """Six responses: 0 fine, 1 cut at the length limit, 2 fine, 3 a loop (shorter than the limit),
+    4 empty (only the eos id 9), 5 fine. Reward i/4 on row i, so a record's reward names its row."""
+    from omegaconf import OmegaConf
+    from verl import DataProto
+
+    rows = [[4, 5, 6], [1, 2, 3, 4, 5, 6, 7, 8], [5, 6, 7], LOOP, [9], [6, 7, 8]]
+    n = len(rows)
+    responses = torch.zeros(n, WIDTH, dtype=torch.long)
+    mask = torch.zeros(n, WIDTH, dtype=torch.long)
+    for i, row in enumerate(rows):
+        responses[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    prompts = torch.tensor([[0, 1, 2, 3]] * n) + torch.arange(n).unsqueeze(1) * torch.tensor([0, 1, 1, 1])
+    scores = torch.zeros(n, WIDTH)
+    scores[:, 0] = torch.arange(n, dtype=torch.float32) / 4
+    data = DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "attention_mask": torch.cat([torch.ones(n, 4, dtype=torch.long), mask], dim=1),
+            "token_level_scores": scores,
+        },
+        non_tensors={"data_source": np.array([f"src{i}" for i in range(n)], dtype=object)},
+    )
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"response_length": WIDTH}}})
+    return data, config
+
+
+class _EosTokenizer(_Tokenizer):
+    eos_token_id = 9
+
+
+def test_degenerate_responses_are_sampled_first_each_kind_in_turn_and_say_why(logged, trainer, monkeypatch):
+    monkeypatch.setenv("OTEL_VERL_SAMPLES", "true")
+    monkeypatch.setenv("OTEL_VERL_SAMPLES_PER_STEP", "5")
+    config.settings.cache_clear()
+    data, trainer.config = _degenerate_batch()
+    trainer.tokenizer = _EosTokenizer()
+    _advantage(data)
+    got = [
+        (
+            r.attributes[semconv.ATTR_SAMPLE_INDEX],
+            r.attributes[semconv.ATTR_SAMPLE_PICKED_BECAUSE],
+            tuple(r.attributes.get(semconv.ATTR_ROLLOUT_DEGENERATE, ())),
+            r.attributes[semconv.ATTR_SAMPLE_REWARD],
+            r.attributes[semconv.ATTR_DATA_SOURCE],
+            r.body["response"],
+        )
+        for r in logged.records()
+    ]
+    assert got == [
+        (3, semconv.DEGENERATE_REPETITIVE, (semconv.DEGENERATE_REPETITIVE,), 0.75, "src3", "ggggggg"),
+        (4, semconv.DEGENERATE_EMPTY, (semconv.DEGENERATE_EMPTY,), 1.0, "src4", "i"),
+        (1, semconv.DEGENERATE_LENGTH_LIMIT, (semconv.DEGENERATE_LENGTH_LIMIT,), 0.25, "src1", "abcdefgh"),
+        (0, semconv.PICKED_FIRST, (), 0.0, "src0", "def"),
+        (2, semconv.PICKED_FIRST, (), 0.5, "src2", "efg"),
+    ]
+
+
+def test_without_a_degenerate_response_or_a_mask_the_first_are_sampled(logged, trainer, monkeypatch):
+    monkeypatch.setenv("OTEL_VERL_SAMPLES", "true")
+    monkeypatch.setenv("OTEL_VERL_SAMPLES_PER_STEP", "2")
+    config.settings.cache_clear()
+    _advantage(_batch())  # no attention_mask: lengths unknown, nothing measured
+    assert [
+        (r.attributes[semconv.ATTR_SAMPLE_INDEX], r.attributes[semconv.ATTR_SAMPLE_PICKED_BECAUSE])
+        for r in logged.records()
+    ] == [
+        (0, semconv.PICKED_FIRST),
+        (1, semconv.PICKED_FIRST),
+    ]
+    assert all(semconv.ATTR_ROLLOUT_DEGENERATE not in r.attributes for r in logged.records())
+
+
+def test_pick_takes_each_kind_in_turn_a_response_once_and_reads_a_bounded_prefix(monkeypatch):
+    from otel_verl.hooks.rollout import health
+
+    limits = health.Limits(4, frozenset({9}))
+    loop_at_limit = [1, 1, 1, 1, 1, 1]  # repetitive and at the length limit: picked once
+    rows = [[1, 2], loop_at_limit, [9], [2, 2, 2, 2, 2, 2], [5, 6, 7, 8], [], [3]]
+    assert samples.pick(rows, limits, 5, len(rows)) == [
+        (1, semconv.DEGENERATE_REPETITIVE, (semconv.DEGENERATE_LENGTH_LIMIT, semconv.DEGENERATE_REPETITIVE)),
+        (2, semconv.DEGENERATE_EMPTY, (semconv.DEGENERATE_EMPTY,)),
+        (3, semconv.DEGENERATE_LENGTH_LIMIT, (semconv.DEGENERATE_LENGTH_LIMIT, semconv.DEGENERATE_REPETITIVE)),
+        (5, semconv.DEGENERATE_EMPTY, (semconv.DEGENERATE_EMPTY,)),  # no repetitive one left
+        (4, semconv.DEGENERATE_LENGTH_LIMIT, (semconv.DEGENERATE_LENGTH_LIMIT,)),
+    ]
+    assert samples.pick(rows, None, 2, len(rows)) == [(0, semconv.PICKED_FIRST, ()), (1, semconv.PICKED_FIRST, ())]
+
+    read = []
+
+    def rows_read():
+        for i in range(10**6):
+            read.append(i)
+            yield [9]  # all empty
+
+    monkeypatch.setattr(samples, "SCAN_MAX", 50)
+    picks = samples.pick(rows_read(), limits, 3, 10**6)
+    assert [i for i, _, _ in picks] == [0, 1, 2] and len(read) == 50
