@@ -20,7 +20,6 @@ One real run (v1 driver, GRPO, 2 steps) serves both questions, to keep CI time f
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import socket
@@ -35,6 +34,7 @@ import pytest
 from components import require_module
 from otlp_http_receiver import OtlpReceiver
 from support import compat
+from support.points import step_values
 
 from otel_verl import semconv
 
@@ -189,13 +189,8 @@ def run(verl_runs, tmp_path_factory, tensorboard_dir, wandb_dir, mlflow_dir, rl_
 def test_training_completes_with_every_logged_value_exported(run):
     assert set(range(1, STEPS + 1)) <= set(run.console)  # (and step 0: validation before training)
     assert f"verl {NEXT} is outside the range it was tested with" in run.output
-    taskrunner = [p for p in run.points if p.resource.get(semconv.RES_ROLE) == semconv.ROLE_TASKRUNNER]
     for n in range(1, STEPS + 1):
-        steps = {p.time_ns for p in taskrunner if p.name == semconv.M_TRAINING_STEP and p.value == n}
-        assert steps, f"step {n} not exported"
-        exported = {p.name: p.value for p in taskrunner if p.time_ns == min(steps) and not p.attributes}
-        logged = {k: v for k, v in run.console[n].items() if math.isfinite(v) and k != semconv.STEP_KEY}
-        names = {semconv.metric_name(k): v for k, v in logged.items()}
+        exported, names = step_values(run, n)
         same = [name for name, value in names.items() if exported.get(name) == pytest.approx(value, rel=1e-6)]
         assert len(same) >= 50, sorted(set(names) - set(same))[:20]
 

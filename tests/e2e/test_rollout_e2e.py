@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import pytest
 from shared_runs import CLUSTER_RANKS
+from support.points import latest_count, latest_points
 
 from otel_verl import semconv
 from otel_verl.instruments import catalog
@@ -31,18 +32,6 @@ def _train_trajectories(run):
     for s in trajs:
         by_step[s.attributes[semconv.ATTR_ROLLOUT_SUBMIT_STEP]].append(s)
     return by_step
-
-
-def _latest_histogram_count(run, name, **attrs):
-    """Cumulative histograms: the latest point of each (process, attribute set), summed."""
-    latest = {}
-    for p in run.points:
-        if p.name != name or any(p.attributes.get(k) != v for k, v in attrs.items()):
-            continue
-        key = (p.resource.get("process.pid"), tuple(sorted(p.attributes.items())))
-        if key not in latest or p.time_ns >= latest[key].time_ns:
-            latest[key] = p
-    return sum(p.count for p in latest.values())
 
 
 def _check_rollout(run, n_gpus):
@@ -104,18 +93,9 @@ def _check_rollout(run, n_gpus):
             assert t.start_ns <= call.start_ns and call.end_ns <= t.end_ns
     # the histograms count every trajectory and call (train: 2 steps x 8)
     n_train = STEPS * PER_STEP
-    assert (
-        _latest_histogram_count(run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
-        == n_train
-    )
-    assert (
-        _latest_histogram_count(run, semconv.M_ROLLOUT_RESPONSE_TOKENS, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
-        == n_train
-    )
-    assert (
-        _latest_histogram_count(run, semconv.M_ROLLOUT_LLM_CALL_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
-        == n_train
-    )
+    assert latest_count(run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False}) == n_train
+    assert latest_count(run, semconv.M_ROLLOUT_RESPONSE_TOKENS, **{semconv.ATTR_ROLLOUT_VALIDATE: False}) == n_train
+    assert latest_count(run, semconv.M_ROLLOUT_LLM_CALL_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False}) == n_train
     _check_gen_ai_metrics(run, n_train)
     # validation (val_before_train) trajectories are flagged, not mixed into the steps
     val = [
@@ -141,17 +121,6 @@ def _check_rollout(run, n_gpus):
     return by_step
 
 
-def _latest_histograms(run, name, **attrs):
-    """``_latest_histogram_count``'s points: the latest of each (process, attribute set)."""
-    latest = {}
-    for p in run.points:
-        if p.name == name and all(p.attributes.get(k) == v for k, v in attrs.items()):
-            key = (p.resource.get("process.pid"), tuple(sorted(p.attributes.items())))
-            if key not in latest or p.time_ns >= latest[key].time_ns:
-                latest[key] = p
-    return list(latest.values())
-
-
 def _check_gen_ai_metrics(run, n_train):
     """The GenAI conventions' client metrics count the same calls as verl.rollout.llm_call.duration
     (training and validation), with the conventions' attributes and buckets and nothing per call,
@@ -163,10 +132,10 @@ def _check_gen_ai_metrics(run, n_train):
         semconv.GEN_AI_REQUEST_MODEL: "model",
     }
     calls = [s for s in run.spans if semconv.is_llm_call(s.name, s.attributes)]
-    n_calls = _latest_histogram_count(run, semconv.M_ROLLOUT_LLM_CALL_DURATION)
+    n_calls = latest_count(run, semconv.M_ROLLOUT_LLM_CALL_DURATION)
     assert n_calls > n_train  # validation's calls too
     assert len(calls) == n_calls
-    durations = _latest_histograms(run, semconv.M_GEN_AI_CLIENT_OPERATION_DURATION)
+    durations = latest_points(run, semconv.M_GEN_AI_CLIENT_OPERATION_DURATION)
     assert durations
     for p in durations:
         assert {k: v for k, v in p.attributes.items() if k not in identity} == gen_ai  # no error.type: none failed
@@ -176,7 +145,7 @@ def _check_gen_ai_metrics(run, n_train):
         ("input", semconv.GEN_AI_USAGE_INPUT_TOKENS),
         ("output", semconv.GEN_AI_USAGE_OUTPUT_TOKENS),
     ):
-        usage = _latest_histograms(run, semconv.M_GEN_AI_CLIENT_TOKEN_USAGE, **{semconv.GEN_AI_TOKEN_TYPE: token_type})
+        usage = latest_points(run, semconv.M_GEN_AI_CLIENT_TOKEN_USAGE, **{semconv.GEN_AI_TOKEN_TYPE: token_type})
         assert usage
         for p in usage:
             assert {k: v for k, v in p.attributes.items() if k not in identity} == {
@@ -278,9 +247,7 @@ def test_v1_trajectories_carry_submit_step_and_link_to_the_submitting_gen_span(v
     for t in val:
         (link,) = t.links
         assert by_id[link.span_id].name in (semconv.SPAN_VALIDATION, semconv.SPAN_STAGE_PREFIX + "testing")
-    counted = _latest_histogram_count(
-        run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False}
-    )
+    counted = latest_count(run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
     assert counted == sum(len(v) for v in by_step.values())
     _check_process_metrics(run, worker_ranks={0})
 

@@ -33,6 +33,7 @@ from collections import defaultdict
 
 import pytest
 from shared_runs import STEPS, TAIL_BUDGET, TAIL_SLOW_S, tail_run
+from support.points import latest_count
 
 from otel_verl import semconv
 from otel_verl.offline.generation import percent
@@ -47,16 +48,6 @@ MAX_RESPONSE = 16  # the harness's data.max_response_length
 
 def _train(spans):
     return [s for s in spans if not s.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)]
-
-
-def _latest_count(run, name, **attrs):
-    latest = {}
-    for p in run.points:
-        if p.name == name and all(p.attributes.get(k) == v for k, v in attrs.items()):
-            key = (p.resource.get("process.pid"), tuple(sorted(p.attributes.items())))
-            if key not in latest or p.time_ns >= latest[key].time_ns:
-                latest[key] = p
-    return sum(p.count for p in latest.values())
 
 
 def _check_tail(run, driver):
@@ -123,9 +114,9 @@ def _check_tail(run, driver):
     exported = {t.span_id for t in run.spans if t.name == semconv.SPAN_ROLLOUT_TRAJECTORY}
     assert all(r.parent_id in exported for r in run.spans if r.name == semconv.SPAN_REWARD_WORKER)
     # the histograms count every trajectory, kept or not; every failed one was kept
-    counted = _latest_count(run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
+    counted = latest_count(run, semconv.M_ROLLOUT_TRAJECTORY_DURATION, **{semconv.ATTR_ROLLOUT_VALIDATE: False})
     assert counted >= STEPS * PER_STEP > len(trajs)
-    failed_counted = _latest_count(
+    failed_counted = latest_count(
         run,
         semconv.M_ROLLOUT_TRAJECTORY_DURATION,
         **{semconv.ATTR_ROLLOUT_VALIDATE: False, semconv.ATTR_ROLLOUT_STATUS: semconv.STATUS_ERROR},

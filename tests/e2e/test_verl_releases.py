@@ -10,15 +10,13 @@ One real run: ~60 s of CI.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 
 import pytest
 from components import require_verl_release
 from support import compat
-
-from otel_verl import semconv
+from support.points import step_values
 
 pytestmark = pytest.mark.e2e
 
@@ -51,11 +49,7 @@ def test_the_release_is_said_untested_and_every_hook_applied(run):
 
 
 def test_every_logged_value_is_exported_each_step(run):
-    taskrunner = [p for p in run.points if p.resource.get(semconv.RES_ROLE) == semconv.ROLE_TASKRUNNER]
     for n in range(1, STEPS + 1):
-        times = {p.time_ns for p in taskrunner if p.name == semconv.M_TRAINING_STEP and p.value == n}
-        assert times, f"step {n} not exported"
-        exported = {p.name: p.value for p in taskrunner if p.time_ns == min(times) and not p.attributes}
-        logged = {k: v for k, v in run.console[n].items() if math.isfinite(v) and k != semconv.STEP_KEY}
-        missing = [k for k, v in logged.items() if exported.get(semconv.metric_name(k)) != pytest.approx(v, rel=1e-6)]
+        exported, logged = step_values(run, n)
+        missing = [name for name, v in logged.items() if exported.get(name) != pytest.approx(v, rel=1e-6)]
         assert not missing, missing[:20]
