@@ -18,6 +18,7 @@ Where things are made (the full list of names: docs/reference.md):
   ``rl_insight``: there too, one warning when verl's RL-Insight logger would send the OTLP headers to its server.
 
 ``hookset`` applies them on import, ``spans`` is the one traced-call shape they share,
+``per_trainer`` the one way they read a fact of the trainer's config once per run,
 ``targets`` names every verl/Ray module they touch.
 """
 

@@ -32,13 +32,13 @@ validation outside a step, shutdown: the offline tools add it to ``overhead``).
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from otel_verl import semconv
 from otel_verl._values import as_float
 from otel_verl.hooks import accounting as a
+from otel_verl.hooks.per_trainer import PerTrainer
 
 TRAINER, ROLLOUT = semconv.GOODPUT_TRAINER, semconv.GOODPUT_ROLLOUT
 PRODUCTIVE, OVERHEAD, IDLE, WASTED = (
@@ -112,22 +112,10 @@ def step_waste(data: Mapping[str, Any], batch_groups: int | None) -> tuple[float
     return dropped, wasted_share(dropped, as_float(data.get(semconv.ABORTED_RATIO_KEY)), batch_groups)
 
 
-_batch: tuple[Any, int | None] = (None, None)  # (weakref to the trainer, its train_batch_size): fixed for the run
+def _train_batch_size(trainer: Any) -> int | None:
+    value = trainer.config.data.train_batch_size
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def batch_groups(trainer: Any) -> int | None:
-    """The prompt groups a step of ``trainer`` trains on (``data.train_batch_size``); None when unknown."""
-    global _batch
-    ref, size = _batch
-    if ref is not None and ref() is trainer:
-        return size
-    try:
-        value = trainer.config.data.train_batch_size
-        size = int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-    except Exception:  # noqa: BLE001 - another verl's config
-        size = None
-    try:
-        _batch = (weakref.ref(trainer), size)
-    except TypeError:  # not weak-referenceable: asked again next time
-        pass
-    return size
+# the prompt groups a step of the trainer trains on (``data.train_batch_size``); None when unknown
+batch_groups = PerTrainer(_train_batch_size, None)

@@ -32,7 +32,6 @@ An exception inside a stage is recorded on the span and re-raised unchanged.
 from __future__ import annotations
 
 import time
-import weakref
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -43,6 +42,7 @@ from otel_verl._safe import safe
 from otel_verl.hooks import accounting, goodput, targets
 from otel_verl.hooks.accounting import ACCOUNT
 from otel_verl.hooks.hookset import Hook
+from otel_verl.hooks.per_trainer import PerTrainer
 from otel_verl.hooks.spans import SpanState, close_span, open_span
 from otel_verl.hooks.trainer import step_attributes
 from otel_verl.instruments.training import TrainingMetrics
@@ -95,24 +95,8 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
     return state
 
 
-_profiler: tuple[Any, bool] = (None, True)  # (weakref to the trainer, its answer): fixed for the run
-
-
-def _profiler_on(trainer: Any) -> bool:
-    """Whether verl's profiler may run in this job (``global_profiler.steps``); unknown: yes."""
-    global _profiler
-    ref, on = _profiler
-    if ref is not None and ref() is trainer:
-        return on
-    try:
-        on = bool(trainer.config.global_profiler.steps)
-    except Exception:  # noqa: BLE001 - another verl's config: keep the spans
-        on = True
-    try:
-        _profiler = (weakref.ref(trainer), on)
-    except TypeError:  # not weak-referenceable: asked again next time
-        pass
-    return on
+# whether verl's profiler may run in this job (``global_profiler.steps``); unknown: yes (keep the spans)
+_profiler_on = PerTrainer(lambda trainer: bool(trainer.config.global_profiler.steps), True)
 
 
 @safe("stage span end")
