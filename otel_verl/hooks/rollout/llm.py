@@ -101,7 +101,7 @@ def _request_attributes(
     instance: Any, traj: rs.Trajectory, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     attrs: dict[str, Any] = {
-        semconv.GEN_AI_OPERATION_NAME: semconv.GEN_AI_OPERATION_TEXT_COMPLETION,
+        **_gen_ai_attributes(instance).duration,  # operation, provider, model: the metrics' own
         semconv.ATTR_ROLLOUT_SUBMIT_STEP: traj.step,
         semconv.ATTR_ROLLOUT_VALIDATE: traj.validate,
     }
@@ -109,12 +109,6 @@ def _request_attributes(
     conversation = _an_id(args[0] if args else kwargs.get("request_id"))
     if conversation:
         attrs[semconv.GEN_AI_CONVERSATION_ID] = conversation
-    provider = _provider(instance)
-    if provider:
-        attrs[semconv.GEN_AI_PROVIDER_NAME] = provider
-    model = _model(instance)
-    if model:
-        attrs[semconv.GEN_AI_REQUEST_MODEL] = model
     params = kwargs.get("sampling_params")
     if isinstance(params, dict):
         for key, attr in (
