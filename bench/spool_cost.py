@@ -66,9 +66,9 @@ def _env(endpoint: str, spool_dir: str, spool: bool) -> None:
 
 def healthy(steps: int) -> list[list[object]]:
     from otel_verl import config, semconv
-    from otel_verl.process import spool
     from otel_verl.process.resource import Identity
     from otel_verl.process.telemetry import build_own
+    from otel_verl.spool import store as spool
 
     rows = []
     with OtlpReceiver() as rx:
@@ -165,7 +165,9 @@ def outage(n_batches: int, spans: int) -> list[list[object]]:
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
-    from otel_verl.process import spool, spool_export, spool_send
+    from otel_verl.spool import exporters as spool_export
+    from otel_verl.spool import resend as spool_send
+    from otel_verl.spool import store as spool
 
     data = {"traces": _span_batches(n_batches, spans), "metrics": _metric_batches(n_batches)}
     rows = []

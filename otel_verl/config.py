@@ -755,7 +755,7 @@ def settings() -> Settings:
 
 
 def spool_root(s: Settings | None = None) -> str:
-    """The folder of the on-disk spools (``otel_verl.process.spool``), absolute: ``OTEL_VERL_SPOOL_DIR``,
+    """The folder of the on-disk spools (``otel_verl.spool.store``), absolute: ``OTEL_VERL_SPOOL_DIR``,
     else ``/var/tmp/otel-verl-spool-<uid>``: node-local disk that survives a reboot (a job's launch
     folder is often on a shared file system, ``/tmp`` often a tmpfs), one per user (never another
     user's), and a single name in ``/var/tmp`` (a name there made by another user, or a symlink,

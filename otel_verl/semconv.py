@@ -455,16 +455,16 @@ OVERHEAD_COMPONENTS = (
 # agent loop queued (instruments.deferred), at the start of each collection. Not a metric.
 DEFERRED_RECORDER = "otel_verl.deferred_records"
 
-# ---------------------------------------------------------------- what otel-verl had to drop (process.drops)
+# ---------------------------------------------------------------- what otel-verl had to drop (instruments.drops)
 M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"  # observable counter, attribute ATTR_DROPPED_KIND
 ATTR_DROPPED_KIND = "otel_verl.dropped.kind"
 DROPPED_STEP = "step"  # a step's logged values, never recorded (the recorder queue was full)
 DROPPED_METRIC_EXPORT = "metric_export"  # a collected metric batch, never exported (the export queue was full)
 DROPPED_SPAN_TREE = "span_tree"  # a span of an undecided rollout tree, beyond the hold-back bound
-DROPPED_SPOOL = "spool"  # a spooled export batch, dropped from the full on-disk spool (process.spool)
+DROPPED_SPOOL = "spool"  # a spooled export batch, dropped from the full on-disk spool (spool.store)
 DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT, DROPPED_SPAN_TREE, DROPPED_SPOOL)
 
-# ---------------------------------------------------------------- the on-disk spool (process.spool)
+# ---------------------------------------------------------------- the on-disk spool (spool.store)
 M_SPOOL_BATCHES = "otel_verl.spool.batches"  # observable counter, attributes ATTR_SIGNAL, ATTR_SPOOL_OUTCOME
 M_SPOOL_BYTES = "otel_verl.spool.bytes"  # observable counter, same attributes
 ATTR_SIGNAL = "otel_verl.signal"  # traces | metrics | logs

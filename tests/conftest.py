@@ -30,10 +30,11 @@ from otel_verl.process.state import PROCESS
 
 @pytest.fixture(autouse=True)
 def _own_spool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every test's pipelines spool into a folder of its own (``otel_verl.process.spool``): a batch an
+    """Every test's pipelines spool into a folder of its own (``otel_verl.spool.store``): a batch an
     earlier test's dead endpoint left there must not reach a later test's receiver. A test that sets
     ``OTEL_VERL_SPOOL*`` itself calls ``spool.reset()`` to have them read."""
-    from otel_verl.process import spool, spool_stats
+    from otel_verl.spool import stats as spool_stats
+    from otel_verl.spool import store as spool
 
     spool.reset()
     spool._current = spool.Spool(str(tmp_path_factory.mktemp("spool")), 512 * spool.MIB)

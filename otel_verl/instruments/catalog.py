@@ -523,7 +523,7 @@ OVERHEAD_CPU_TIME = InstrumentSpec(
     ),
 )
 
-# Observable: the counts are kept by the bounded queues themselves (``process.drops``), read at export.
+# Observable: the counts are kept by the bounded queues themselves (``instruments.drops``), read at export.
 TELEMETRY_DROPPED = InstrumentSpec(
     semconv.M_TELEMETRY_DROPPED,
     OBSERVABLE_COUNTER,
@@ -538,7 +538,7 @@ TELEMETRY_DROPPED = InstrumentSpec(
     ),
 )
 
-# Observable: the counts are kept by the spool itself (``process.spool_stats``), read at export.
+# Observable: the counts are kept by the spool itself (``spool.stats``), read at export.
 SPOOL_BATCHES = InstrumentSpec(
     semconv.M_SPOOL_BATCHES,
     OBSERVABLE_COUNTER,

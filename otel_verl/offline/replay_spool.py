@@ -1,7 +1,7 @@
 """``otel-verl replay --spool DIR``: send what verl processes left in their on-disk spools.
 
 A verl process keeps the OTLP batches its endpoint did not take in a spool folder
-(``otel_verl.process.spool``) and re-sends them itself; what a process that died left there is sent
+(``otel_verl.spool.store``) and re-sends them itself; what a process that died left there is sent
 by the next verl process of the same host. This command does it by hand, from any machine that
 sees the folder: ``DIR`` is a spool root (``OTEL_VERL_SPOOL_DIR``, default
 ``/var/tmp/otel-verl-spool-<uid>``) or one process folder in it.
@@ -49,8 +49,8 @@ from otel_verl.offline.replay import (
     signal_headers,
     signal_url,
 )
-from otel_verl.process import spool
-from otel_verl.process.spool_send import parse
+from otel_verl.spool import store
+from otel_verl.spool.resend import parse
 
 SIGNALS = ("traces", "metrics", "logs")
 _ITEM_LISTS = {  # signal -> (resource list, scope list, item list) of the request message
@@ -104,14 +104,14 @@ def _process_folders(root: Path) -> tuple[int, list[str]]:
     """(descriptor of the folder holding process folders, their names): ``root`` is a spool root,
     or one process folder (then its parent and it)."""
     try:
-        if spool.is_process_folder(root.name) and not any(spool.is_process_folder(n) for n in os.listdir(root)):
-            return spool.open_dir(str(root.parent)), [root.name]
-        fd = spool.open_dir(str(root))
-    except spool.Unusable as exc:
+        if store.is_process_folder(root.name) and not any(store.is_process_folder(n) for n in os.listdir(root)):
+            return store.open_dir(str(root.parent)), [root.name]
+        fd = store.open_dir(str(root))
+    except store.Unusable as exc:
         raise CommandError(f"{root}: {exc.strerror} (not read)", USAGE) from None
     except OSError as exc:
         raise CommandError(f"{root}: not a spool folder ({exc.strerror})", USAGE) from None
-    return fd, list(spool.process_folders(fd))
+    return fd, list(store.process_folders(fd))
 
 
 def replay_spool(
@@ -135,12 +135,12 @@ def replay_spool(
     dead: set[str] = set()  # signals whose endpoint gave no answer
     try:
         with Poster(RETRIES, RETRY_STATUS) as poster:
-            for proc, proc_fd, sub, sig in spool.signal_folders(root_fd, names):
+            for proc, proc_fd, sub, sig in store.signal_folders(root_fd, names):
                 _replay_signal_folder(
                     poster, proc, proc_fd, sub, plan[sig], results[sig], dead, timeout, ignore_recorded_endpoint
                 )
     finally:
-        spool.close_fd(root_fd)
+        store.close_fd(root_fd)
     for r in results.values():
         _print(r, out)
     out.flush()
@@ -165,7 +165,7 @@ def replay_spool(
 
 def _destination_problem(dir_fd: int, url: str) -> str | None:
     """Why a signal folder is not sent to ``url`` (the endpoint it waits for), or None."""
-    record = spool.read_record(dir_fd)
+    record = store.read_record(dir_fd)
     if record is None:
         return "no recorded endpoint (kept; --ignore-recorded-endpoint sends it to the endpoint given)"
     if record.kind == "http" and record.goes_to(url):
@@ -189,27 +189,27 @@ def _replay_signal_folder(
 ) -> None:
     """Send one signal folder of an ended process, when it may go to ``target``."""
     try:
-        dir_fd = spool.open_dir(sub, proc_fd)
+        dir_fd = store.open_dir(sub, proc_fd)
     except OSError:
         return
-    lock_fd = spool.try_lock(dir_fd)
+    lock_fd = store.try_lock(dir_fd)
     if lock_fd is None:
-        spool.close_fd(dir_fd)
+        store.close_fd(dir_fd)
         r.busy.append(f"{proc}/{sub}")
         return
     problem = None if ignore_recorded_endpoint else _destination_problem(dir_fd, target[0])
     if problem is not None:
-        spool.close_fd(dir_fd)
-        spool.close_fd(lock_fd)
+        store.close_fd(dir_fd)
+        store.close_fd(lock_fd)
         r.elsewhere.append(f"{proc}/{sub}: {problem}")
         return
     r.folders += 1
     left = _replay_folder(poster, dir_fd, r.signal, target, r, dead, timeout)
     if left:
-        spool.close_fd(dir_fd)
-        spool.close_fd(lock_fd)
+        store.close_fd(dir_fd)
+        store.close_fd(lock_fd)
     else:
-        spool.remove_folder(proc_fd, sub, dir_fd, lock_fd)
+        store.remove_folder(proc_fd, sub, dir_fd, lock_fd)
 
 
 def _replay_folder(
@@ -225,8 +225,8 @@ def _replay_folder(
     url, hdrs = target
     hdrs = {k: v for k, v in hdrs.items() if k.lower() != "content-type"} | {"Content-Type": "application/x-protobuf"}
     left = 0
-    for name in spool.batch_names(dir_fd):
-        body = spool.read_batch(dir_fd, name)
+    for name in store.batch_names(dir_fd):
+        body = store.read_batch(dir_fd, name)
         message = parse(sig, body) if body is not None else None
         if message is None or body is None:
             r.unreadable += 1
@@ -254,7 +254,7 @@ def _replay_folder(
         r.batches += 1
         r.items += _items(sig, message)
         r.bytes += len(body)
-        spool.unlink(name, dir_fd)
+        store.unlink(name, dir_fd)
     return left
 
 
@@ -281,4 +281,4 @@ def _print(r: SpoolResult, out: TextIO) -> None:
 
 
 def spool_size(n: int) -> str:
-    return f"{n / spool.MIB:.1f} MiB" if n >= spool.MIB else f"{n / 1024:.1f} KiB"
+    return f"{n / store.MIB:.1f} MiB" if n >= store.MIB else f"{n / 1024:.1f} KiB"

@@ -4,7 +4,7 @@ The one bounded queue-plus-thread of otel-verl: the step recorder (``Telemetry.s
 flusher and the step metric reader's exports all run on one each. Bounded: when full, the oldest
 item is dropped, so a stuck exporter never grows memory or blocks the training thread that
 submits. A queue of data names what it holds (``drops``): each drop is then counted and said
-(``otel_verl.process.drops``); one of requests that coalesce (the flusher's) names nothing.
+(``otel_verl.instruments.drops``); one of requests that coalesce (the flusher's) names nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from otel_verl.process import drops
+from otel_verl.instruments import drops
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)

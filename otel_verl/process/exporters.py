@@ -29,8 +29,9 @@ from typing import IO, Any
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import settings
-from otel_verl.process import otlp_headers, spool_export
+from otel_verl.process import otlp_headers
 from otel_verl.process.resource import Identity
+from otel_verl.spool import exporters as spool_export
 
 _log = logging.getLogger(__name__)
 

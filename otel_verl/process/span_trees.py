@@ -32,7 +32,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor
 
 from otel_verl import private_api, semconv
-from otel_verl.process import drops
+from otel_verl.instruments import drops
 
 MAX_TREE_SPANS = 256  # held spans of one tree
 MAX_HELD_SPANS = 4096  # held spans of all undecided trees of the process

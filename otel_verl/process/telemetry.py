@@ -36,12 +36,15 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
-from otel_verl.process import drops, exporters, logs, sdk_log_throttle, span_trees, spool_export, spool_stats
+from otel_verl.instruments import drops
+from otel_verl.process import exporters, logs, sdk_log_throttle, span_trees
 from otel_verl.process.background import OrderedWorker
 from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.resource import Identity, build_resource
 from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.step_reader import StepMetricReader
+from otel_verl.spool import exporters as spool_export
+from otel_verl.spool import stats as spool_stats
 from otel_verl.version import __version__
 
 _log = logging.getLogger(__name__)

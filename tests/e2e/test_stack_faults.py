@@ -14,7 +14,7 @@ The stack of ``otel-verl stack up`` (the real ``collector/otelcol-config.yaml``:
    every process (by the series it holds) is looked up in Jaeger, VictoriaLogs and Prometheus:
    **nothing is lost**. Each process's OTLP exporters gave up on batches (the SDK's own exporter
    metrics, ``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED``, count them) and its on-disk spool
-   (``otel_verl.process.spool``) took them, every signal (``otel_verl.spool.batches``); every spooled
+   (``otel_verl.spool.store``) took them, every signal (``otel_verl.spool.batches``); every spooled
    batch was re-sent before the processes ended (the spools are empty), and what the Collector had
    queued at the kill came back out of its persistent queue. Without the spool (before otel-verl
    had one), a 12 s kill of this kind lost 129 of 2,070 spans, 22 of 80 log records and 2 of 40
@@ -64,7 +64,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from otel_verl import semconv
 from otel_verl.live import stack
 from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
-from otel_verl.process import spool_export
+from otel_verl.spool import exporters as spool_export
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the stack, polling, a verl run
 from opskit import (  # noqa: E402

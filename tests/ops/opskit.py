@@ -803,13 +803,13 @@ def file_collections(points: list[Any], run_id: str) -> dict[str, list[int]]:
 
 
 def spool_files(root: Path) -> list[Path]:
-    """Every batch left in a spool root (``otel_verl.process.spool``): ``<process>/<signal>/<n>.pb``."""
+    """Every batch left in a spool root (``otel_verl.spool.store``): ``<process>/<signal>/<n>.pb``."""
     return sorted(root.glob("*/*/*.pb")) if root.is_dir() else []
 
 
 def spooled_items(files: list[Path]) -> dict[str, set[str]]:
     """signal -> what these spool files hold: span ids (hex), log record bodies, metric names."""
-    from otel_verl.process.spool_send import parse
+    from otel_verl.spool.resend import parse
 
     out: dict[str, set[str]] = {"traces": set(), "logs": set(), "metrics": set()}
     for path in files:

@@ -63,7 +63,7 @@ def traceparent(context: otel_context.Context | None) -> str | None:
 
 
 def record_traceparent(trace_id: int, span_id: int) -> str:
-    """The ``traceparent`` of a sampled span record (``process.span_records.Rec``)."""
+    """The ``traceparent`` of a sampled span record (``hooks.rollout.span_records.Rec``)."""
     return f"00-{trace_id:032x}-{span_id:016x}-01"
 
 

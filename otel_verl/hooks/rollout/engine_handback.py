@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_verl.process import span_records
+from otel_verl.hooks.rollout import span_records
 from otel_verl.process.span_trees import Tree
 from otel_verl.process.state import PROCESS
 

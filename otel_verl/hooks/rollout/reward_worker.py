@@ -47,11 +47,12 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from otel_verl import patches, propagation, semconv, step_context
 from otel_verl._safe import safe
+from otel_verl.hooks.rollout import span_records
+from otel_verl.hooks.rollout.span_records import Rec
 from otel_verl.hooks.rollout.state import new_id
 from otel_verl.hooks.spans import SpanState, close_span, open_span
-from otel_verl.process import span_records, worker_metrics
+from otel_verl.process import worker_metrics
 from otel_verl.process.idle_export import IdleExport
-from otel_verl.process.span_records import Rec
 from otel_verl.process.state import PROCESS
 
 HANDBACK_KEY = "_otel_verl_spans"  # in the reply's reward_extra_info: this worker's spans of a deferred tree

@@ -5,7 +5,7 @@ The wrappers of one trajectory talk through context variables (``TRAJECTORY``, `
 tool call finds its trajectory without any argument of verl's carrying it.
 
 A recorded trajectory keeps its own span and its LLM and tool calls as records
-(``otel_verl.process.span_records``), the spans others start under it in its ``TreeBuffer`` tree,
+(``otel_verl.hooks.rollout.span_records``), the spans others start under it in its ``TreeBuffer`` tree,
 and the reward worker's handed-back spans as wire data, until ``keep`` decides whether its tree
 is exported: at most ``MAX_CHILDREN`` records and ``MAX_HANDBACKS`` hand-backs per trajectory
 (more are counted on the trajectory span, ``verl.rollout.tree.dropped_spans``).
@@ -27,9 +27,9 @@ from otel_verl import semconv
 from otel_verl.config import settings
 from otel_verl.hooks.rollout.health import Limits, Tally
 from otel_verl.hooks.rollout.keep import Round
+from otel_verl.hooks.rollout.span_records import Rec
 from otel_verl.instruments.rollout import RolloutMetrics
 from otel_verl.process import worker_metrics
-from otel_verl.process.span_records import Rec
 from otel_verl.process.state import PROCESS
 
 # The clock trajectory and LLM-call durations are read on (what the histograms and the choice of the

@@ -19,7 +19,7 @@ validate flag, in this worker) has ended (the slowest, then a uniform sample, wi
 ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``). The tree is whole, in every process:
 
 * this process's spans of it (the trajectory, its LLM and tool calls) are plain records until
-  then (``otel_verl.process.span_records``); a kept tree's become spans in one go;
+  then (``otel_verl.hooks.rollout.span_records``); a kept tree's become spans in one go;
 * spans others start under it here (user spans in an agent loop or a tool) are real SDK spans,
   sampled because the trajectory's context says so, and held in its ``TreeBuffer`` tree;
 * the reward worker's span and the user spans under it are recorded there and handed back with
@@ -52,12 +52,11 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from otel_verl import propagation, semconv, step_context
 from otel_verl._safe import safe
 from otel_verl._values import as_int
-from otel_verl.hooks.rollout import handoff, health, reward_worker
+from otel_verl.hooks.rollout import handoff, health, reward_worker, span_records
 from otel_verl.hooks.rollout import state as rs
+from otel_verl.hooks.rollout.span_records import Rec
 from otel_verl.hooks.rollout.state import new_id
 from otel_verl.hooks.spans import call_traced_async, start_span
-from otel_verl.process import span_records
-from otel_verl.process.span_records import Rec
 from otel_verl.process.state import PROCESS
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)

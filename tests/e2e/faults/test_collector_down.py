@@ -15,7 +15,7 @@ here, stretches with it):
   below ``UNBOUNDED_FLUSH_S`` = 2 x 24.8 s, whatever Ray's teardown takes, if and only if the bound
   held (an unbounded flush adds at least that much to Ray's teardown);
 * a send at the end that would take much of that budget is spooled instead (the endpoint is not
-  answering in time: ``otel_verl.process.spool_export``), so the TaskRunner's flush ends within
+  answering in time: ``otel_verl.spool.exporters``), so the TaskRunner's flush ends within
   it, or says that it stopped waiting after exactly its budget (``telemetry flush did not finish
   within 2.0 s``, printed).
 
@@ -23,7 +23,7 @@ How much slower the exit is than the file-exporter run's is printed, not asserte
 in the benchmarks: bench/README.md).
 
 With the Collector refusing connections, every process spools what it cannot send
-(``otel_verl.process.spool``) into a spool kept tiny here (``OTEL_VERL_SPOOL_MAX_MB``, 82 KiB for
+(``otel_verl.spool.store``) into a spool kept tiny here (``OTEL_VERL_SPOOL_MAX_MB``, 82 KiB for
 the whole spool folder, every process together) so that it fills: training is unaffected all the
 same (the checks above), what sits on disk in the folder (blocks) stays within the bound (give or
 take what the processes wrote in the second within which they measure each other), the batches
@@ -43,8 +43,8 @@ from pathlib import Path
 import pytest
 
 from otel_verl import semconv
-from otel_verl.process import spool
-from otel_verl.process.spool_send import parse
+from otel_verl.spool import store as spool
+from otel_verl.spool.resend import parse
 
 pytestmark = pytest.mark.e2e
 
@@ -142,7 +142,7 @@ def _assert_unaffected(run, reference, what: str) -> None:
     )
     assert run.spans == [] and run.points == []  # nothing went to files: the OTLP exporters were used
     # The TaskRunner's end-of-training flush either finished within its budget (a send that takes
-    # part of it is spooled instead: otel_verl.process.spool_export.closing) or said, on its own
+    # part of it is spooled instead: otel_verl.spool.exporters.closing) or said, on its own
     # clock, that it stopped waiting after exactly that budget ...
     stopped = [line for line in run.output.splitlines() if _FLUSH_CUT.search(line)]
     print(f"  flush cut at the budget in: {sorted({line.split(')')[0] + ')' for line in stopped})}")

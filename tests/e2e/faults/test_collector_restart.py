@@ -17,7 +17,7 @@ port. 20 steps, the SDK's defaults otherwise (OTLP timeout 10 s, batch span dela
   delay of the restart (both on the receiver's clock, the retry schedule's wall time), and the
   ``verl.training.step`` points and ``verl.step`` spans of every step arrive: those of the outage
   (and of step 1, if still queued when the receiver went away) late, from the on-disk spool
-  (``otel_verl.process.spool``) that took every batch an export gave up on.
+  (``otel_verl.spool.store``) that took every batch an export gave up on.
 
 Memory while the Collector is away is bounded, per process: the BatchSpanProcessor queue holds at
 most ``OTEL_BSP_MAX_QUEUE_SIZE`` (2048) spans, the log processor 2048 records, and otel-verl's

@@ -11,7 +11,7 @@ segfault looks like to Ray (``VERL_CPU_HARNESS_KILL_AT``, test-only, see the har
   error path too (``otel_verl/hooks/trainer.py``, bounded by ``OTEL_VERL_SHUTDOWN_TIMEOUT``);
 * what the killed worker had spooled arrives later. The run also exports over OTLP/HTTP to a
   Collector that is down for the whole run (a port that refuses connections), so every process
-  spools every batch (``otel_verl.process.spool``), the killed worker too, until it dies. Then the
+  spools every batch (``otel_verl.spool.store``), the killed worker too, until it dies. Then the
   real Collector of ``otel-verl stack`` starts on that port (a spool goes only to the endpoint its
   process sent to); ``otel-verl replay --spool`` sends the killed worker's spool folder, and the
   next verl process of the host with the job's destination (a pipeline of otel-verl's own, started

@@ -16,8 +16,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_verl import semconv
-from otel_verl.process import drops, span_records, span_trees
-from otel_verl.process.span_records import Rec
+from otel_verl.hooks.rollout import span_records
+from otel_verl.hooks.rollout.span_records import Rec
+from otel_verl.instruments import drops
+from otel_verl.process import span_trees
 from otel_verl.process.span_trees import TreeBuffer
 
 SCOPE = InstrumentationScope("test", "1")

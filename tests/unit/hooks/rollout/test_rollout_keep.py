@@ -349,7 +349,7 @@ def test_the_reward_workers_spans_come_back_and_follow_the_trajectorys_tree(capt
 
 def test_a_reward_call_that_fails_exports_its_spans_from_the_reward_worker(captured):
     from otel_verl import propagation
-    from otel_verl.process.span_records import Rec
+    from otel_verl.hooks.rollout.span_records import Rec
 
     def user_fn():
         raise ValueError("bad reward")

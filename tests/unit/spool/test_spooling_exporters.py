@@ -1,4 +1,4 @@
-"""Spooling OTLP exporters (``otel_verl.process.spool_export``) with the SDK's real OTLP exporters.
+"""Spooling OTLP exporters (``otel_verl.spool.exporters``) with the SDK's real OTLP exporters.
 
 The endpoint is an in-process OTLP receiver, HTTP (``tests/otlp_http_receiver.py``) or gRPC (the
 opentelemetry-proto services on a grpc server), started on a port that refused connections before:
@@ -27,9 +27,13 @@ from otlp_grpc_receiver import GrpcReceiver
 from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import _safe, config, semconv
-from otel_verl.process import exporters, spool, spool_export, spool_send, spool_stats
+from otel_verl.process import exporters
 from otel_verl.process.resource import Identity
 from otel_verl.process.telemetry import build_own
+from otel_verl.spool import exporters as spool_export
+from otel_verl.spool import resend as spool_send
+from otel_verl.spool import stats as spool_stats
+from otel_verl.spool import store as spool
 
 PROTOCOLS = ["http/protobuf", "grpc"]
 WAIT_S = 60.0  # bounded polling: the re-sender backs off up to spool_export.MAX_BACKOFF_S
@@ -303,7 +307,7 @@ DIES = textwrap.dedent(
     """
     import os, time
     from otel_verl import semconv
-    from otel_verl.process import spool_stats
+    from otel_verl.spool import stats as spool_stats
     from otel_verl.process.resource import Identity
     from otel_verl.process.telemetry import build_own
     t = build_own(Identity(role=semconv.ROLE_WORKER, rank=0))
@@ -600,7 +604,7 @@ JOB = textwrap.dedent(
     """
     import json, sys, time
     from otel_verl import semconv
-    from otel_verl.process import spool
+    from otel_verl.spool import store as spool
     from otel_verl.process.resource import Identity
     from otel_verl.process.telemetry import build_own
     t = build_own(Identity(role=semconv.ROLE_TASKRUNNER))
@@ -688,7 +692,9 @@ TRACED = textwrap.dedent(
     from otlp_http_receiver import OtlpReceiver
     from otel_verl import semconv
     from otel_verl.offline.replay_spool import replay_spool
-    from otel_verl.process import exporters, spool, spool_stats
+    from otel_verl.process import exporters
+    from otel_verl.spool import store as spool
+    from otel_verl.spool import stats as spool_stats
     from otel_verl.process.resource import Identity
     from otel_verl.process.telemetry import build_own
     grpc_protocol = os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"

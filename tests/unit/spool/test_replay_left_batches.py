@@ -13,7 +13,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otel_verl import cli
 from otel_verl.commands.errors import CommandError
 from otel_verl.offline.replay_spool import replay_spool
-from otel_verl.process import spool
+from otel_verl.spool import store as spool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the OTLP receiver
 from otlp_http_receiver import OtlpReceiver  # noqa: E402

@@ -1,6 +1,6 @@
 """``otel_verl.spool.batches`` / ``otel_verl.spool.bytes``: what this process's spool did, counted.
 
-Every batch the on-disk spool (``otel_verl.process.spool``) takes, re-sends or loses is counted here
+Every batch the on-disk spool (``otel_verl.spool.store``) takes, re-sends or loses is counted here
 by signal (``otel_verl.signal``) and outcome (``otel_verl.spool.outcome``: ``spooled``, ``resent``,
 ``dropped``, ``rejected``; and ``refused``: each re-send the endpoint refused for a configuration
 reason such as a credential, the batch kept), in batches and in bytes of the OTLP request. Both are observable counters

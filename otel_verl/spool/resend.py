@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from google.protobuf.message import DecodeError, Message
 
 from otel_verl import private_api
-from otel_verl.process.spool import Destination
+from otel_verl.spool.store import Destination
 
 _log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The on-disk spool's store (``otel_verl.process.spool``): files, order, bound, adoption, hostile folders.
+"""The on-disk spool's store (``otel_verl.spool.store``): files, order, bound, adoption, hostile folders.
 
 Real files and real processes: a process that "dies with a spool" is a child that spools and ends
 with ``os._exit`` (no atexit, what a SIGKILL or an OOM kill leaves); one that is "alive" holds its
@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from otel_verl import _safe, semconv
-from otel_verl.process import drops, spool, spool_stats
+from otel_verl.instruments import drops
+from otel_verl.spool import stats as spool_stats
+from otel_verl.spool import store as spool
 
 HOST = "testhost"
 BLOCK = 4096
@@ -31,7 +33,7 @@ DEST = spool.Destination("http", "http://127.0.0.1:4318/v1/traces", b'[["authori
 CHILD = textwrap.dedent(
     """
     import os, sys
-    from otel_verl.process import spool
+    from otel_verl.spool import store as spool
     s = spool.Spool(sys.argv[1], 10 * spool.MIB, host=sys.argv[2])
     s.folder_name("traces", spool.Destination("http", sys.argv[4], sys.argv[5].encode()))
     for i in range(3):
@@ -359,7 +361,7 @@ FEW_FDS = textwrap.dedent(
     import json, os, resource, sys
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     from otel_verl import semconv
-    from otel_verl.process import spool
+    from otel_verl.spool import store as spool
     s = spool.Spool(sys.argv[1], 64 * spool.MIB, host=sys.argv[2])
     s.folder_name("traces", spool.Destination("http", sys.argv[3], sys.argv[4].encode()))
     most, could_open, sent = 0, True, 0
@@ -402,7 +404,7 @@ EMFILE = textwrap.dedent(
     """
     import errno, json, os, resource, sys
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-    from otel_verl.process import spool
+    from otel_verl.spool import store as spool
     results = []
     for free in range(0, 6):
         s = spool.Spool(os.path.join(sys.argv[1], str(free)), spool.MIB, host="h")

@@ -1,6 +1,6 @@
 """The on-disk spool: OTLP export batches the endpoint did not take, kept until it takes them.
 
-A spooling exporter (``spool_export``) hands this store the OTLP protobuf request of each batch it
+A spooling exporter (``exporters``) hands this store the OTLP protobuf request of each batch it
 could not send; a background thread re-sends them, oldest first, and removes each one only once
 the endpoint accepted it. Layout under the spool root (``config.spool_root``:
 ``OTEL_VERL_SPOOL_DIR``, default ``/var/tmp/otel-verl-<uid>/spool``), nothing of it created before a
@@ -28,7 +28,7 @@ first batch must wait (a healthy process writes nothing):
   folder of this user there, live, dead or of another job) stays within ``OTEL_VERL_SPOOL_MAX_MB``:
   the oldest batches this process may touch (its own and those it adopted) go first; when only
   batches it may not touch are left, a new batch is dropped instead of written (counted, said
-  once: ``drops``; ``spool_stats``). Other processes' folders are counted at most
+  once: ``drops``; ``stats``). Other processes' folders are counted at most
   ``ROOT_SCAN_S`` late. At most ``MAX_OPEN_ADOPTED`` adopted folders are held open at once (three
   descriptors each); more are taken as those empty.
 * **Adopted when its process dies.** A process holds the lock of each of its signal folders until
@@ -74,7 +74,8 @@ from dataclasses import dataclass, field
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import settings, spool_root
-from otel_verl.process import drops, spool_stats
+from otel_verl.instruments import drops
+from otel_verl.spool import stats
 
 _log = logging.getLogger(__name__)
 
@@ -544,7 +545,7 @@ class Spool:
         if not written:
             victims.append((signal, size))  # too large for the bound, no room, or not writable
         for victim_signal, nbytes in victims:
-            spool_stats.count(victim_signal, semconv.SPOOL_DROPPED, max(0, nbytes))
+            stats.count(victim_signal, semconv.SPOOL_DROPPED, max(0, nbytes))
             drops.dropped(semconv.DROPPED_SPOOL, queued)
         if full:
             warn_once(
@@ -556,7 +557,7 @@ class Spool:
                 signal,
             )
         if written:
-            spool_stats.count(signal, semconv.SPOOL_SPOOLED, size)
+            stats.count(signal, semconv.SPOOL_SPOOLED, size)
             warn_once(
                 "spooling",
                 "the OTLP endpoint did not take a batch of %s; spooling to %s until it answers again "
@@ -870,7 +871,7 @@ class Spool:
             unlink(item[0], folder.dir_fd)
             if not folder.own and not folder.files:
                 self._forget_adopted(folder)
-        spool_stats.count(folder.signal, outcome, nbytes)
+        stats.count(folder.signal, outcome, nbytes)
         if outcome == semconv.SPOOL_DROPPED:
             drops.dropped(semconv.DROPPED_SPOOL, 0)
 
@@ -1076,7 +1077,7 @@ def _after_fork_in_child() -> None:
     _current_lock = threading.Lock()
     if _current is not None:
         _current.forget_after_fork()
-    spool_stats.reset()
+    stats.reset()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

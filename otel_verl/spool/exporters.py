@@ -8,17 +8,17 @@ thread (``otel-verl-export-<signal>``, started with the first batch) makes every
   for the answer; nothing touches the disk.
 * **Endpoint away:** a batch the exporter gives up on (``FAILURE``: after the SDK's own retries,
   about 7 s with the default ``OTEL_EXPORTER_OTLP_TIMEOUT``) is encoded as the OTLP request it would
-  have been and spooled (``otel_verl.process.spool``). While this exporter's spool holds batches,
+  have been and spooled (``otel_verl.spool.store``). While this exporter's spool holds batches,
   every new one goes straight behind them, without an attempt: order is kept (a metric series'
   points arrive in time order), and the SDK's batch threads never wait for a dead endpoint again.
 * **Back:** the same thread re-sends the oldest batch through the exporter's own client
-  (``spool_send``), every ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` while the endpoint is away, and
+  (``resend``), every ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` while the endpoint is away, and
   removes each one only once it was accepted. Spools that ended processes of this host left behind
   for this exporter's destination (``Spool.adopt``: when the thread starts, then every ``RESCAN_S``,
   and as soon as adopted ones are sent) go after this process's own. An authentication or routing
-  answer (``spool_send.HOLD``) keeps the batch: said once, counted (``refused``), backed off.
+  answer (``resend.HOLD``) keeps the batch: said once, counted (``refused``), backed off.
 * **Order, and no head-of-line blocking.** Batches go oldest first. One the endpoint answers
-  ``ROTATE_AFTER`` times in a row without taking it (``spool_send.RETRY``: a throttling or server
+  ``ROTATE_AFTER`` times in a row without taking it (``resend.RETRY``: a throttling or server
   error; an endpoint that is away, ``AWAY``, says nothing about the batch) is followed by one try
   of the next batch: when that one is accepted (the endpoint works, that batch does not), the
   first goes after every other batch of this exporter (``Spool.defer``); when it is not, order is
@@ -26,7 +26,7 @@ thread (``otel-verl-export-<signal>``, started with the first batch) makes every
   metric series' points arrive in time order, except those of a batch the endpoint kept refusing
   while it took later ones (a backend without an out-of-order window, Prometheus by default,
   then refuses those points).
-* **Bounded copies.** A re-send with no answer in time (``spool_send.LATE``: it may have arrived)
+* **Bounded copies.** A re-send with no answer in time (``resend.LATE``: it may have arrived)
   is counted in the batch's file name; after ``spool.MAX_LATE`` of them the batch is dropped,
   counted and said once.
 * **The end** (``Telemetry.flush`` at the end of training and ``Telemetry.shutdown``, bounded
@@ -65,8 +65,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_verl import private_api, semconv
 from otel_verl._safe import warn_once
-from otel_verl.process import spool as spool_store
-from otel_verl.process import spool_send, spool_stats
+from otel_verl.spool import resend, stats
+from otel_verl.spool import store as spool_store
 
 _log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ _spoolers: weakref.WeakSet[Spooler] = weakref.WeakSet()
 class Spooler:
     """The spool of one exporter: direct sends while the endpoint takes them, disk while it does not."""
 
-    def __init__(self, signal: str, inner: Any, sender: spool_send.Sender, encode: Callable[[Any], bytes]) -> None:
+    def __init__(self, signal: str, inner: Any, sender: resend.Sender, encode: Callable[[Any], bytes]) -> None:
         self.signal = signal
         self.inner = inner
         self._sender = sender
@@ -301,20 +301,20 @@ class Spooler:
             return self._resend(entry)
         except Exception:  # noqa: BLE001 - never lose the thread; the batch stays
             _log.debug("spool re-send failed", exc_info=True)
-            return spool_send.RETRY, 0
+            return resend.RETRY, 0
 
     def _not_taken(self, entry: spool_store.Entry, outcome: str, nbytes: int) -> int:
         """``entry`` stays (``AWAY``, ``RETRY``, ``LATE``, ``HOLD``): released, counted; how many
         ``RETRY`` answers in a row it had (the others end a row: they say nothing against the batch)."""
-        if outcome == spool_send.HOLD:
-            spool_stats.count(self.signal, semconv.SPOOL_REFUSED, nbytes)
+        if outcome == resend.HOLD:
+            stats.count(self.signal, semconv.SPOOL_REFUSED, nbytes)
             warn_once(
                 f"spool refused {self.signal}",
                 "the OTLP endpoint refused a spooled %s batch (authentication or routing: a configuration "
                 "fault, not the data's); it is kept and sent again until the endpoint takes it",
                 self.signal,
             )
-        elif outcome == spool_send.LATE and self._store.late(entry) >= spool_store.MAX_LATE:
+        elif outcome == resend.LATE and self._store.late(entry) >= spool_store.MAX_LATE:
             self._store.done(entry, semconv.SPOOL_DROPPED, nbytes)
             warn_once(
                 f"spool late {self.signal}",
@@ -324,7 +324,7 @@ class Spooler:
                 spool_store.MAX_LATE,
             )
             return 0
-        if outcome == spool_send.RETRY:
+        if outcome == resend.RETRY:
             return self._store.strike(entry)
         self._store.release(entry, reset=True)
         return 0
@@ -338,21 +338,21 @@ class Spooler:
         if outcome in _KEPT:
             self._not_taken(probe, outcome, nbytes)
             return False
-        if outcome == spool_send.SENT:
+        if outcome == resend.SENT:
             self._store.defer(stuck)
         self._finished(probe, outcome, nbytes)
-        return outcome == spool_send.SENT
+        return outcome == resend.SENT
 
     def _finished(self, entry: spool_store.Entry, outcome: str, nbytes: int) -> None:
         self._store.done(entry, _OUTCOMES[outcome], nbytes)
-        if outcome == spool_send.REJECTED:
+        if outcome == resend.REJECTED:
             warn_once(
                 f"spool rejected {self.signal}",
                 "the endpoint refused a spooled %s batch for good (not a valid request for it); it is dropped",
                 self.signal,
             )
         with self._cv:
-            if outcome == spool_send.SENT:
+            if outcome == resend.SENT:
                 self._down = False
                 self._gave_up = self._gave_up and self._closing_at is not None  # back, and not at exit
             self._next_try = 0.0
@@ -417,10 +417,10 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-_KEPT = frozenset({spool_send.AWAY, spool_send.RETRY, spool_send.LATE, spool_send.HOLD})  # the batch stays
+_KEPT = frozenset({resend.AWAY, resend.RETRY, resend.LATE, resend.HOLD})  # the batch stays
 _OUTCOMES = {
-    spool_send.SENT: semconv.SPOOL_RESENT,
-    spool_send.REJECTED: semconv.SPOOL_REJECTED,
+    resend.SENT: semconv.SPOOL_RESENT,
+    resend.REJECTED: semconv.SPOOL_REJECTED,
     "unreadable": semconv.SPOOL_DROPPED,
 }
 
@@ -539,7 +539,7 @@ def wrap(exporter: Any, signal: str) -> Any:
     (``OTEL_VERL_SPOOL``); else ``exporter`` itself."""
     if spool_store.current() is None:
         return exporter
-    sender = spool_send.sender_for(exporter, signal)
+    sender = resend.sender_for(exporter, signal)
     if sender is None:
         return exporter
     encode = _encoder(signal)

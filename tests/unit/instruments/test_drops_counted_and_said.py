@@ -83,7 +83,7 @@ def test_metric_batches_the_export_queue_drops_are_counted_and_said_once(caplog)
     step_reader = StepMetricReader(Stuck(), export_interval_millis=600_000)
     seen = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[step_reader, seen])
-    from otel_verl.process import drops
+    from otel_verl.instruments import drops
 
     drops.register_dropped_metric(provider.get_meter("t"))
     provider.get_meter("t").create_counter("c").add(1)
