@@ -5,6 +5,8 @@
 * ``handoff``: how the step's trace context reaches the workers (v0 carrier, v1 links), and the
   TaskRunner's ``verl.rollout.dispatch`` span with the wait for the workers to start;
 * ``keep``: which trajectory trees are exported, decided when they end;
+* ``span_records``: otel-verl's spans of such a tree as plain records until then, made SDK spans
+  only when kept, and their wire form from another process;
 * ``engine_handback``: the engine's spans of an undecided tree, back to the tree's process;
 * ``reward_worker``: the reward-loop worker's span around each trajectory's scoring (user reward code);
 * ``server``: the rollout replicas' own busy clock, in the LLM server actors (any backend);
