@@ -135,9 +135,9 @@ def replay_spool(
     dead: set[str] = set()  # signals whose endpoint gave no answer
     try:
         with Poster(RETRIES, RETRY_STATUS) as poster:
-            for proc, proc_fd, sub, sig in store.signal_folders(root_fd, names):
+            for left in store.left_folders(root_fd, names):
                 _replay_signal_folder(
-                    poster, proc, proc_fd, sub, plan[sig], results[sig], dead, timeout, ignore_recorded_endpoint
+                    poster, left, plan[left.signal], results[left.signal], dead, timeout, ignore_recorded_endpoint
                 )
     finally:
         store.close_fd(root_fd)
@@ -163,9 +163,9 @@ def replay_spool(
     return 0
 
 
-def _destination_problem(dir_fd: int, url: str) -> str | None:
+def _destination_problem(left: store.LeftFolder, url: str) -> str | None:
     """Why a signal folder is not sent to ``url`` (the endpoint it waits for), or None."""
-    record = store.read_record(dir_fd)
+    record = left.record
     if record is None:
         return "no recorded endpoint (kept; --ignore-recorded-endpoint sends it to the endpoint given)"
     if record.kind == "http" and record.goes_to(url):
@@ -178,9 +178,7 @@ def _destination_problem(dir_fd: int, url: str) -> str | None:
 
 def _replay_signal_folder(
     poster: Poster,
-    proc: str,
-    proc_fd: int,
-    sub: str,
+    left: store.LeftFolder,
     target: tuple[str, dict[str, str]],
     r: SpoolResult,
     dead: set[str],
@@ -188,33 +186,22 @@ def _replay_signal_folder(
     ignore_recorded_endpoint: bool,
 ) -> None:
     """Send one signal folder of an ended process, when it may go to ``target``."""
-    try:
-        dir_fd = store.open_dir(sub, proc_fd)
-    except OSError:
+    where = f"{left.process}/{left.name}"
+    if not left.take():
+        r.busy.append(where)
         return
-    lock_fd = store.try_lock(dir_fd)
-    if lock_fd is None:
-        store.close_fd(dir_fd)
-        r.busy.append(f"{proc}/{sub}")
-        return
-    problem = None if ignore_recorded_endpoint else _destination_problem(dir_fd, target[0])
+    problem = None if ignore_recorded_endpoint else _destination_problem(left, target[0])
     if problem is not None:
-        store.close_fd(dir_fd)
-        store.close_fd(lock_fd)
-        r.elsewhere.append(f"{proc}/{sub}: {problem}")
+        r.elsewhere.append(f"{where}: {problem}")
         return
     r.folders += 1
-    left = _replay_folder(poster, dir_fd, r.signal, target, r, dead, timeout)
-    if left:
-        store.close_fd(dir_fd)
-        store.close_fd(lock_fd)
-    else:
-        store.remove_folder(proc_fd, sub, dir_fd, lock_fd)
+    if not _replay_folder(poster, left, r.signal, target, r, dead, timeout):
+        left.remove()
 
 
 def _replay_folder(
     poster: Poster,
-    dir_fd: int,
+    folder: store.LeftFolder,
     sig: str,
     target: tuple[str, dict[str, str]],
     r: SpoolResult,
@@ -225,7 +212,8 @@ def _replay_folder(
     url, hdrs = target
     hdrs = {k: v for k, v in hdrs.items() if k.lower() != "content-type"} | {"Content-Type": "application/x-protobuf"}
     left = 0
-    for name in store.batch_names(dir_fd):
+    dir_fd = folder.dir_fd
+    for name in folder.batch_names():
         body = store.read_batch(dir_fd, name)
         message = parse(sig, body) if body is not None else None
         if message is None or body is None:

@@ -36,7 +36,7 @@ first batch must wait (a healthy process writes nothing):
   it re-sends a spool of its own) takes a folder whose lock it can take (its process is gone:
   flock() locks end with the process, pid reuse cannot fool it, and two processes never take the
   same folder) and whose destination is its own, sends what is in it and removes it.
-  ``otel-verl replay --spool`` walks the same folders (``signal_folders``).
+  ``otel-verl replay --spool`` walks the same folders, taken the same way (``left_folders``).
 * **Bounded copies.** A batch whose send ended without an answer in time (it may have arrived) is
   renamed with that count (``late``); after ``MAX_LATE`` such sends it is dropped, counted.
 * **Self-healing.** An ``OSError`` while a folder is made (EMFILE, ENOSPC, EIO) loses that batch
@@ -326,13 +326,13 @@ def process_folders(root_fd: int, host: str | None = None) -> Iterator[str]:
             yield name
 
 
-def signal_folders(
+def _signal_folders(
     root_fd: int, processes: list[str], signal: str | None = None, remove_empty_after_s: float | None = None
 ) -> Iterator[tuple[str, int, str, str]]:
-    """The one walk of other processes' spools (adoption and ``otel-verl replay --spool``):
-    (process folder, its descriptor, signal folder, signal) for each signal folder (of ``signal``
-    only, when given), in name order. The descriptor is valid until the next item; a process
-    folder left empty is removed (only one older than ``remove_empty_after_s``, when given)."""
+    """(process folder, its descriptor, signal folder, signal) for each signal folder of
+    ``processes`` (of ``signal`` only, when given), in name order. The descriptor is valid until the
+    next item; a process folder left empty is removed (only one older than ``remove_empty_after_s``,
+    when given)."""
     for proc in processes:
         try:
             proc_fd = open_dir(proc, root_fd)
@@ -349,6 +349,84 @@ def signal_folders(
             pass
         finally:
             close_fd(proc_fd)
+
+
+class LeftFolder:
+    """A signal folder of another process, opened (never through a symlink); taken under its lock
+    only when asked (``take``: then no other process can take it, and its own is gone).
+
+    ``left_folders`` hands these out and closes each one when it moves on, unless the holder
+    removed it (``remove``) or kept its descriptors (``keep``)."""
+
+    __slots__ = ("process", "parent_fd", "name", "signal", "dir_fd", "lock_fd", "_record", "_read", "_open")
+
+    def __init__(self, process: str, parent_fd: int, name: str, signal: str, dir_fd: int) -> None:
+        self.process = process  # the process folder's name
+        self.parent_fd = parent_fd  # the process folder: valid while the walk is on this folder
+        self.name = name  # traces, traces-2
+        self.signal = signal
+        self.dir_fd = dir_fd
+        self.lock_fd: int | None = None
+        self._record: Record | None = None
+        self._read = False
+        self._open = True
+
+    @property
+    def record(self) -> Record | None:
+        """Where its batches may go (``destination``), read once; None when unreadable or absent."""
+        if not self._read:
+            self._record, self._read = read_record(self.dir_fd), True
+        return self._record
+
+    def is_dead(self) -> bool:
+        """Whether no process holds its lock (not taken: the lock is let go at once)."""
+        return self.lock_fd is not None or is_dead(self.dir_fd)
+
+    def take(self) -> bool:
+        """Take its lock; False when its process is alive (or the folder is being removed)."""
+        if self.lock_fd is None:
+            self.lock_fd = try_lock(self.dir_fd)
+        return self.lock_fd is not None
+
+    def batch_names(self) -> list[str]:
+        """Its batch files, oldest first (``batch_names``)."""
+        return batch_names(self.dir_fd)
+
+    def keep(self) -> tuple[int, int | None]:
+        """Its descriptors (folder, lock), handed to the caller, who closes them."""
+        self._open = False
+        return self.dir_fd, self.lock_fd
+
+    def remove(self) -> bool:
+        """Remove it, emptied (``remove_folder``); closes its descriptors."""
+        self._open = False
+        return remove_folder(self.parent_fd, self.name, self.dir_fd, self.lock_fd)
+
+    def close(self) -> None:
+        """Close its descriptors (its lock, if taken, ends with them), unless kept or removed."""
+        if self._open:
+            self._open = False
+            close_fd(self.dir_fd)
+            if self.lock_fd is not None:
+                close_fd(self.lock_fd)
+
+
+def left_folders(
+    root_fd: int, processes: list[str], signal: str | None = None, remove_empty_after_s: float | None = None
+) -> Iterator[LeftFolder]:
+    """The one walk of other processes' spools (adoption and ``otel-verl replay --spool``): each
+    signal folder of ``processes`` (of ``signal`` only, when given), opened, in name order
+    (``_signal_folders``); closed when the walk moves on unless removed or kept."""
+    for proc, proc_fd, sub, sig in _signal_folders(root_fd, processes, signal, remove_empty_after_s):
+        try:
+            dir_fd = open_dir(sub, proc_fd)
+        except OSError:
+            continue
+        folder = LeftFolder(proc, proc_fd, sub, sig, dir_fd)
+        try:
+            yield folder
+        finally:
+            folder.close()
 
 
 def is_process_folder(name: str) -> bool:
@@ -901,23 +979,23 @@ class Spool:
             except OSError:
                 return 0  # no spool root (nothing ever waited here), or an unusable one
             self._capped.discard(signal)
-            walk = signal_folders(root_fd, names, signal, remove_empty_after_s=EMPTY_FOLDER_AGE_S)
+            walk = left_folders(root_fd, names, signal, remove_empty_after_s=EMPTY_FOLDER_AGE_S)
             try:
-                for proc, proc_fd, sub, _ in walk:
-                    if (proc, sub) in self._adopted_names:
+                for left in walk:
+                    if (left.process, left.name) in self._adopted_names:
                         continue
                     if self._open_adopted() >= MAX_OPEN_ADOPTED:
                         self._capped.add(signal)  # taken once the adopted ones are sent
                         break
-                    folder = self._take(proc, proc_fd, signal, sub, destination)
+                    folder = self._take(left, destination)
                     if folder is None:
                         continue
                     if not folder.files:
-                        remove_folder(proc_fd, sub, folder.dir_fd, folder.lock_fd)
+                        left.remove()
                         close_fd(folder.parent_fd)
                         continue
                     self._adopted[signal].append(folder)
-                    self._adopted_names.add((proc, sub))
+                    self._adopted_names.add((left.process, left.name))
                     taken += len(folder.files)
             finally:
                 walk.close()
@@ -925,30 +1003,33 @@ class Spool:
             _log.info("otel-verl: %d %s batches of an ended process found in the spool %s", taken, signal, self.root)
         return taken
 
-    def _take(self, proc: str, proc_fd: int, signal: str, sub: str, destination: Destination) -> Folder | None:
-        try:
-            dir_fd = open_dir(sub, proc_fd)
-        except OSError:
+    def _take(self, left: LeftFolder, destination: Destination) -> Folder | None:
+        """A dead process's folder for ``destination``, under its lock; None when it is for another
+        destination (said once, when its process is gone), its process is alive, or it cannot be read."""
+        if not destination.matches(left.record):
+            if (left.process, left.name) not in self._told and left.is_dead():
+                self._told.add((left.process, left.name))
+                self._tell_left(left.process, left.name, left.record, destination)
             return None
-        record = read_record(dir_fd)
-        if not destination.matches(record):
-            if (proc, sub) not in self._told and is_dead(dir_fd):
-                self._told.add((proc, sub))
-                self._tell_left(proc, sub, record, destination)
-            close_fd(dir_fd)
-            return None
-        lock_fd = try_lock(dir_fd)
-        if lock_fd is None:
-            close_fd(dir_fd)
+        if not left.take():
             return None  # its process is alive (or the folder is being removed)
         try:
-            files = deque(self._listed(dir_fd))
-            parent_fd = os.dup(proc_fd)
+            files = deque(self._listed(left.dir_fd))
+            parent_fd = os.dup(left.parent_fd)
         except OSError:
-            close_fd(dir_fd)
-            close_fd(lock_fd)
             return None
-        return Folder(signal, sub, proc, dir_fd, lock_fd, parent_fd, own=False, destination=destination, files=files)
+        dir_fd, lock_fd = left.keep()
+        return Folder(
+            left.signal,
+            left.name,
+            left.process,
+            dir_fd,
+            lock_fd,
+            parent_fd,
+            own=False,
+            destination=destination,
+            files=files,
+        )
 
     @staticmethod
     def _listed(dir_fd: int) -> Iterator[tuple[str, int, int]]:

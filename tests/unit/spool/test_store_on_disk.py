@@ -490,3 +490,31 @@ def test_a_full_disk_loses_only_what_did_not_fit_and_the_spool_goes_on_once_ther
     assert [s.put("traces", "traces", body) for body in after] == [True, True, True]  # room again: spooling goes on
     assert _drain(s) == after
     s.close()
+
+
+def test_the_walk_of_left_folders_takes_only_dead_ones_and_closes_what_it_hands_out(tmp_path):
+    """``left_folders``, the walk adoption and ``otel-verl replay --spool`` share: a live process's
+    folder cannot be taken, a dead one's can, and no descriptor outlives the walk but a kept one's."""
+    dead = _dead_spool(tmp_path)
+    live = _child(tmp_path, "live")
+    live_name = live.stdout.readline().strip()
+    try:
+        root_fd = spool.open_dir(str(tmp_path))
+        fds_before = len(os.listdir("/proc/self/fd"))
+        taken, kept = {}, None
+        for left in spool.left_folders(root_fd, sorted([dead, live_name])):
+            taken[left.process] = (left.take(), left.record is not None and DEST.matches(left.record))
+            if left.process == dead:
+                assert left.batch_names() == sorted(left.batch_names()) and len(left.batch_names()) == 3
+                kept = left.keep()
+        assert taken == {dead: (True, True), live_name: (False, True)}
+        assert len(os.listdir("/proc/self/fd")) == fds_before + 2  # the kept folder and its lock
+        assert spool.try_lock(kept[0]) is None  # still held here: no other taker
+        for fd in kept:
+            spool.close_fd(fd)
+        assert len(os.listdir("/proc/self/fd")) == fds_before
+        spool.close_fd(root_fd)
+    finally:
+        live.stdin.write("\n")
+        live.stdin.close()
+        assert live.wait(60) == 0
