@@ -54,6 +54,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from enum import Enum, IntEnum
 from typing import Any
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -106,22 +107,50 @@ def _destination_of(sender: Any) -> spool_store.Destination | None:
         return None
 
 
-class _Job:
-    """One batch handed to the thread for a direct send, and what became of it."""
+class Phase(IntEnum):
+    """Where a ``Spooler`` is in its life. It only moves forward (``Spooler._to``), one step or more."""
 
-    __slots__ = ("batch", "created", "done", "ok", "parked", "send", "taken")
+    OPEN = 0  # each batch is sent while its caller waits for the answer (or spooled behind others)
+    CLOSING = 1  # the process is ending: a caller waits at most ``closing``'s limit for a send
+    GAVE_UP = 2  # at exit the endpoint did not answer in time: every later batch goes to disk at once
+    STOPPED = 3  # ``finish``: no thread, no spool; a batch goes to the SDK exporter as without otel-verl
+    SHUT = 4  # the SDK exporter is shut down too
+
+
+class JobState(Enum):
+    """What became of a batch handed to the thread for a direct send."""
+
+    WAITING = "waiting"  # for the thread
+    SENDING = "sending"  # the thread took it
+    SENT = "sent"  # the SDK exporter said SUCCESS
+    FAILED = "failed"  # it said FAILURE (or raised): its caller spools it
+    PARKED = "parked"  # spooled instead (``park``, or its caller stopped waiting): a late answer is ignored
+
+
+class _Job:
+    """One batch handed to the thread for a direct send, and what became of it (``state``)."""
+
+    __slots__ = ("batch", "created", "send", "state")
 
     def __init__(self, batch: Any, send: Callable[[Any], bool]) -> None:
         self.batch, self.send = batch, send
         self.created = time.monotonic()
-        self.taken = self.done = self.ok = self.parked = False
+        self.state = JobState.WAITING
+
+    @property
+    def answered(self) -> bool:
+        """The send ended (or the batch was spooled instead): its caller stops waiting."""
+        return self.state in (JobState.SENT, JobState.FAILED, JobState.PARKED)
 
 
 _spoolers: weakref.WeakSet[Spooler] = weakref.WeakSet()
 
 
 class Spooler:
-    """The spool of one exporter: direct sends while the endpoint takes them, disk while it does not."""
+    """The spool of one exporter: direct sends while the endpoint takes them, disk while it does not.
+
+    Its state: the ``phase`` of its life (``Phase``, forward only), whether the endpoint is away
+    (``_down``: the last attempt failed), and the one batch a caller waits on (``_job``)."""
 
     def __init__(self, signal: str, inner: Any, sender: resend.Sender, encode: Callable[[Any], bytes]) -> None:
         self.signal = signal
@@ -137,17 +166,26 @@ class Spooler:
         self._job: _Job | None = None
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
-        self._stopped = False
-        self._inner_shut = False
-        self._closing_at: float | None = None  # time.monotonic() of ``closing``
+        self.phase = Phase.OPEN
+        self._closing_at: float | None = None  # time.monotonic() of ``closing`` (from ``Phase.CLOSING`` on)
         self._limit_s = CLOSING_ATTEMPT_S
-        self._gave_up = False  # at exit the endpoint did not answer in time: the rest goes to disk
         self._down = False  # the last attempt failed (the endpoint is away)
         self._next_try = 0.0  # time.monotonic() of the next re-send attempt
         self._next_scan = time.monotonic()  # the thread's first task: ended processes' spools
         _spoolers.add(self)
         if os.path.isdir(store.root):  # something may wait there: look now (in the thread, not here)
             self._start()
+
+    def _to(self, phase: Phase) -> bool:
+        """Move on to ``phase`` (never back); whether it moved."""
+        if phase <= self.phase:
+            return False
+        self.phase = phase
+        return True
+
+    @property
+    def stopped(self) -> bool:
+        return self.phase >= Phase.STOPPED
 
     def _after_fork_in_child(self) -> None:
         """A forked child: fresh locks, no job of the parent's, its own thread when it first exports."""
@@ -164,30 +202,30 @@ class Spooler:
 
     def export(self, batch: Any, send: Callable[[Any], bool]) -> bool:
         """Send ``batch`` with ``send`` (the SDK exporter), or spool it; True once it is sent or on disk."""
-        if self._stopped:
+        if self.stopped:
             with suppress_instrumentation():
                 return send(batch)  # after ``finish``: as the SDK alone
         with self._export_lock:
-            if self._gave_up or self.pending:
+            if self.phase >= Phase.GAVE_UP or self.pending:
                 return self._spool(batch)  # behind what already waits, without an attempt
             job = _Job(batch, send)
             with self._cv:
                 self._job = job
                 self._start_locked()
                 self._cv.notify_all()
-                while not (job.done or job.parked):
+                while not job.answered:
                     deadline = self._deadline(job)
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         break
                     self._cv.wait(left)
-                if job.parked or (job.done and job.ok):
+                if job.state in (JobState.PARKED, JobState.SENT):
                     return True  # sent, or on disk already (``park``)
-                job.parked = True  # whatever the thread's late answer, this batch is spooled below
-                if not job.done:
-                    self._gave_up = True  # at exit, and the endpoint does not answer in time
+                if not job.answered:
+                    self._to(Phase.GAVE_UP)  # at exit, and the endpoint does not answer in time
                     if self._job is job:
                         self._job = None
+                job.state = JobState.PARKED  # whatever the thread's late answer, this batch is spooled below
             return self._spool(batch)
 
     def _deadline(self, job: _Job) -> float | None:
@@ -217,7 +255,7 @@ class Spooler:
             self._start_locked()
 
     def _start_locked(self) -> None:
-        if self._stopped:
+        if self.stopped:
             return
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
             return
@@ -229,11 +267,11 @@ class Spooler:
         """What the thread does next: a job, True (re-send the oldest spooled batch), None (stop)."""
         with self._cv:
             while True:
-                if self._stopped:
+                if self.stopped:
                     return None
                 job = self._job
-                if job is not None and not job.taken and not job.parked:
-                    job.taken = True
+                if job is not None and job.state is JobState.WAITING:
+                    job.state = JobState.SENDING
                     return job
                 now = time.monotonic()
                 if now >= self._next_scan or self._store.wants_adoption(self.signal):
@@ -272,7 +310,8 @@ class Spooler:
             _log.debug("%s export failed", self.signal, exc_info=True)
             ok = False
         with self._cv:
-            job.ok, job.done = ok, True
+            if job.state is not JobState.PARKED:  # a parked batch is on disk: its answer came too late
+                job.state = JobState.SENT if ok else JobState.FAILED
             if self._job is job:
                 self._job = None
             if ok:
@@ -353,8 +392,7 @@ class Spooler:
             )
         with self._cv:
             if outcome == resend.SENT:
-                self._down = False
-                self._gave_up = self._gave_up and self._closing_at is not None  # back, and not at exit
+                self._down = False  # back (at exit, a spooler that gave up stays so: ``Phase``)
             self._next_try = 0.0
             self._cv.notify_all()
 
@@ -368,7 +406,7 @@ class Spooler:
     def closing(self, limit_s: float = CLOSING_ATTEMPT_S) -> None:
         """The process is ending: from now on a caller waits at most ``limit_s`` for a send."""
         with self._cv:
-            if self._closing_at is None:
+            if self._to(Phase.CLOSING):
                 self._closing_at = time.monotonic()
             self._limit_s = min(self._limit_s, max(0.0, limit_s))
             self._cv.notify_all()
@@ -376,17 +414,15 @@ class Spooler:
     def wait_drained(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until this exporter's spool is empty or the endpoint is away."""
         with self._cv:
-            return self._cv.wait_for(
-                lambda: not self.pending or self._down or self._gave_up or self._stopped, timeout_s
-            )
+            return self._cv.wait_for(lambda: not self.pending or self._down or self.phase >= Phase.GAVE_UP, timeout_s)
 
     def park(self) -> int:
         """Spool the batch whose send is still under way (at exit, on a dead endpoint): the batches parked."""
         with self._cv:
             job = self._job
-            if job is None or job.done or job.parked:
+            if job is None or job.answered:
                 return 0
-            job.parked = True
+            job.state = JobState.PARKED
             self._job = None
             self._cv.notify_all()
         self._spool(job.batch)
@@ -394,14 +430,14 @@ class Spooler:
 
     def stop(self) -> None:
         with self._cv:
-            self._stopped = True
+            self._to(Phase.STOPPED)
             self._cv.notify_all()
 
     def shut_inner(self) -> None:
         with self._cv:
-            if self._inner_shut:
+            if not self._to(Phase.SHUT):
                 return
-            self._inner_shut = True
+            self._cv.notify_all()
         try:
             with suppress_instrumentation():
                 self.inner.shutdown()
@@ -450,7 +486,7 @@ def finish(spoolers: Sequence[Spooler]) -> None:
     for s in spoolers:
         s.shut_inner()
     store = spool_store.current()
-    if store is not None and all(s._stopped for s in list(_spoolers)):
+    if store is not None and all(s.stopped for s in list(_spoolers)):
         store.close()
 
 
