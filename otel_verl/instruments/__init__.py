@@ -5,7 +5,8 @@
 * ``rollout``: trajectory / LLM-call histograms and the tail ratio (agent-loop workers);
 * ``gpu``: ``hw.gpu.*`` observable gauges from NVML or torch (worker ranks);
 * ``system``: ``process.*`` through the system-metrics instrumentation (every verl process);
-* ``prometheus``: the series names those become in Prometheus 3.
+* ``prometheus``: the series names those become in Prometheus 3;
+* ``self_metrics``: otel-verl's own counts as observable instruments, added to each meter once.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from otel_verl import semconv
 from otel_verl._safe import warn_once
 from otel_verl.instruments import catalog
+from otel_verl.instruments.self_metrics import SelfMetrics
 
 _WHAT = {
     semconv.DROPPED_STEP: "a training step's metrics were dropped before they were recorded",
@@ -30,7 +31,6 @@ _WHAT = {
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
-_registered: set[int] = set()  # id() of meters that have the counter
 
 
 def dropped(kind: str, queued: int, why: str = "a slow or unreachable exporter") -> None:
@@ -59,15 +59,9 @@ def _observe(options: CallbackOptions) -> Iterable[Observation]:
     return [Observation(n, {semconv.ATTR_DROPPED_KIND: kind}) for kind, n in counts().items()]
 
 
+_METRIC = SelfMetrics((catalog.TELEMETRY_DROPPED, _observe))
+
+
 def register_dropped_metric(meter: Any) -> bool:
     """Add ``otel_verl.telemetry.dropped`` to ``meter`` once; False when it was there already."""
-    try:
-        with _lock:
-            if id(meter) in _registered:
-                return False
-            _registered.add(id(meter))
-        catalog.create_observable(meter, catalog.TELEMETRY_DROPPED, [_observe])
-        return True
-    except Exception:  # noqa: BLE001 - a self-metric must never break a process
-        warn_once("dropped metric", "%s could not be registered", semconv.M_TELEMETRY_DROPPED, exc_info=True)
-        return False
+    return _METRIC.register(meter)

@@ -39,6 +39,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from otel_verl import _hook_clock, semconv
 from otel_verl._safe import warn_once
 from otel_verl.instruments import catalog
+from otel_verl.instruments.self_metrics import SelfMetrics
 
 # thread-name prefix -> component; first match wins (``otel-verl-stall-watch`` before ``-stall``)
 THREAD_COMPONENTS: tuple[tuple[str, str], ...] = (
@@ -140,8 +141,6 @@ class OverheadClock:
 
 
 CLOCK = OverheadClock()
-_lock = threading.Lock()
-_registered: set[int] = set()  # id() of meters that have the counter
 
 
 def _observe(options: CallbackOptions) -> Iterable[Observation]:
@@ -153,15 +152,9 @@ def _observe(options: CallbackOptions) -> Iterable[Observation]:
     return [Observation(seconds, {semconv.ATTR_OVERHEAD_COMPONENT: c}) for c, seconds in totals.items()]
 
 
+_METRIC = SelfMetrics((catalog.OVERHEAD_CPU_TIME, _observe))
+
+
 def register_overhead_metric(meter: Any) -> bool:
     """Add ``otel_verl.overhead.cpu_time`` to ``meter`` once; False when it was there already."""
-    try:
-        with _lock:
-            if id(meter) in _registered:
-                return False
-            _registered.add(id(meter))
-        catalog.create_observable(meter, catalog.OVERHEAD_CPU_TIME, [_observe])
-        return True
-    except Exception:  # noqa: BLE001 - our own cost metric must never break a worker
-        warn_once("overhead metric", "otel_verl.overhead.cpu_time could not be registered", exc_info=True)
-        return False
+    return _METRIC.register(meter)

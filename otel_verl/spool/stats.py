@@ -18,13 +18,12 @@ from typing import Any
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_verl import semconv
-from otel_verl._safe import warn_once
 from otel_verl.instruments import catalog
+from otel_verl.instruments.self_metrics import SelfMetrics
 
 _lock = threading.Lock()
 _batches: dict[tuple[str, str], int] = {}
 _bytes: dict[tuple[str, str], int] = {}
-_registered: set[int] = set()  # id() of meters that have the counters
 
 
 def count(signal: str, outcome: str, nbytes: int, batches: int = 1) -> None:
@@ -57,16 +56,9 @@ def _observe(index: int) -> Any:
     return callback
 
 
+_METRICS = SelfMetrics((catalog.SPOOL_BATCHES, _observe(0)), (catalog.SPOOL_BYTES, _observe(1)))
+
+
 def register_spool_metrics(meter: Any) -> bool:
     """Add both counters to ``meter`` once; False when they were there already."""
-    try:
-        with _lock:
-            if id(meter) in _registered:
-                return False
-            _registered.add(id(meter))
-        catalog.create_observable(meter, catalog.SPOOL_BATCHES, [_observe(0)])
-        catalog.create_observable(meter, catalog.SPOOL_BYTES, [_observe(1)])
-        return True
-    except Exception:  # noqa: BLE001 - a self-metric must never break a process
-        warn_once("spool metrics", "%s could not be registered", semconv.M_SPOOL_BATCHES, exc_info=True)
-        return False
+    return _METRICS.register(meter)
