@@ -6,7 +6,8 @@
 * ``gpu``: ``hw.gpu.*`` observable gauges from NVML or torch (worker ranks);
 * ``system``: ``process.*`` through the system-metrics instrumentation (every verl process);
 * ``prometheus``: the series names those become in Prometheus 3;
-* ``self_metrics``: otel-verl's own counts as observable instruments, added to each meter once.
+* ``self_metrics``: otel-verl's own counts as observable instruments, added to each meter once;
+* ``drops``: what otel-verl's bounded queues and spool dropped, ``otel_verl.telemetry.dropped``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``SelfMetrics``: observable instruments of otel-verl's own counts, added to each meter once.
 
-otel-verl keeps some counts of itself in the process (what its queues dropped, ``process.drops``;
+otel-verl keeps some counts of itself in the process (what its queues dropped, ``drops``;
 its own CPU, ``process.overhead``; what the on-disk spool did, ``spool.stats``) and reports them
 with observable instruments read at every collection. The pipeline's build and a worker's first
 hook may both ask for them on the same meter: each meter gets them once. Adding them never

@@ -35,7 +35,7 @@ and reward workers, and Ray's own daemons). In each:
 5. **Instruments.** Created once per process on its meter (``otel_verl.instruments``); worker
    processes add their ``process.*`` and ``hw.gpu.*`` gauges (``worker_metrics``); every pipeline
    carries otel-verl's own CPU, ``otel_verl.overhead.cpu_time`` (``overhead``), and what its bounded
-   queues had to drop, ``otel_verl.telemetry.dropped`` (``drops``).
+   queues had to drop, ``otel_verl.telemetry.dropped`` (``otel_verl.instruments.drops``).
 6. **Every step.** Logged values are recorded and exported in order by one background thread
    (``Telemetry.submit``, ``background.OrderedWorker``); spans are flushed without waiting.
    Processes with no step boundary of their own (worker ranks, reward workers, rollout servers)

@@ -8,7 +8,7 @@ thread also collects every interval, like ``PeriodicExportingMetricReader``. Eac
 the run's identity on every point (``point_identity``).
 
 The queue is bounded (``MAX_PENDING`` batches): with a dead endpoint the oldest batches are
-dropped (counted in ``otel_verl.telemetry.dropped`` and said once: ``drops``), so memory stays
+dropped (counted in ``otel_verl.telemetry.dropped`` and said once: ``instruments.drops``), so memory stays
 flat, and nothing the exporter does can stall training.
 """
 

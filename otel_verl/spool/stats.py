@@ -6,7 +6,7 @@ by signal (``otel_verl.signal``) and outcome (``otel_verl.spool.outcome``: ``spo
 reason such as a credential, the batch kept), in batches and in bytes of the OTLP request. Both are observable counters
 read at every export, so once the endpoint answers again the outage is there to see: how much waited
 on disk, how much was re-sent, and whether anything was lost. A ``dropped`` batch is also counted in
-``otel_verl.telemetry.dropped{kind=spool}`` and said once (``drops``).
+``otel_verl.telemetry.dropped{kind=spool}`` and said once (``instruments.drops``).
 """
 
 from __future__ import annotations

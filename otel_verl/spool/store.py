@@ -23,12 +23,12 @@ first batch must wait (a healthy process writes nothing):
   it sends (never the headers). A folder is adopted only by a handle whose own destination is
   exactly that one; any other folder is left as it is and said once (which folder, which endpoint
   it waits for); one with no readable ``destination`` is never sent by a live process
-  (``otel-verl replay --spool`` sends it only when told to, ``replay_spool``).
+  (``otel-verl replay --spool`` sends it only when told to, ``offline.replay_spool``).
 * **Bounded, for the whole root.** What sits on disk under the root (``st_blocks``: every process
   folder of this user there, live, dead or of another job) stays within ``OTEL_VERL_SPOOL_MAX_MB``:
   the oldest batches this process may touch (its own and those it adopted) go first; when only
   batches it may not touch are left, a new batch is dropped instead of written (counted, said
-  once: ``drops``; ``stats``). Other processes' folders are counted at most
+  once: ``instruments.drops``; ``stats``). Other processes' folders are counted at most
   ``ROOT_SCAN_S`` late. At most ``MAX_OPEN_ADOPTED`` adopted folders are held open at once (three
   descriptors each); more are taken as those empty.
 * **Adopted when its process dies.** A process holds the lock of each of its signal folders until

@@ -9,9 +9,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_verl import _safe
-from otel_verl.instruments import catalog
+from otel_verl.instruments import catalog, drops
 from otel_verl.instruments.self_metrics import SelfMetrics
-from otel_verl.process import drops, overhead
+from otel_verl.process import overhead
 from otel_verl.spool import stats
 
 
