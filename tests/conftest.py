@@ -36,8 +36,7 @@ def _own_spool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     from otel_verl.spool import stats as spool_stats
     from otel_verl.spool import store as spool
 
-    spool.reset()
-    spool._current = spool.Spool(str(tmp_path_factory.mktemp("spool")), 512 * spool.MIB)
+    spool.use(spool.Spool(str(tmp_path_factory.mktemp("spool")), 512 * spool.MIB))
     spool_stats.reset()
     yield
     spool.reset()

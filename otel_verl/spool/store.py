@@ -1146,11 +1146,17 @@ def current() -> Spool | None:
 
 def reset() -> None:
     """Forget this process's spool (tests: a new one follows the settings of the moment)."""
+    use(None)
+
+
+def use(spool: Spool | None) -> None:
+    """Make ``spool`` this process's (a test's own folder), closing the one before; None: the next
+    ``current`` makes one from the settings."""
     global _current
     with _current_lock:
-        if _current is not None:
+        if _current is not None and _current is not spool:
             _current.close()
-        _current = None
+        _current = spool
 
 
 def _after_fork_in_child() -> None:

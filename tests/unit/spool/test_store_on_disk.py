@@ -316,7 +316,7 @@ def test_another_users_folders_are_not_taken(tmp_path, monkeypatch):
 def test_a_forked_child_spools_into_its_own_folder_and_leaves_the_parents_alone(tmp_path):
     root = tmp_path / "spool"
     s = _spool(root)
-    spool._current = s
+    spool.use(s)
     assert s.put("traces", "traces", b"parent")
     parent_folder = s.name
     r, w = os.pipe()
