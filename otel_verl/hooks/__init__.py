@@ -31,8 +31,6 @@ def all_hooks() -> list[Hook]:
     """Every hook otel-verl installs (the instrumentor's list, and what ``doctor`` checks)."""
     from otel_verl.hooks import (
         callbacks,
-        guard,
-        guard_checkpoint,
         ray_launch,
         replicas,
         rollout,
@@ -43,6 +41,8 @@ def all_hooks() -> list[Hook]:
         waits,
         workers,
     )
+    from otel_verl.hooks.guard import actions as guard
+    from otel_verl.hooks.guard import checkpoint as guard_checkpoint
 
     return [
         *stages.HOOKS,

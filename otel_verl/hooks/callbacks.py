@@ -35,7 +35,8 @@ import logging
 from typing import Any
 
 from otel_verl._safe import safe
-from otel_verl.hooks import guard_checkpoint, stages, targets
+from otel_verl.hooks import stages, targets
+from otel_verl.hooks.guard import checkpoint as guard_checkpoint
 from otel_verl.hooks.hookset import Hook, attach_to, in_effect
 from otel_verl.hooks.spans import SpanState
 from otel_verl.process.state import PROCESS

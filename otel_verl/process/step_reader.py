@@ -46,7 +46,7 @@ def _interval_ms() -> float:
 def with_engine_histograms(batch: MetricsData, delta: dict[Any, Any] | None = None) -> MetricsData:
     """``batch`` with the rollout engine's histograms of this process, if any (never an error)."""
     try:
-        from otel_verl.instruments import engine_metrics
+        from otel_verl.hooks.rollout import engine_metrics
 
         return engine_metrics.add_histograms(batch, delta)
     except Exception:  # noqa: BLE001 - the batch goes as collected
@@ -76,7 +76,7 @@ class StepMetricReader(MetricReader):
                 preferences = {}  # both defaults, said once
                 break
         super().__init__(**preferences)
-        # the engine's histograms (instruments.engine_metrics) follow the exporter's temporality
+        # the engine's histograms (hooks.rollout.engine_metrics) follow the exporter's temporality
         from opentelemetry.sdk.metrics import Histogram
         from opentelemetry.sdk.metrics.export import AggregationTemporality
 

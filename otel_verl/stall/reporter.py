@@ -12,12 +12,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from otel_verl import job_board as board
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.process.resource import UNKNOWN_ACTOR, ray_actor_class
 from otel_verl.process.state import PROCESS
-from otel_verl.stall import board, stacks
+from otel_verl.stall import stacks
 
 POLL_S = 5.0
 

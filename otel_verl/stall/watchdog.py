@@ -29,12 +29,12 @@ from typing import Any
 
 from opentelemetry._logs import SeverityNumber
 
+from otel_verl import job_board as board
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.hooks import waiting_for
 from otel_verl.process.state import PROCESS
-from otel_verl.stall import board
 
 FLOOR_S = 600.0  # auto: never sooner than 10 minutes (first steps compile, load, warm up)
 AUTO_FACTOR = 10.0

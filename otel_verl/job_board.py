@@ -2,7 +2,7 @@
 
 The TaskRunner writes it, every verl process of the job reads it (on any host of the cluster:
 the GCS is the one place they all reach). Topics: ``stall`` (the stall doctor's decision) and
-``guard`` (a guard stop, which the launcher reads for its exit code: ``hooks.guard_exit``). Ray's
+``guard`` (a guard stop, which the launcher reads for its exit code: ``hooks.guard.stop_exit``). Ray's
 key-value API is private (``ray.experimental.internal_kv``, looked up through
 ``otel_verl.private_api``); when it is missing, the stall doctor says so once, with Ray's version,
 and stays off.

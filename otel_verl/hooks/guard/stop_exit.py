@@ -10,7 +10,7 @@ that finished. Two ways for Slurm, a KubeRay ``RayJob`` or a wrapper script to t
   asked for. A later run that starts training with
   the same marker path removes it (only a file that holds such a marker);
 * the exit code (opt-in, ``OTEL_VERL_GUARD_EXIT_CODE``, default 0: rc 0 as before): the
-  TaskRunner also puts the stop on the stall board (``stall.board``, topic ``guard``); in the
+  TaskRunner also puts the stop on the stall board (``job_board``, topic ``guard``); in the
   launcher, verl's ``run_ppo`` calls ``ray.init`` and then waits for the TaskRunner with
   ``ray.get``; when that ``ray.get`` returns and the board holds a stop of this run, the launcher
   says so in one line and raises ``SystemExit(code)``, so its ``atexit`` handlers (Ray's shutdown,
@@ -29,11 +29,11 @@ from types import CodeType
 from typing import Any
 
 from otel_verl import config, patches, private_api
+from otel_verl import job_board as board
 from otel_verl._safe import safe, warn_once
 from otel_verl.commands.atomic import write_file
 from otel_verl.config import settings
 from otel_verl.package import PYTHON
-from otel_verl.stall import board
 
 MARKER_KIND = "otel_verl.guard_stop"  # the marker's "kind": what a stale-marker cleanup looks for
 MAX_MARKER_BYTES = 64 * 1024

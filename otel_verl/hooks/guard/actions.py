@@ -1,6 +1,6 @@
 """The guard, in the TaskRunner: verl's values of each training step against the rules, then act.
 
-``Tracking.log`` (after verl's own backends) hands the step's dict to the rules (``otel_verl.guard``):
+``Tracking.log`` (after verl's own backends) hands the step's dict to the rules (``otel_verl.hooks.guard``):
 a few comparisons per key on the training thread, which is the decision itself. A rule that fires
 is reported (a ``verl.guard`` span in the step's trace with a ``verl.guard.triggered`` event, a log
 record, the ``verl.guard.triggered`` counter and one console line, each with the action it got) and
@@ -40,8 +40,10 @@ from opentelemetry import trace
 from otel_verl import config, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
-from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules, resolve_actions
-from otel_verl.hooks import guard_checkpoint, guard_exit, targets
+from otel_verl.hooks import targets
+from otel_verl.hooks.guard import checkpoint as guard_checkpoint
+from otel_verl.hooks.guard import stop_exit as guard_exit
+from otel_verl.hooks.guard.rules import Evaluator, Firing, RulesLoad, load_rules, resolve_actions
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
 from otel_verl.process.state import PROCESS
