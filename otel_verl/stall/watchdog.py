@@ -3,7 +3,7 @@
 The stage hook tells the clock when a step starts and ends. A daemon thread checks it every few
 seconds: when no step has finished for ``OTEL_VERL_STALL_AFTER`` (``auto``: 10x the median of the
 last 20 steps, at least ``FLOOR_S``), it records ``verl.training.stalled`` = 1, emits a
-``verl.training.stalled`` log record and a console line, and publishes the stall on the board, so
+``verl.training.stalled`` log record and a console line, and publishes the stall on the job board, so
 that every process reports its stacks; it publishes again every ``OTEL_VERL_STALL_AFTER`` while the
 stall lasts (a bounded rate), and says when a step completes again.
 
@@ -29,8 +29,7 @@ from typing import Any
 
 from opentelemetry._logs import SeverityNumber
 
-from otel_verl import job_board as board
-from otel_verl import semconv
+from otel_verl import job_board, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.hooks import waiting_for
@@ -199,7 +198,7 @@ class Watchdog:
         if context is not None and getattr(context, "is_valid", False):
             doc["trace_id"] = format(context.trace_id, "032x")
             doc["span_id"] = format(context.span_id, "016x")
-        board.publish(str(settings().run_id), doc)
+        job_board.publish(str(settings().run_id), doc)
         self.published_at = now
 
     def _emit(self, event: str, text: str, severity: SeverityNumber, attrs: dict[str, Any]) -> None:
@@ -237,7 +236,7 @@ class Watchdog:
         self._emit(semconv.EVENT_TRAINING_STALLED, text, SeverityNumber.WARN, attrs)
 
     def _resumed(self, step: int | None, lasted: float) -> None:
-        board.publish(str(settings().run_id), {"state": "resumed", "episode": self.episode, "seq": self.seq})
+        job_board.publish(str(settings().run_id), {"state": "resumed", "episode": self.episode, "seq": self.seq})
         attrs: dict[str, Any] = {semconv.ATTR_STALL_EPISODE: self.episode, semconv.ATTR_STALL_SECONDS: lasted}
         if step is not None:
             attrs[semconv.ATTR_STEP] = step
