@@ -53,7 +53,7 @@ def marker_path(trainer: Any) -> str:
 @safe("guard stop marker")
 def stopped(trainer: Any, step: int, rules: list[str], reason: str, saved: Any, why: str | None) -> None:
     """The guard stops training after ``step``: write the marker, tell the launcher. ``saved`` is the
-    guard's ``guard_checkpoint.Saved``: the checkpoint of that step, and what resuming picks."""
+    guard's ``checkpoint.Saved``: the checkpoint of that step, and what resuming picks."""
     code = settings().guard_exit_code
     doc = {
         "kind": MARKER_KIND,

@@ -11,7 +11,7 @@ import pytest
 
 from otel_verl import cli, config
 from otel_verl.commands.errors import CommandError
-from otel_verl.hooks import Hook
+from otel_verl.hooks.hookset import Hook
 from otel_verl.live import doctor
 
 
