@@ -14,8 +14,9 @@ usually takes (the median of its own last 20 runs; the first time, the stall lim
 only its time beyond that counts towards the limit. A slow validation is no stall; a validation
 that hangs is one, once it has run its usual time plus the limit.
 
-A stall inside v1's wait for rollouts is said with what that wait waits for (``hooks.waiting_for``:
-the groups pending, running and finished of the number needed, and the oldest still in flight).
+A stall inside a wait is said with what that wait waits for, from the hook that watches the wait
+(``add_wait_note``: v1's wait for rollouts, ``hooks.waiting_for``, gives the groups pending, running
+and finished of the number needed, and the oldest still in flight).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry._logs import SeverityNumber
@@ -32,8 +34,20 @@ from opentelemetry._logs import SeverityNumber
 from otel_verl import job_board, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks import waiting_for
 from otel_verl.process.state import PROCESS
+
+# What the trainer waits for when it stalls inside a wait: the attributes and words for the stall's
+# record, or None (not in that wait). The hook that watches the wait registers its note (the stall
+# doctor imports no hook).
+WaitNote = Callable[[], tuple[dict[str, Any], str] | None]
+_WAIT_NOTES: list[WaitNote] = []
+
+
+def add_wait_note(note: WaitNote) -> None:
+    """Have a stall's record and console line say ``note()`` when it is not None (once per function)."""
+    if note not in _WAIT_NOTES:
+        _WAIT_NOTES.append(note)
+
 
 FLOOR_S = 600.0  # auto: never sooner than 10 minutes (first steps compile, load, warm up)
 AUTO_FACTOR = 10.0
@@ -223,12 +237,12 @@ class Watchdog:
             name, ran, usual = stage
             attrs[semconv.ATTR_STAGE] = name
             where = f" in its {STAGE_WORDS.get(name, name)}, running for {ran:.0f} s (usually {usual:.0f} s)"
-        waiting = waiting_for.current()  # the trainer inside v1's wait for rollouts
-        if waiting is not None:
-            now, now_wall = waiting_for.clock(), waiting_for.wall()
-            attrs.update(waiting.attributes(now, now_wall))
-            attrs[semconv.ATTR_WAIT_FOR] = semconv.WAIT_ROLLOUTS
-            where += f", {waiting.sentence(now, now_wall)}"
+        for note in tuple(_WAIT_NOTES):  # the trainer inside a wait: what it waits for
+            said = note()
+            if said is not None:
+                attrs.update(said[0])
+                where += f", {said[1]}"
+                break
         text = (
             f"otel-verl: no training step has finished for {since:.0f} s (limit {limit:.0f} s, step {step} in "
             f"progress){where}: every verl process reports its threads' stacks (log records verl.stall.stacks)"
