@@ -10,7 +10,7 @@ import random
 import statistics
 import timeit
 
-from otel_verl.guard.rules import Evaluator, load_rules
+from otel_verl.hooks.guard.rules import Evaluator, load_rules
 
 KEYS = (
     [f"actor/extra_{i}" for i in range(80)]

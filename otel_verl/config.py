@@ -598,7 +598,7 @@ VARIABLES: tuple[Variable, ...] = (
         None,
         env_str,
         "Path of a rules file (YAML or JSON; a regular file of at most 1 MiB and 1000 rules, read off the "
-        "training thread) replacing `otel_verl/guard/rules.yaml`; an unusable one is one warning and the "
+        "training thread) replacing `otel_verl/hooks/guard/rules.yaml`; an unusable one is one warning and the "
         "built-in rules.",
         GROUP_GUARD,
         "built-in",

@@ -297,7 +297,7 @@ GEN_AI_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"  # s from schedu
 GEN_AI_LATENCY_DECODE = "gen_ai.latency.time_in_model_decode"  # s from first to last token
 GEN_AI_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
 GEN_AI_LATENCY_E2E = "gen_ai.latency.e2e"
-# vLLM's own metrics as the engine bridge names them (instruments/engine_metrics.py: ``:`` -> ``.``);
+# vLLM's own metrics as the engine bridge names them (otel_verl/hooks/rollout/engine_metrics.py: ``:`` -> ``.``);
 # the ones the collector/ kit queries
 M_VLLM_KV_CACHE_USAGE = "vllm.kv_cache_usage_perc"
 M_VLLM_REQUESTS_RUNNING = "vllm.num_requests_running"

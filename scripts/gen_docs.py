@@ -5,7 +5,7 @@
 
 Each page of ``docs/`` that holds a reference includes one of these files (``--8<--``), so the
 settings, the built-in guard rules, and every span, event, attribute and metric with its unit,
-kind and Prometheus name come from ``otel_verl.config``, ``otel_verl.guard``,
+kind and Prometheus name come from ``otel_verl.config``, ``otel_verl.hooks.guard``,
 ``otel_verl.telemetry_catalog``, ``otel_verl.instruments.catalog`` and
 ``otel_verl.instruments.prometheus``; every hooked verl/Ray name with its mechanism, since when and
 expected shape from ``otel_verl.hooks.targets``. ``tests/docs/test_docs_generated.py`` runs the check.
@@ -95,7 +95,7 @@ def _condition(rule) -> str:
 
 
 def guard_rules_page() -> str:
-    from otel_verl.guard.rules import load_rules
+    from otel_verl.hooks.guard.rules import load_rules
 
     rows = [
         (
@@ -108,7 +108,7 @@ def guard_rules_page() -> str:
         )
         for r in load_rules(None)
     ]
-    head = HEAD.format(source="otel_verl/guard/rules.yaml")
+    head = HEAD.format(source="otel_verl/hooks/guard/rules.yaml")
     columns = ("Rule", "Kind", "Keys", "Fires when", "Action", "Prometheus alert with the same threshold")
     return head + _table(columns, rows)
 

@@ -11,7 +11,7 @@ exactly as without otel-verl, once per call, and ``trainer.checkpoint_callback``
 own object (its class, its attributes).
 
 * ``trainer.checkpoint_callback.on_save(trainer, global_step, checkpoint_dir, async_save)``:
-  "verl saved step N in folder D" for the guard (``guard_checkpoint``), before the user's callback
+  "verl saved step N in folder D" for the guard (``guard.checkpoint``), before the user's callback
   runs; the user's callback's result and exceptions pass through unchanged (verl documents that an
   exception there aborts training). Where verl has no callback (0.9.0) or the object takes no
   wrapper (``__slots__``), the patch of ``PPOTrainer._save_checkpoint`` says it instead.
@@ -35,7 +35,8 @@ import logging
 from typing import Any
 
 from otel_verl._safe import safe
-from otel_verl.hooks import guard_checkpoint, stages, targets
+from otel_verl.hooks import stages, targets
+from otel_verl.hooks.guard import checkpoint as guard_checkpoint
 from otel_verl.hooks.hookset import Hook, attach_to, in_effect
 from otel_verl.hooks.spans import SpanState
 from otel_verl.process.state import PROCESS

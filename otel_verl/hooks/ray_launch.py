@@ -54,7 +54,8 @@ from urllib.parse import unquote
 from otel_verl import config, private_api, redact
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
-from otel_verl.hooks import guard_exit, rl_insight, targets
+from otel_verl.hooks import rl_insight, targets
+from otel_verl.hooks.guard import stop_exit as guard_exit
 from otel_verl.hooks.hookset import Hook
 from otel_verl.package import PYTHON
 

@@ -18,8 +18,9 @@ TaskRunner's thread, with the sets of that poll:
   at most ``MAX_SCAN`` of them (running ones first: a stuck group is a running one). A running
   group's age needs its start time: the agent-loop workers stamp it into the group's ``running``
   status (``poll_lag.STARTED_AT``) and verl's poll answer carries it here;
-* ``CURRENT``: the last poll's picture, for the stall doctor's thread (``stall.watchdog``), which
-  says it in its ``verl.training.stalled`` record; its names are refreshed at most every ``REFRESH_S``
+* ``CURRENT``: the last poll's picture, for the stall doctor's thread (``stall.watchdog``, which
+  reads it through ``stall_note``, registered at a poll), which says it in its
+  ``verl.training.stalled`` record; its names are refreshed at most every ``REFRESH_S``
   once the wait is long enough for an event. The training thread replaces it whole, the doctor
   only reads it.
 
@@ -44,6 +45,7 @@ from otel_verl import semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.hooks import poll_lag
 from otel_verl.process.state import PROCESS
+from otel_verl.stall import watchdog
 
 PENDING, RUNNING, FINISHED, FAILED = "pending", "running", "finished", "failed"
 # verl's attribute per status (verl calls a failed group's status "failure")
@@ -146,6 +148,17 @@ class Waiting:
 
 
 CURRENT: Waiting | None = None  # the last poll's picture (any thread may read it, only the poller writes)
+
+
+def stall_note() -> tuple[dict[str, Any], str] | None:
+    """What a stall's record and console line say of this wait (``stall.watchdog.add_wait_note``): the
+    attributes and words of the last poll's picture while it is fresh, else None."""
+    waiting = current()
+    if waiting is None:
+        return None
+    now, now_wall = clock(), wall()
+    attrs = {**waiting.attributes(now, now_wall), semconv.ATTR_WAIT_FOR: semconv.WAIT_ROLLOUTS}
+    return attrs, waiting.sentence(now, now_wall)
 
 
 def current(now: float | None = None) -> Waiting | None:
@@ -328,6 +341,7 @@ def _polled(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
     else:
         oldest, scanned, named_at = (), 0, None
     CURRENT = waiting = Waiting(partition, counts, needed, since, now, interval, polls, oldest, scanned, named_at)
+    watchdog.add_wait_note(stall_note)
     if event and opened is not None:
         opened.events += 1
         opened.next_event_at = max(elapsed, bound) * EVENT_FACTOR

@@ -403,7 +403,7 @@ REPLICA_BUSY_TIME = InstrumentSpec(
 _BRIDGED = "vLLM's {} (bridged from its Prometheus registry, per verl.rollout.replica)"
 _BRIDGED_SOURCE = (
     "vLLM's `vllm:{}` in the rollout server actor's Prometheus registry, read at each export with the engine's "
-    "own labels and `verl.rollout.replica` (`otel_verl/instruments/engine_metrics.py`; every other `vllm:*` and "
+    "own labels and `verl.rollout.replica` (`otel_verl/hooks/rollout/engine_metrics.py`; every other `vllm:*` and "
     "`sglang:*` family is bridged the same way)."
 )
 

@@ -13,7 +13,7 @@ first, and by default only they and a count of the rest (``--verbose``: every li
   setting of ``otel_verl.config.VARIABLES`` that differs from its default; an ``OTEL_VERL_*``
   variable that is no setting is noted (a typo?);
 * the guard's rules file (``OTEL_VERL_GUARD_RULES``), read as the guard reads it
-  (``otel_verl.guard.rules.read_rules_file``: a regular file of at most 1 MiB, valid rules);
+  (``otel_verl.hooks.guard.rules.read_rules_file``: a regular file of at most 1 MiB, valid rules);
 * the exporters of each signal from ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` /
   ``OTEL_LOGS_EXPORTER``, each resolved to its entry point, and for OTLP the signal's protocol and
   endpoint (``otel_verl.commands.endpoints``): a malformed one is a problem, a URL is probed with
@@ -332,7 +332,7 @@ def _check_prometheus(r: Checks, signal: str) -> None:
 def check_guard_rules(r: Checks, s: config.Settings) -> None:
     """The user's rules file (``OTEL_VERL_GUARD_RULES``), read by the rule the guard applies, and
     the per-rule actions (``OTEL_VERL_GUARD_ACTIONS``) against the rules the guard would use."""
-    from otel_verl.guard.rules import RuleError, load_rules, resolve_actions
+    from otel_verl.hooks.guard.rules import RuleError, load_rules, resolve_actions
 
     if s.guard_action == "off":
         return

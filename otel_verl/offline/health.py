@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from otel_verl import semconv
-from otel_verl.guard.rules import Evaluator, Firing, Rule, load_rules
+from otel_verl.hooks.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
 from otel_verl.offline import generation as gen
 from otel_verl.offline.bounded import StepSeries, folded

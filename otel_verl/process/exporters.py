@@ -191,13 +191,14 @@ def prometheus_ports(first: int) -> range:
     return range(first, min(first + PROMETHEUS_PORTS, 65536))
 
 
-def _with_engine_histograms(cls: type) -> type:
-    """The pull reader ``cls``, its collections with the rollout engine's histograms (``step_reader``)."""
-    from otel_verl.process.step_reader import with_engine_histograms
+def _with_produced_points(cls: type) -> type:
+    """The pull reader ``cls``, its collections with the producers' points (the rollout engine's
+    histograms: ``step_reader.add_producer``)."""
+    from otel_verl.process.step_reader import with_produced_points
 
     class Reader(cls):  # type: ignore[misc,valid-type]
         def _receive_metrics(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> None:
-            super()._receive_metrics(with_engine_histograms(metrics_data), timeout_millis, **kwargs)
+            super()._receive_metrics(with_produced_points(metrics_data), timeout_millis, **kwargs)
 
     return Reader
 
@@ -223,7 +224,7 @@ def prometheus_reader() -> Any:
         except OSError:  # another verl process on this host has this port: take the next one
             continue
         _log.debug("Prometheus exporter on %s:%s", host, port)
-        return _with_engine_histograms(PrometheusMetricReader)(
+        return _with_produced_points(PrometheusMetricReader)(
             resource_attribute_filter=PROMOTED_RESOURCE_ATTRIBUTES.__contains__, registry=registry
         )
     warn_once(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
@@ -43,15 +44,28 @@ def _interval_ms() -> float:
     return value if value > 0 else DEFAULT_INTERVAL_MS
 
 
-def with_engine_histograms(batch: MetricsData, delta: dict[Any, Any] | None = None) -> MetricsData:
-    """``batch`` with the rollout engine's histograms of this process, if any (never an error)."""
-    try:
-        from otel_verl.instruments import engine_metrics
+# Points a collection cannot make from instruments, added to every batch this process's readers collect
+# (the specification's MetricProducer, which the Python SDK lacks): a producer takes the batch and a
+# reader's own delta state (``None``: cumulative) and returns the batch with its points. The rollout
+# engine's histograms register theirs (``hooks.rollout.engine_metrics``): the pipeline knows no hook.
+Producer = Callable[[MetricsData, dict[Any, Any] | None], MetricsData]
+_PRODUCERS: list[Producer] = []
 
-        return engine_metrics.add_histograms(batch, delta)
-    except Exception:  # noqa: BLE001 - the batch goes as collected
-        warn_once("engine histograms", "could not add the engine's histograms to a metric export", exc_info=True)
-        return batch
+
+def add_producer(produce: Producer) -> None:
+    """Have ``produce`` add its points to every batch this process's readers collect (once per function)."""
+    if produce not in _PRODUCERS:
+        _PRODUCERS.append(produce)
+
+
+def with_produced_points(batch: MetricsData, delta: dict[Any, Any] | None = None) -> MetricsData:
+    """``batch`` with the registered producers' points, if any (never an error)."""
+    for produce in tuple(_PRODUCERS):
+        try:
+            batch = produce(batch, delta)
+        except Exception:  # noqa: BLE001 - the batch goes as collected
+            warn_once("metric producer", "could not add a producer's points to a metric export", exc_info=True)
+    return batch
 
 
 class StepMetricReader(MetricReader):
@@ -76,15 +90,15 @@ class StepMetricReader(MetricReader):
                 preferences = {}  # both defaults, said once
                 break
         super().__init__(**preferences)
-        # the engine's histograms (instruments.engine_metrics) follow the exporter's temporality
+        # the producers' histograms (the engine's) follow the exporter's temporality
         from opentelemetry.sdk.metrics import Histogram
         from opentelemetry.sdk.metrics.export import AggregationTemporality
 
         temporality = preferences.get("preferred_temporality") or {}
-        self._engine_delta: dict[Any, Any] | None = (
+        self._produced_delta: dict[Any, Any] | None = (
             {} if temporality.get(Histogram) == AggregationTemporality.DELTA else None
         )
-        self._engine_lock = threading.Lock()
+        self._produced_lock = threading.Lock()
         self._exporter = exporter
         self._stopped = False
         self._worker: OrderedWorker[MetricsData] = OrderedWorker(
@@ -113,8 +127,8 @@ class StepMetricReader(MetricReader):
     # -- called by the SDK after collect()
     def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object) -> None:
         if metrics_data is not None:
-            with self._engine_lock:
-                metrics_data = with_engine_histograms(metrics_data, self._engine_delta)
+            with self._produced_lock:
+                metrics_data = with_produced_points(metrics_data, self._produced_delta)
             self._worker.put(metrics_data)
 
     def mark_step(self) -> None:

@@ -1,4 +1,4 @@
-"""In every verl process: a daemon thread that reads the stall board and reports its stacks.
+"""In every verl process: a daemon thread that reads the job board's stall topic and reports its stacks.
 
 Started when the process imports verl (never in Ray's own daemons), and only with a run id and
 the stall doctor on. It reads one small key from Ray's GCS every ``POLL_S`` seconds; for each new
@@ -12,12 +12,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from otel_verl import semconv
+from otel_verl import job_board, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.process.resource import UNKNOWN_ACTOR, ray_actor_class
 from otel_verl.process.state import PROCESS
-from otel_verl.stall import board, stacks
+from otel_verl.stall import stacks
 
 POLL_S = 5.0
 
@@ -48,7 +48,7 @@ class Reporter:
     @safe("stall reporter")
     def poll(self) -> bool:
         """Read the board once; True when this process reported its stacks."""
-        state: dict[str, Any] | None = board.read(str(settings().run_id))
+        state: dict[str, Any] | None = job_board.read(str(settings().run_id))
         if not state or state.get("state") != "stalled":
             return False
         key = (int(state.get("episode", 0)), int(state.get("seq", 0)))

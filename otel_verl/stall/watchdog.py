@@ -3,7 +3,7 @@
 The stage hook tells the clock when a step starts and ends. A daemon thread checks it every few
 seconds: when no step has finished for ``OTEL_VERL_STALL_AFTER`` (``auto``: 10x the median of the
 last 20 steps, at least ``FLOOR_S``), it records ``verl.training.stalled`` = 1, emits a
-``verl.training.stalled`` log record and a console line, and publishes the stall on the board, so
+``verl.training.stalled`` log record and a console line, and publishes the stall on the job board, so
 that every process reports its stacks; it publishes again every ``OTEL_VERL_STALL_AFTER`` while the
 stall lasts (a bounded rate), and says when a step completes again.
 
@@ -14,8 +14,9 @@ usually takes (the median of its own last 20 runs; the first time, the stall lim
 only its time beyond that counts towards the limit. A slow validation is no stall; a validation
 that hangs is one, once it has run its usual time plus the limit.
 
-A stall inside v1's wait for rollouts is said with what that wait waits for (``hooks.waiting_for``:
-the groups pending, running and finished of the number needed, and the oldest still in flight).
+A stall inside a wait is said with what that wait waits for, from the hook that watches the wait
+(``add_wait_note``: v1's wait for rollouts, ``hooks.waiting_for``, gives the groups pending, running
+and finished of the number needed, and the oldest still in flight).
 """
 
 from __future__ import annotations
@@ -25,16 +26,28 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry._logs import SeverityNumber
 
-from otel_verl import semconv
+from otel_verl import job_board, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks import waiting_for
 from otel_verl.process.state import PROCESS
-from otel_verl.stall import board
+
+# What the trainer waits for when it stalls inside a wait: the attributes and words for the stall's
+# record, or None (not in that wait). The hook that watches the wait registers its note (the stall
+# doctor imports no hook).
+WaitNote = Callable[[], tuple[dict[str, Any], str] | None]
+_WAIT_NOTES: list[WaitNote] = []
+
+
+def add_wait_note(note: WaitNote) -> None:
+    """Have a stall's record and console line say ``note()`` when it is not None (once per function)."""
+    if note not in _WAIT_NOTES:
+        _WAIT_NOTES.append(note)
+
 
 FLOOR_S = 600.0  # auto: never sooner than 10 minutes (first steps compile, load, warm up)
 AUTO_FACTOR = 10.0
@@ -199,7 +212,7 @@ class Watchdog:
         if context is not None and getattr(context, "is_valid", False):
             doc["trace_id"] = format(context.trace_id, "032x")
             doc["span_id"] = format(context.span_id, "016x")
-        board.publish(str(settings().run_id), doc)
+        job_board.publish(str(settings().run_id), doc)
         self.published_at = now
 
     def _emit(self, event: str, text: str, severity: SeverityNumber, attrs: dict[str, Any]) -> None:
@@ -224,12 +237,12 @@ class Watchdog:
             name, ran, usual = stage
             attrs[semconv.ATTR_STAGE] = name
             where = f" in its {STAGE_WORDS.get(name, name)}, running for {ran:.0f} s (usually {usual:.0f} s)"
-        waiting = waiting_for.current()  # the trainer inside v1's wait for rollouts
-        if waiting is not None:
-            now, now_wall = waiting_for.clock(), waiting_for.wall()
-            attrs.update(waiting.attributes(now, now_wall))
-            attrs[semconv.ATTR_WAIT_FOR] = semconv.WAIT_ROLLOUTS
-            where += f", {waiting.sentence(now, now_wall)}"
+        for note in tuple(_WAIT_NOTES):  # the trainer inside a wait: what it waits for
+            said = note()
+            if said is not None:
+                attrs.update(said[0])
+                where += f", {said[1]}"
+                break
         text = (
             f"otel-verl: no training step has finished for {since:.0f} s (limit {limit:.0f} s, step {step} in "
             f"progress){where}: every verl process reports its threads' stacks (log records verl.stall.stacks)"
@@ -237,7 +250,7 @@ class Watchdog:
         self._emit(semconv.EVENT_TRAINING_STALLED, text, SeverityNumber.WARN, attrs)
 
     def _resumed(self, step: int | None, lasted: float) -> None:
-        board.publish(str(settings().run_id), {"state": "resumed", "episode": self.episode, "seq": self.seq})
+        job_board.publish(str(settings().run_id), {"state": "resumed", "episode": self.episode, "seq": self.seq})
         attrs: dict[str, Any] = {semconv.ATTR_STALL_EPISODE: self.episode, semconv.ATTR_STALL_SECONDS: lasted}
         if step is not None:
             attrs[semconv.ATTR_STEP] = step

@@ -518,7 +518,7 @@ STALL_ONLY = {"verl_training_stalled"}
 FAILURE_ONLY = {"verl_training_nonfinite_total", "verl_guard_triggered_total"} | STALL_ONLY
 ALERT_STATE = {"ALERTS", "ALERTS_FOR_STATE"}  # written by Prometheus only while a rule fires
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
-ENGINE_PREFIXES = ("vllm_", "sglang_")  # the rollout engine's own metrics (otel_verl.instruments.engine_metrics)
+ENGINE_PREFIXES = ("vllm_", "sglang_")  # the rollout engine's own metrics (otel_verl.hooks.rollout.engine_metrics)
 
 
 def catalog_prometheus_names() -> set[str]:

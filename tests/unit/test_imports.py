@@ -102,3 +102,18 @@ def test_every_module_imports_in_a_fresh_interpreter(chunk):
     with ThreadPoolExecutor(max_workers=2) as pool:
         failed = [r for r in pool.map(load, names) if r[1] != 0]
     assert not failed, failed
+
+
+def _importers(of: str, among: str) -> set[str]:
+    return {n for n in GRAPH if n.startswith(among) and any(m == of or m.startswith(of + ".") for m in GRAPH[n])}
+
+
+def test_the_shared_rooms_import_none_of_their_users():
+    """The pipeline knows no rollout hook (the engine's histograms come in through
+    ``step_reader.add_producer``); the job board is neither the stall doctor's nor the guard's, and
+    the stall doctor imports no hook (a wait's hook registers what it says: ``add_wait_note``)."""
+    assert not _importers("otel_verl.hooks.rollout", "otel_verl.process")
+    assert not _importers("otel_verl.stall", "otel_verl.job_board")
+    assert not _importers("otel_verl.hooks", "otel_verl.job_board")
+    assert not _importers("otel_verl.stall", "otel_verl.hooks.guard")
+    assert not _importers("otel_verl.hooks", "otel_verl.stall")

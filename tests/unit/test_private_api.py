@@ -153,7 +153,7 @@ def test_verls_launcher_with_its_config_local_gives_the_run_names(caplog, launch
 def test_a_ray_without_the_kv_put_leaves_the_stall_doctor_off(monkeypatch, caplog):
     import ray.experimental
 
-    from otel_verl.stall import board
+    from otel_verl import job_board as board
 
     kv = types.ModuleType("ray.experimental.internal_kv")  # a Ray that renamed put and get only
     kv._internal_kv_initialized = lambda: True

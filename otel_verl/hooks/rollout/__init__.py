@@ -12,6 +12,8 @@
 * ``server``: the rollout replicas' own busy clock, in the LLM server actors (any backend);
 * ``engine_context``, ``engine``: the LLM call's context to the engine (vLLM, SGLang), whose own
   request spans join the trajectory, and the engine's metrics per replica;
+* ``engine_metrics``: those metrics, the engine's Prometheus families bridged into the process's
+  OTLP pipeline (its histograms added to each collected batch);
 * ``ray_actor``: the Ray actor-class copies of verl's methods get the same wrappers (and servers theirs);
 * ``state``: per-process state those share (open trajectories, step groups, span budget).
 

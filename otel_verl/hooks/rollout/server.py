@@ -36,8 +36,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
-from otel_verl.hooks.rollout import engine_context, engine_handback
-from otel_verl.instruments import catalog, engine_metrics
+from otel_verl.hooks.rollout import engine_context, engine_handback, engine_metrics
+from otel_verl.instruments import catalog
 from otel_verl.process.idle_export import IdleExport
 from otel_verl.process.span_trees import Tree
 from otel_verl.process.state import PROCESS

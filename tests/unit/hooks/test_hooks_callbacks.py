@@ -26,7 +26,9 @@ from verl_cpu_harness import checkpoint_callback as user_callback
 
 from otel_verl import semconv
 from otel_verl.config import settings
-from otel_verl.hooks import callbacks, guard, guard_checkpoint, hookset, targets
+from otel_verl.hooks import callbacks, hookset, targets
+from otel_verl.hooks.guard import actions as guard
+from otel_verl.hooks.guard import checkpoint as guard_checkpoint
 from otel_verl.process.state import PROCESS
 
 

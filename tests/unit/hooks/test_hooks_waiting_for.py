@@ -14,8 +14,9 @@ import pytest
 from support.clock import FakeClock
 
 from otel_verl import config, semconv
+from otel_verl import job_board as board
 from otel_verl.hooks import accounting, poll_lag, waiting_for, waits
-from otel_verl.stall import board, watchdog
+from otel_verl.stall import watchdog
 
 
 @pytest.fixture

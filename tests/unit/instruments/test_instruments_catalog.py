@@ -28,7 +28,7 @@ def test_names_are_unique_and_the_catalog_is_complete():
     assert len(names) == len(set(names))
     specs = {v for v in vars(catalog).values() if isinstance(v, catalog.InstrumentSpec)}
     # the template of the generic gauges; the engine's own metrics (catalog.ENGINE) are made by the
-    # bridge from the engine's families (test_instruments_engine_metrics.py checks those names)
+    # bridge from the engine's families (hooks/rollout/test_engine_metrics_bridge.py checks those names)
     assert specs - set(catalog.ALL) - set(catalog.ENGINE) == {catalog.LOGGED_VALUE}
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from otel_verl import cli, config
 from otel_verl.commands.errors import CommandError
-from otel_verl.hooks import Hook
+from otel_verl.hooks.hookset import Hook
 from otel_verl.live import doctor
 
 
@@ -188,7 +188,7 @@ def _non_default(variable: config.Variable) -> str:
     if variable.name == config.GUARD_RULES:  # a path doctor reads: the built-in rules file is a valid one
         from importlib import resources
 
-        return str(resources.files("otel_verl.guard").joinpath("rules.yaml"))
+        return str(resources.files("otel_verl.hooks.guard").joinpath("rules.yaml"))
     if isinstance(variable.default, int):
         return str(variable.default + 3)
     return "custom"

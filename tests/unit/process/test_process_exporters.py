@@ -216,7 +216,7 @@ def test_the_pull_endpoint_serves_the_engines_histogram_as_one(monkeypatch):
     ``/metrics`` has the engine's buckets as one histogram, ``_bucket``/``_sum``/``_count``."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    from otel_verl.instruments import engine_metrics
+    from otel_verl.hooks.rollout import engine_metrics
 
     first = _prometheus_pull_only(monkeypatch)
     registry = CollectorRegistry()

@@ -205,7 +205,7 @@ class _FakeVllm:
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    from otel_verl.instruments import engine_metrics
+    from otel_verl.hooks.rollout import engine_metrics
 
     engine_metrics.reset()
 

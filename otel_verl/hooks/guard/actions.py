@@ -1,6 +1,6 @@
 """The guard, in the TaskRunner: verl's values of each training step against the rules, then act.
 
-``Tracking.log`` (after verl's own backends) hands the step's dict to the rules (``otel_verl.guard``):
+``Tracking.log`` (after verl's own backends) hands the step's dict to the rules (``rules``):
 a few comparisons per key on the training thread, which is the decision itself. A rule that fires
 is reported (a ``verl.guard`` span in the step's trace with a ``verl.guard.triggered`` event, a log
 record, the ``verl.guard.triggered`` counter and one console line, each with the action it got) and
@@ -12,7 +12,7 @@ rules file's ``action``, else ``OTEL_VERL_GUARD_ACTION``):
   counter's ``verl.guard.action`` is what the ``VerlGuardTriggered`` alert selects (not ``record``);
 * ``checkpoint``: also save a checkpoint through verl's own ``_save_checkpoint`` at the end of that
   step (once per firing), which never removes one of verl's and which ``trainer.resume_mode=auto``
-  does not pick unless ``OTEL_VERL_GUARD_RESUME=guard`` (``guard_checkpoint``);
+  does not pick unless ``OTEL_VERL_GUARD_RESUME=guard`` (``checkpoint``);
 * ``stop``: also checkpoint, then end training after that step: v1's loop ends through its own
   condition (``total_training_steps``), v0's at the start of the next step (``GuardStop`` from the
   ``step`` timer); ``fit`` then returns normally, so verl's end of training, the final flush and
@@ -20,7 +20,7 @@ rules file's ``action``, else ``OTEL_VERL_GUARD_ACTION``):
   last step). When that checkpoint
   cannot be saved, training still stops (the values that fired are bad), and the console line and
   a WARNING say that it stopped without one. A stop also writes a marker file and can end the job
-  with an exit code of its own (``guard_exit``), for a scheduler to tell it from a finished run.
+  with an exit code of its own (``stop_exit``), for a scheduler to tell it from a finished run.
 
 When rules with different actions fire at the same step, the step is checkpointed once if any of
 them asks for it, and stopped if any of them says ``stop`` (the stop's reason and marker name those
@@ -40,8 +40,10 @@ from opentelemetry import trace
 from otel_verl import config, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
-from otel_verl.guard.rules import Evaluator, Firing, RulesLoad, load_rules, resolve_actions
-from otel_verl.hooks import guard_checkpoint, guard_exit, targets
+from otel_verl.hooks import targets
+from otel_verl.hooks.guard import checkpoint as guard_checkpoint
+from otel_verl.hooks.guard import stop_exit as guard_exit
+from otel_verl.hooks.guard.rules import Evaluator, Firing, RulesLoad, load_rules, resolve_actions
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.spans import start_span
 from otel_verl.process.state import PROCESS

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from otel_verl import _safe, config, semconv
-from otel_verl.hooks import guard
+from otel_verl.hooks.guard import actions as guard
 from otel_verl.process.state import PROCESS
 
 NAN = float("nan")
@@ -91,7 +91,7 @@ def test_checkpoint_saves_once_per_firing_through_verls_method(captured, trackin
     (span,) = [s for s in captured.finished() if s.name == semconv.SPAN_GUARD]
     assert {e.attributes[semconv.ATTR_GUARD_CHECKPOINT] for e in span.events} == {
         str(trainer.config.trainer.default_local_dir) + "/otel-verl-guard/global_step_4"
-    }  # its own folder: not one of verl's (test_hooks_guard_checkpoint.py)
+    }  # its own folder: not one of verl's (test_checkpoint_keeps_verls.py)
 
 
 def test_stop_checkpoints_ends_the_loop_and_fit_returns_normally(captured, tracking, trainer, monkeypatch, capsys):
@@ -156,7 +156,7 @@ def test_the_rules_file_is_read_off_the_training_thread_and_a_fifo_never_blocks(
     import threading
 
     from otel_verl import _safe
-    from otel_verl.guard import rules as rules_module
+    from otel_verl.hooks.guard import rules as rules_module
 
     _action(monkeypatch, "observe")
     monkeypatch.setattr(_safe, "_seen", set())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from otel_verl import config, semconv
-from otel_verl.stall import board, watchdog
+from otel_verl import job_board as board
+from otel_verl.stall import watchdog
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ run's resource:
 * a histogram ``vllm:x`` -> a histogram ``vllm.x``: the engine's own bounds and counts, exactly as
   it counted them. No instrument takes pre-aggregated buckets and the Python SDK has no
   MetricProducer (the specification's bridge), so otel-verl's readers add these points to each
-  collected batch themselves (``add_histograms``: the step reader of every push exporter, and the
-  Prometheus pull reader), cumulative, or as differences for a reader that prefers delta.
+  collected batch themselves (``add_histograms``, registered with ``process.step_reader.add_producer``
+  when a bridge is made: the step reader of every push exporter, and the Prometheus pull reader),
+  cumulative, or as differences for a reader that prefers delta.
   Replaying each observation into an SDK histogram would cost a record per observation, and
   vLLM's ``inter_token_latency_seconds`` observes every generated token.
 
@@ -41,6 +42,7 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl._safe import safe
+from otel_verl.process import step_reader
 
 PREFIXES = ("vllm:", "sglang:")
 KINDS = ("counter", "gauge", "histogram")
@@ -124,6 +126,7 @@ class Bridge:
         self.families: dict[str, str] = {}  # family name -> kind, for those with instruments
         self._docs: dict[str, str] = {}  # histogram family -> its description
         self._start_ns = time.time_ns()  # a series' start when the engine gives none (``_created``)
+        step_reader.add_producer(add_histograms)  # the process's readers add its histograms (once)
 
     def _families(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -175,7 +175,7 @@ def _load_text(text: str) -> Any:
 
 
 def default_rules_text() -> str:
-    return resources.files("otel_verl.guard").joinpath("rules.yaml").read_text()
+    return resources.files("otel_verl.hooks.guard").joinpath("rules.yaml").read_text()
 
 
 MAX_FILE_BYTES = 1 << 20  # a rules file of a few rules is a few KB

@@ -1,5 +1,5 @@
 """The guard's checkpoint never costs one of verl's, and resuming does not pick it unless asked
-(``otel_verl.hooks.guard_checkpoint``): verl's real ``_save_checkpoint`` of both drivers, on a
+(``otel_verl.hooks.guard.checkpoint``): verl's real ``_save_checkpoint`` of both drivers, on a
 Hydra-like (struct) config with ``max_actor_ckpt_to_keep`` / ``max_critic_ckpt_to_keep``, whose
 worker groups keep their checkpoints as verl's FSDP checkpoint manager does on rank 0 (verl's
 real ``BaseCheckpointManager`` retention: ``ensure_checkpoint_capacity`` before the save,
@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 
 from otel_verl import config
-from otel_verl.hooks import guard
+from otel_verl.hooks.guard import actions as guard
 from otel_verl.process.state import PROCESS
 
 NAN = float("nan")
@@ -214,7 +214,7 @@ def test_a_failing_save_leaves_verls_config_as_it_was(make_trainer, monkeypatch,
 
 
 def test_a_fifo_at_verls_tracker_never_blocks_the_guard(tmp_path):
-    from otel_verl.hooks import guard_checkpoint
+    from otel_verl.hooks.guard import checkpoint as guard_checkpoint
 
     os.mkfifo(tmp_path / "latest_checkpointed_iteration.txt")  # read with a plain open, this would hang
     assert guard_checkpoint.resumes_from(str(tmp_path)) is None

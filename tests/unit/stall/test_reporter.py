@@ -12,7 +12,8 @@ import types
 import pytest
 
 from otel_verl import config, semconv
-from otel_verl.stall import board, reporter, stacks
+from otel_verl import job_board as board
+from otel_verl.stall import reporter, stacks
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"

@@ -1,4 +1,4 @@
-"""A guard stop a scheduler can tell apart (``otel_verl.hooks.guard_exit``): the marker file the
+"""A guard stop a scheduler can tell apart (``otel_verl.hooks.guard.stop_exit``): the marker file the
 TaskRunner writes, and the launcher's exit code, through the real guard hook on verl's
 ``Tracking.log`` and the ``ray.init`` hook. The stall board is an in-memory stand-in."""
 
@@ -10,8 +10,10 @@ import types
 import pytest
 
 from otel_verl import config, patches
-from otel_verl.hooks import guard, guard_exit, ray_launch
-from otel_verl.stall import board
+from otel_verl import job_board as board
+from otel_verl.hooks import ray_launch
+from otel_verl.hooks.guard import actions as guard
+from otel_verl.hooks.guard import stop_exit as guard_exit
 
 NAN = float("nan")
 

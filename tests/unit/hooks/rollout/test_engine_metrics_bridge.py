@@ -1,4 +1,4 @@
-"""The engine's Prometheus families as OTLP instruments (``otel_verl.instruments.engine_metrics``):
+"""The engine's Prometheus families as OTLP instruments (``otel_verl.hooks.rollout.engine_metrics``):
 a real ``prometheus_client`` registry with vLLM's kinds of families, read by the SDK."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from otel_verl import semconv
-from otel_verl.instruments import engine_metrics
+from otel_verl.hooks.rollout import engine_metrics
 
 
 class _Clock:

@@ -1,11 +1,12 @@
-"""The stall board: one small JSON document per run and topic in Ray's GCS key-value store.
+"""The job board: one small JSON document per run and topic in Ray's GCS key-value store.
 
 The TaskRunner writes it, every verl process of the job reads it (on any host of the cluster:
-the GCS is the one place they all reach). Topics: ``stall`` (the stall doctor's decision) and
-``guard`` (a guard stop, which the launcher reads for its exit code: ``hooks.guard_exit``). Ray's
+the GCS is the one place they all reach). Topics, each its writer's and readers' own: ``stall``
+(the stall doctor's decision: ``stall.watchdog`` writes, ``stall.reporter`` reads) and ``guard``
+(a guard stop, which the launcher reads for its exit code: ``hooks.guard.stop_exit``). Ray's
 key-value API is private (``ray.experimental.internal_kv``, looked up through
-``otel_verl.private_api``); when it is missing, the stall doctor says so once, with Ray's version,
-and stays off.
+``otel_verl.private_api``); when it is missing, that is said once, with Ray's version, and the
+stall doctor and a guard stop's exit code are off (training is unaffected).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from otel_verl import private_api
 
 NAMESPACE = "otel_verl"
 _KV = "ray.experimental.internal_kv"
-_OFF = "the stall doctor is off"
+_OFF = "the stall doctor is off, and a guard stop's exit code with it"
 
 
 def _kv() -> tuple[Any, Any] | None:
     """Ray's private key-value ``(put, get)``, or None: not in a Ray process yet, or Ray renamed them
-    (said once with Ray's version; the stall doctor is then off, training is unaffected)."""
+    (said once with Ray's version; what reads the board is then off, training is unaffected)."""
     found = []
     for name in ("_internal_kv_initialized", "_internal_kv_put", "_internal_kv_get"):
         value = private_api.import_attribute(_KV, name, dists=("ray",), effect=_OFF)

@@ -10,7 +10,7 @@ that finished. Two ways for Slurm, a KubeRay ``RayJob`` or a wrapper script to t
   asked for. A later run that starts training with
   the same marker path removes it (only a file that holds such a marker);
 * the exit code (opt-in, ``OTEL_VERL_GUARD_EXIT_CODE``, default 0: rc 0 as before): the
-  TaskRunner also puts the stop on the stall board (``stall.board``, topic ``guard``); in the
+  TaskRunner also puts the stop on the job board (``otel_verl.job_board``, topic ``guard``); in the
   launcher, verl's ``run_ppo`` calls ``ray.init`` and then waits for the TaskRunner with
   ``ray.get``; when that ``ray.get`` returns and the board holds a stop of this run, the launcher
   says so in one line and raises ``SystemExit(code)``, so its ``atexit`` handlers (Ray's shutdown,
@@ -28,12 +28,11 @@ import time
 from types import CodeType
 from typing import Any
 
-from otel_verl import config, patches, private_api
+from otel_verl import config, job_board, patches, private_api
 from otel_verl._safe import safe, warn_once
 from otel_verl.commands.atomic import write_file
 from otel_verl.config import settings
 from otel_verl.package import PYTHON
-from otel_verl.stall import board
 
 MARKER_KIND = "otel_verl.guard_stop"  # the marker's "kind": what a stale-marker cleanup looks for
 MAX_MARKER_BYTES = 64 * 1024
@@ -54,7 +53,7 @@ def marker_path(trainer: Any) -> str:
 @safe("guard stop marker")
 def stopped(trainer: Any, step: int, rules: list[str], reason: str, saved: Any, why: str | None) -> None:
     """The guard stops training after ``step``: write the marker, tell the launcher. ``saved`` is the
-    guard's ``guard_checkpoint.Saved``: the checkpoint of that step, and what resuming picks."""
+    guard's ``checkpoint.Saved``: the checkpoint of that step, and what resuming picks."""
     code = settings().guard_exit_code
     doc = {
         "kind": MARKER_KIND,
@@ -79,7 +78,7 @@ def stopped(trainer: Any, step: int, rules: list[str], reason: str, saved: Any, 
         warn_once("guard marker", "the guard could not write its stop marker %s: %s", path, exc)
         path = None
     if settings().run_id:
-        board.publish(str(settings().run_id), {**doc, "marker": path}, topic=board.GUARD)
+        job_board.publish(str(settings().run_id), {**doc, "marker": path}, topic=job_board.GUARD)
 
 
 @safe("stale guard marker")
@@ -154,7 +153,7 @@ def _exit_code() -> int | None:
     and the TaskRunner stopped the run through the guard."""
     if _getframe is None or _caller(_getframe) is not _launcher_caller or not settings().run_id:
         return None
-    stop = board.read(str(settings().run_id), topic=board.GUARD)
+    stop = job_board.read(str(settings().run_id), topic=job_board.GUARD)
     if not stop or stop.get("kind") != MARKER_KIND:
         return None
     code = settings().guard_exit_code

@@ -1,4 +1,4 @@
-"""Guard rules (``otel_verl.guard.rules``): each kind fires once per episode (the trends too, in
+"""Guard rules (``otel_verl.hooks.guard.rules``): each kind fires once per episode (the trends too, in
 O(1) per step), files are checked, each rule's action is resolved (its ``OTEL_VERL_GUARD_ACTIONS``
 entry, its own, the global one), and the built-in thresholds are the ones the Prometheus alerts use."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from otel_verl.guard.rules import (
+from otel_verl.hooks.guard.rules import (
     MAX_FILE_BYTES,
     MAX_RULES,
     TRENDS,
@@ -26,7 +26,7 @@ from otel_verl.guard.rules import (
     resolve_actions,
 )
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 ALERTS = REPO / "collector" / "prometheus" / "rules" / "verl-alerts.yaml"
 NAN = float("nan")
 
@@ -202,7 +202,7 @@ def test_devices_folders_and_big_files_are_refused(tmp_path):
 
 
 def test_the_rules_file_is_read_on_a_thread_of_its_own(tmp_path, monkeypatch):
-    from otel_verl.guard import rules as rules_module
+    from otel_verl.hooks.guard import rules as rules_module
 
     (tmp_path / "r.yaml").write_text("rules: [{name: kl, kind: above, keys: [actor/ppo_kl], threshold: 0.1}]\n")
     readers = []
