@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "ops"))
 from opskit import free_ports  # noqa: E402
 
-from otel_verl.live import stack  # noqa: E402
+from otel_verl import stack  # noqa: E402
 from otel_verl.semconv import RES_SERIES_IDENTITY  # noqa: E402
 
 

@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
     finally:
         if stack_dir is not None:
-            from otel_verl.live import stack
+            from otel_verl import stack
 
             stack.down(stack_dir, out=lambda _: None)
     print(report(jobs, variants, ns, loads))
@@ -315,7 +315,7 @@ def _stack_up(root: Path) -> tuple[Path | None, int | None]:
     sys.path.insert(0, str(REPO / "tests" / "ops"))
     from opskit import COLLECTOR, free_ports, stack_bin_dir
 
-    from otel_verl.live import stack
+    from otel_verl import stack
 
     try:
         bin_dir = stack_bin_dir()

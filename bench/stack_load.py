@@ -50,7 +50,7 @@ from stack_loadgen import (  # noqa: E402
     running_stack,
 )
 
-from otel_verl.live import stack  # noqa: E402
+from otel_verl import stack  # noqa: E402
 from otel_verl.offline.otlp_files import signal_files  # noqa: E402
 
 

@@ -123,7 +123,7 @@ def written_kit(installed, tmp_path_factory) -> Path:
 def test_the_wheel_alone_writes_the_ops_kit(installed, written_kit):
     venv, _, _ = installed
     where = _run(
-        [venv / "bin" / "python", "-c", "from otel_verl.live import stack; print(stack.ops_kit().configs)"], cwd=venv
+        [venv / "bin" / "python", "-c", "from otel_verl import stack; print(stack.ops_kit().configs)"], cwd=venv
     )
     assert where.stdout.strip().startswith(str(venv)), where.stdout + where.stderr  # the installed copy
     for path in (REPO / "collector").rglob("*"):

@@ -64,8 +64,7 @@ from components import require, require_harness
 from netns_hosts import Network, missing_tools
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the stack, polling

@@ -61,8 +61,7 @@ import pytest
 from components import require_harness
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
 from otel_verl.process import spool_export
 

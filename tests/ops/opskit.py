@@ -655,8 +655,8 @@ def stack_bin_dir() -> Path | None:
     """The folder for ``otel-verl stack``'s binaries (``scripts/backends.sh``'s, if built); stops the
     calling test by ``require``, naming what is missing, when the binaries are not there. Waits for a
     build that is still running (``require_backend_build``)."""
-    from otel_verl.commands.errors import CommandError
-    from otel_verl.live import stack
+    from otel_verl import stack
+    from otel_verl.exits import CommandError
 
     require_backend_build()
     bin_dir = backends_dir() if backends_dir().is_dir() else None
@@ -730,7 +730,7 @@ def running_stack(
     ports (``fixed``: these ones on the ports given), its data in a new tmp folder ``name``; down on
     exit, what up and down said printed (pytest shows it with a failure). Skips without the binaries
     (``stack_bin_dir``)."""
-    from otel_verl.live import stack
+    from otel_verl import stack
 
     bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp(name)

@@ -38,7 +38,7 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from opskit import free_ports
 
-from otel_verl.live import stack
+from otel_verl import stack
 from otel_verl.offline.otlp_files import iter_lines, signal_files
 from otel_verl.semconv import RES_SERIES_IDENTITY
 

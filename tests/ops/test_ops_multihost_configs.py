@@ -24,9 +24,8 @@ from opskit import (
 )
 from test_ops_otelcol_config import _collector_binary, check_collector_config, component_type
 
-from otel_verl import cli
-from otel_verl.commands.errors import USAGE, CommandError
-from otel_verl.live import stack
+from otel_verl import cli, stack
+from otel_verl.exits import USAGE, CommandError
 
 STATIC = {"static": {"hostnames": ["gw1:4317", "gw2:4317"]}}
 DNS = {"dns": {"hostname": "gateways.example", "port": "4317", "interval": "5s"}}

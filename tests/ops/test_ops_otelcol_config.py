@@ -560,8 +560,7 @@ def test_a_gateway_on_an_ipv6_address_listens_there_and_takes_the_token_file_as_
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from otel_verl import config
-    from otel_verl.live import stack
+    from otel_verl import config, stack
     from otel_verl.process import exporters, otlp_headers
     from otel_verl.process.resource import Identity
 

@@ -50,8 +50,7 @@ from opskit import (
     stack_bin_dir,
 )
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.offline.http_post import Poster
 from otel_verl.offline.replay import RETRIES, RETRY_STATUS, replay_signal
 

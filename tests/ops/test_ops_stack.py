@@ -12,9 +12,8 @@ import pytest
 import yaml
 from opskit import COLLECTOR, COMPOSE_FILE, load_yaml
 
-from otel_verl import cli
-from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
-from otel_verl.live import stack
+from otel_verl import cli, stack
+from otel_verl.exits import PROBLEM, USAGE, CommandError
 
 
 def _fake_binaries(folder: Path) -> Path:

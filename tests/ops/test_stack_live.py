@@ -33,8 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opskit import COLLECTOR, REPO, free_ports, get_json, stack_bin_dir
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.process.state import PROCESS
 from otel_verl.stall import stacks
 

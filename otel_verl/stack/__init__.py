@@ -57,7 +57,7 @@ from pathlib import Path
 
 import yaml
 
-from otel_verl.commands.errors import OK, PROBLEM, USAGE, CommandError
+from otel_verl.exits import OK, PROBLEM, USAGE, CommandError
 
 HOST = "127.0.0.1"
 
@@ -809,7 +809,7 @@ def configs(dest: Path, force: bool = False, out: Callable[[str], None] = print)
     (``atomic.write_file``: a link planted at a destination is replaced, never written through).
     A file already there with other content is replaced only with ``force``; a folder on the way
     that is a link is refused (it would lead the files elsewhere)."""
-    from otel_verl.commands.atomic import write_file
+    from otel_verl.atomic import write_file
 
     source = _kit().configs
     files = _kit_files(source)

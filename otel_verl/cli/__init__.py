@@ -14,8 +14,8 @@ node's Collector agent or a gateway of several nodes (``--role``); ``stack confi
 kit's configs out, ``stack build`` builds the backends.
 
 Whatever goes wrong ends as one ``otel-verl <command>: ...`` line on stderr and an exit code
-(``otel_verl.commands.errors``: 0 ok, 1 problem found, 2 usage error), never as a traceback; text
-from a run folder in it is escaped (``otel_verl.commands.text``).
+(``otel_verl.exits``: 0 ok, 1 problem found, 2 usage error), never as a traceback; text
+from a run folder in it is escaped (``otel_verl.printable``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from otel_verl.commands.errors import OK, PROBLEM, USAGE, CommandError, say
+from otel_verl.exits import OK, PROBLEM, USAGE, CommandError, say
 
 EPILOG = "exit codes: 0 ok, 1 problem found (named on stderr), 2 usage error"
 
@@ -296,7 +296,7 @@ def _run(ns: argparse.Namespace) -> int:
         limit = ns.max_request_bytes or MAX_REQUEST_BYTES
         return replay(ns.folder, ns.endpoint, ns.headers, ns.timeout, max_request_bytes=limit)
     if ns.command == "stack":
-        from otel_verl.live.stack import CollectorSetup, stack
+        from otel_verl.stack import CollectorSetup, stack
 
         setup = CollectorSetup(
             role=ns.role,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from otel_verl.commands.text import MAX_LINE_CHARS, printable
+from otel_verl.printable import MAX_LINE_CHARS, printable
 
 OK = 0  # done (anything left out was named on stderr)
 PROBLEM = 1  # the command ran and found a problem: nothing readable, a refused request, a doctor check
