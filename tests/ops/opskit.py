@@ -661,7 +661,7 @@ def stack_bin_dir() -> Path | None:
     require_backend_build()
     bin_dir = backends_dir() if backends_dir().is_dir() else None
     try:
-        stack.find_binaries(bin_dir)
+        stack.binaries.find_binaries(bin_dir)
     except CommandError as exc:
         require("the live stack's backends", f"{exc}; {BACKENDS_HOW}")
     return bin_dir
@@ -734,13 +734,13 @@ def running_stack(
 
     bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp(name)
-    ports = {**free_ports([n for n in stack.DEFAULT_PORTS if n not in (fixed or {})]), **(fixed or {})}
+    ports = {**free_ports([n for n in stack.ports.DEFAULT_PORTS if n not in (fixed or {})]), **(fixed or {})}
     lines: list[str] = []
     try:
-        stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
+        stack.supervisor.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
         yield bin_dir, data_dir, ports
     finally:
-        stack.down(data_dir, out=lines.append)
+        stack.supervisor.down(data_dir, out=lines.append)
         print("\n".join(lines))
 
 
