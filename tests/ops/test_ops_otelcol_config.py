@@ -83,7 +83,7 @@ DEPRECATED_OR_REMOVED = {
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
 
 
-# What `otel-verl stack up` sets (otel_verl/stack.py), with ports of its defaults.
+# What `otel-verl stack up` sets (otel_verl/stack/render.py), with ports of its defaults.
 STACK_LIKE_ENV = {
     "OTELCOL_LISTEN_HOST": "127.0.0.1",
     "OTELCOL_OTLP_GRPC_PORT": "4317",
