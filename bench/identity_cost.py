@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "ops"))
 from opskit import free_ports  # noqa: E402
 
-from otel_verl.live import stack  # noqa: E402
+from otel_verl import stack  # noqa: E402
 from otel_verl.semconv import RES_SERIES_IDENTITY  # noqa: E402
 
 
@@ -142,7 +142,7 @@ def main() -> int:
         print(f"{name:<10} {sizes[name][0]:>8} {sizes[name][1]:>12} {sizes[name][2]:>10} {sizes[name][3]:>12}")
     per_point = [(sizes["with"][i] - sizes["without"][i]) / sizes["with"][0] for i in (1, 2, 3)]
     print(f"{'+/point':<10} {'':>8} {per_point[0]:>12.1f} {per_point[1]:>10.1f} {per_point[2]:>12.1f}")
-    binary = stack.find_binaries(None, ("prometheus",))["prometheus"]
+    binary = stack.binaries.find_binaries(None, ("prometheus",))["prometheus"]
     kit = yaml.safe_load((REPO / "collector" / "prometheus" / "prometheus.yml").read_text())
     configs = {"default": "# defaults\n", "kit": yaml.safe_dump({"otlp": kit["otlp"], "storage": kit["storage"]})}
     tmp = Path(tempfile.mkdtemp(prefix="identity-cost-"))

@@ -303,9 +303,9 @@ def main(argv: list[str] | None = None) -> int:
                     )
     finally:
         if stack_dir is not None:
-            from otel_verl.live import stack
+            from otel_verl import stack
 
-            stack.down(stack_dir, out=lambda _: None)
+            stack.supervisor.down(stack_dir, out=lambda _: None)
     print(report(jobs, variants, ns, loads))
     print(f"(jobs under {root})")
     return 0
@@ -315,7 +315,7 @@ def _stack_up(root: Path) -> tuple[Path | None, int | None]:
     sys.path.insert(0, str(REPO / "tests" / "ops"))
     from opskit import COLLECTOR, free_ports, stack_bin_dir
 
-    from otel_verl.live import stack
+    from otel_verl import stack
 
     try:
         bin_dir = stack_bin_dir()
@@ -323,8 +323,8 @@ def _stack_up(root: Path) -> tuple[Path | None, int | None]:
         print(f"no collector variant: {exc}", file=sys.stderr)
         return None, None
     data_dir = root / "stack"
-    ports = free_ports(list(stack.DEFAULT_PORTS))
-    stack.up(bin_dir, data_dir, ports, timeout_s=120, config_dir=COLLECTOR, out=lambda _: None)
+    ports = free_ports(list(stack.ports.DEFAULT_PORTS))
+    stack.supervisor.up(bin_dir, data_dir, ports, timeout_s=120, config_dir=COLLECTOR, out=lambda _: None)
     return data_dir, ports["otlp-grpc"]
 
 

@@ -50,7 +50,7 @@ from stack_loadgen import (  # noqa: E402
     running_stack,
 )
 
-from otel_verl.live import stack  # noqa: E402
+from otel_verl import stack  # noqa: E402
 from otel_verl.offline.otlp_files import signal_files  # noqa: E402
 
 
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         template = load_template(folder)
         load = build_load(template, args.spans, args.ranks)
-        bin_dir = stack.default_backends_dir() if stack.default_backends_dir().is_dir() else None
-        stack.find_binaries(bin_dir)  # a clear message when the backends are not built
+        bin_dir = stack.binaries.default_backends_dir() if stack.binaries.default_backends_dir().is_dir() else None
+        stack.binaries.find_binaries(bin_dir)  # a clear message when the backends are not built
         with tempfile.TemporaryDirectory(prefix="stack-load-") as data, running_stack(Path(data), bin_dir) as info:
             result = run_load(info, load, args.timeout)
     finally:

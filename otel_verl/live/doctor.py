@@ -16,7 +16,7 @@ first, and by default only they and a count of the rest (``--verbose``: every li
   (``otel_verl.hooks.guard.rules.read_rules_file``: a regular file of at most 1 MiB, valid rules);
 * the exporters of each signal from ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` /
   ``OTEL_LOGS_EXPORTER``, each resolved to its entry point, and for OTLP the signal's protocol and
-  endpoint (``otel_verl.commands.endpoints``): a malformed one is a problem, a URL is probed with
+  endpoint (``otel_verl.endpoints``): a malformed one is a problem, a URL is probed with
   a TCP connect (1 s timeout, once per URL) and judged for each signal that uses it (only for a
   signal that is asked for over OTLP: its exporter variable set, or an endpoint; OTLP as the
   distro's mere default with no endpoint set is a note when nothing answers); for
@@ -32,7 +32,7 @@ first, and by default only they and a count of the rest (``--verbose``: every li
   (imports verl's modules; the warnings verl gives while importing are collected and listed after
   the hooks).
 
-Exit code 0 when nothing is wrong, 1 otherwise (``otel_verl.commands.errors``).
+Exit code 0 when nothing is wrong, 1 otherwise (``otel_verl.exits``).
 """
 
 from __future__ import annotations
@@ -51,9 +51,8 @@ from difflib import get_close_matches
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
-from otel_verl import config
-from otel_verl.commands import endpoints
-from otel_verl.commands.errors import CommandError
+from otel_verl import config, endpoints
+from otel_verl.exits import CommandError
 from otel_verl.package import _instruments, installed_version, package_version
 
 if TYPE_CHECKING:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from otel_verl import semconv
-from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
-from otel_verl.commands.text import printable
+from otel_verl.exits import PROBLEM, USAGE, CommandError
+from otel_verl.printable import printable
 
 MAX_BYTES = 256 * 2**20  # all answers together
 MAX_TRACES = 5000  # per service searched (Jaeger's query.num_traces)
@@ -280,7 +280,7 @@ def jaeger_report(
 
 def jaeger_report_command(ns: Any) -> int:
     """``otel-verl report --jaeger URL --run RUN_ID``: write the page and say what is in it."""
-    from otel_verl.commands.errors import say
+    from otel_verl.exits import say
 
     path, rep, fetched = jaeger_report(
         ns.jaeger,

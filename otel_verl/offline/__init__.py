@@ -1,7 +1,7 @@
 """Tools that work on a run's stored telemetry, off the training path (``otel-verl`` commands).
 
 Nothing here runs inside a training process; ``otel_verl.cli`` calls them. What operates live
-things (``doctor``, ``stack``) is ``otel_verl.live``; what every command shares, ``otel_verl.commands``.
+things is ``otel_verl.live`` and ``otel_verl.stack``; how every command ends, ``otel_verl.exits``.
 
 * ``summary``: ``otel-verl summary DIR``, the run as a few lines of text;
 * ``report``: ``otel-verl report DIR``, the run as one self-contained HTML page;

@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
+from otel_verl.exits import PROBLEM, USAGE, CommandError
 from otel_verl.offline import otlp_fields as fields
 from otel_verl.offline.otlp_fields import BadRequest
 from otel_verl.semconv import RES_SERIES_IDENTITY

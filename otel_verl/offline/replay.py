@@ -7,7 +7,7 @@ of ``traces-*.jsonl`` is POSTed unchanged to ``<URL>/v1/traces``, ``metrics-*`` 
 copy the folder out, replay it (or point a Collector's ``otlpjsonfile`` receiver at it).
 
 Endpoint and headers default to the SDK's variables: the OTLP/HTTP URL of each signal as
-``otel_verl.commands.endpoints`` derives it (whatever ``OTEL_EXPORTER_OTLP_PROTOCOL`` says: replay
+``otel_verl.endpoints`` derives it (whatever ``OTEL_EXPORTER_OTLP_PROTOCOL`` says: replay
 speaks OTLP/HTTP only); ``OTEL_EXPORTER_OTLP_HEADERS`` / ``OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS``
 (``k=v,k2=v2``, values percent-decoded). ``--endpoint`` (a base URL) and ``--headers`` replace them.
 
@@ -28,7 +28,7 @@ read limit) is counted as delivered and its answer as unreadable. A stored line 
 ``--max-request-bytes`` (default: what a Collector accepts by default) is split into several
 requests, each with its items' resource and scope. Lines the reader cannot use are skipped and
 named on stderr. Exit code 0 only when every request was accepted, nothing was rejected and every
-answer was readable; 2 when an endpoint or header setting is malformed (``otel_verl.commands.errors``).
+answer was readable; 2 when an endpoint or header setting is malformed (``otel_verl.exits``).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from otel_verl.commands import endpoints
-from otel_verl.commands.errors import USAGE, CommandError, warn
+from otel_verl import endpoints
+from otel_verl.exits import USAGE, CommandError, warn
 from otel_verl.offline.http_post import Answer, NoAnswer, Poster, printable
 from otel_verl.offline.otlp_files import (
     REQUEST_KEYS,

@@ -35,8 +35,8 @@ from typing import TextIO
 
 from google.protobuf.message import DecodeError
 
-from otel_verl.commands import endpoints
-from otel_verl.commands.errors import USAGE, CommandError, warn
+from otel_verl import endpoints
+from otel_verl.exits import USAGE, CommandError, warn
 from otel_verl.offline.http_post import Answer, NoAnswer, Poster, printable
 from otel_verl.offline.replay import (
     ITEMS,

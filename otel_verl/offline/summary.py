@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TextIO
 
 from otel_verl import semconv
-from otel_verl.commands.errors import CommandError, say, warn
-from otel_verl.commands.text import printable
+from otel_verl.exits import CommandError, say, warn
 from otel_verl.offline.bounded import Series
 from otel_verl.offline.otlp_files import SpanRecord, run_folder
 from otel_verl.offline.report.model import VALIDATION_KEYS, Report, StepRow, build, slowest_row
 from otel_verl.offline.run_facts import as_number, category_words
+from otel_verl.printable import printable
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
 MISSING = "-"

@@ -165,7 +165,7 @@ class Record:
 
 def shown_endpoint(url: str) -> str:
     """``url`` with the credentials it may hold (``user:pass@``, a query) redacted."""
-    from otel_verl.commands.endpoints import shown
+    from otel_verl.endpoints import shown
 
     return shown(url)
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from otel_verl.commands.errors import CommandError
+from otel_verl.exits import CommandError
 from otel_verl.offline.summary import summary
 
 pytestmark = pytest.mark.e2e

@@ -73,7 +73,7 @@ def test_build_makes_a_complete_wheel_and_sdist(installed):
     _, dist, took = installed
     wheel = zipfile.ZipFile(dist / f"otel_verl-{__version__}-py3-none-any.whl")
     names = set(wheel.namelist())
-    assert {"otel_verl/cli.py", "otel_verl/offline/report/assets/report.js"} <= names
+    assert {"otel_verl/cli/__init__.py", "otel_verl/offline/report/assets/report.js"} <= names
     # the ops kit, from its one copy (collector/, scripts/backends.sh), as package data
     kit = {f"otel_verl/_ops_kit/{p.relative_to(REPO)}" for p in (REPO / "collector").rglob("*") if p.is_file()}
     assert kit <= names, sorted(kit - names)
@@ -83,7 +83,12 @@ def test_build_makes_a_complete_wheel_and_sdist(installed):
     assert "otel-verl = otel_verl.cli:main" in entry_points and "otel_verl = otel_verl._verl_plugin" in entry_points
     with tarfile.open(dist / f"otel_verl-{__version__}.tar.gz") as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
-    assert {"pyproject.toml", "README.md", "otel_verl/cli.py", "otel_verl/offline/report/assets/report.css"} <= members
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "otel_verl/cli/__init__.py",
+        "otel_verl/offline/report/assets/report.css",
+    } <= members
     assert {"collector/otelcol-config.yaml", "scripts/backends.sh"} <= members  # what the wheel is built from
     print(f"timings: {', '.join(f'{k} {v:.0f} s' for k, v in took.items())}")
 
@@ -123,7 +128,7 @@ def written_kit(installed, tmp_path_factory) -> Path:
 def test_the_wheel_alone_writes_the_ops_kit(installed, written_kit):
     venv, _, _ = installed
     where = _run(
-        [venv / "bin" / "python", "-c", "from otel_verl.live import stack; print(stack.ops_kit().configs)"], cwd=venv
+        [venv / "bin" / "python", "-c", "from otel_verl import stack; print(stack.kit.ops_kit().configs)"], cwd=venv
     )
     assert where.stdout.strip().startswith(str(venv)), where.stdout + where.stderr  # the installed copy
     for path in (REPO / "collector").rglob("*"):

@@ -64,8 +64,7 @@ from components import require, require_harness
 from netns_hosts import Network, missing_tools
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the stack, polling
@@ -110,7 +109,7 @@ def _require_everything() -> Path | None:
     from opskit import stack_bin_dir
 
     bin_dir = stack_bin_dir()  # waits for a background build; require()s the binaries
-    otelcol = stack.find_binaries(bin_dir, ("otelcol",))["otelcol"]
+    otelcol = stack.binaries.find_binaries(bin_dir, ("otelcol",))["otelcol"]
     listed = run_tool([otelcol, "components"]).stdout
     lacking = [c for c in AGENT_COMPONENTS if f"name: {c}\n" not in listed]
     if lacking:
@@ -212,7 +211,7 @@ class Gateway:
         return self.data_dir / "logs" / "otelcol.log"
 
     def pid(self) -> int:
-        return int(stack._load_state(self.data_dir)["components"]["otelcol"]["pid"])
+        return int(stack.supervisor._load_state(self.data_dir)["components"]["otelcol"]["pid"])
 
 
 @dataclass
@@ -430,7 +429,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
                 gw = Gateway(f"gw{i + 1}", address, root / f"gw{i + 1}", gw_ports)
                 gateways.append(gw)
             setups = {
-                gw.name: stack.CollectorSetup(
+                gw.name: stack.roles.CollectorSetup(
                     role="gateway",
                     bind=gw.address,
                     tls_cert=tls["cert"],
@@ -441,7 +440,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
                 for gw in gateways
             }
             for gw in gateways:
-                stack.up(bin_dir, gw.data_dir, gw.ports, 90, COLLECTOR, out=print, setup=setups[gw.name])
+                stack.supervisor.up(bin_dir, gw.data_dir, gw.ports, 90, COLLECTOR, out=print, setup=setups[gw.name])
             net.set_name("gateways", [gw.address for gw in gateways])
             # -- an agent on each host, started there the way an operator would
             otel_verl_cli = str(Path(sys.executable).with_name("otel-verl"))
@@ -558,7 +557,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
             stop_offsets: dict[str, int] = {}
             accepted: dict[str, float] = {}
             queue_max = 0.0
-            agent_metrics_port = stack.DEFAULT_PORTS["otelcol-metrics"]
+            agent_metrics_port = stack.ports.DEFAULT_PORTS["otelcol-metrics"]
             try:
                 # 1. the first gateway stops and leaves the name: its share moves to the other
                 held(STOP_AFTER)
@@ -575,7 +574,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
                 _until("the spans sent so far through the gateways", sent_so_far_through_the_gateways)
                 stop_offsets = {gw.name: _line_count(gw.log()) for gw in gateways}
                 accepted = {gw.name: _accepted(gw.ports["otelcol-metrics"]) for gw in gateways}
-                stack.down(gateways[0].data_dir, out=print)
+                stack.supervisor.down(gateways[0].data_dir, out=print)
                 net.set_name("gateways", [gateways[1].address])
                 t_stop = time.time()
 
@@ -593,7 +592,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
                 killed = gateways[1].pid()
                 os.killpg(killed, signal.SIGKILL)
                 t_kill = time.time()
-                os.waitpid(killed, 0)  # our child (stack.up started it here): reaped, so stack.up sees it gone
+                os.waitpid(killed, 0)  # our child (`up` started it here): reaped, so `up` sees it gone
                 release(KILL_AFTER)
                 held(RESTART_AFTER)
 
@@ -606,7 +605,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
                     return size
 
                 queue_max = _until("the outage's data in the agents' queues", queued)
-                stack.up(
+                stack.supervisor.up(
                     bin_dir, gateways[1].data_dir, gateways[1].ports, 90, COLLECTOR, out=print, setup=setups["gw2"]
                 )
                 t_up = time.time()
@@ -683,7 +682,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
                 wall={**wall, "fixture": time.monotonic() - started},
             )
             for gw in gateways:
-                stack.down(gw.data_dir, out=print)
+                stack.supervisor.down(gw.data_dir, out=print)
     finally:
         for p in ray_procs:  # `ray start --block` ends its node's processes on SIGTERM
             if p.poll() is None:
@@ -694,7 +693,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiHostRun]:
             except subprocess.TimeoutExpired:
                 pass
         for gw in gateways:
-            stack.down(gw.data_dir, out=print)
+            stack.supervisor.down(gw.data_dir, out=print)
         net.down()  # every process left in the hosts (agents, Ray workers), then the namespaces
         for d in temp_dirs.values():
             subprocess.run(["rm", "-rf", str(d)], check=False)

@@ -61,8 +61,7 @@ import pytest
 from components import require_harness
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
 from otel_verl.spool import exporters as spool_export
 
@@ -134,13 +133,13 @@ class LiveStack(StackAPI):
         return out
 
     # -- components
-    def _component(self, name: str) -> stack.Component:
-        binaries = stack.find_binaries(self.bin_dir)
-        comps = stack.plan(binaries, COLLECTOR.resolve(), self.data_dir.resolve(), self.ports)
+    def _component(self, name: str) -> stack.render.Component:
+        binaries = stack.binaries.find_binaries(self.bin_dir)
+        comps = stack.render.plan(binaries, COLLECTOR.resolve(), self.data_dir.resolve(), self.ports)
         return next(c for c in comps if c.name == name)
 
     def pid(self, name: str) -> int:
-        return int(stack._load_state(self.data_dir)["components"][name]["pid"])
+        return int(stack.supervisor._load_state(self.data_dir)["components"][name]["pid"])
 
     def kill(self, name: str) -> None:
         """SIGKILL: no shutdown, no flush; what it held in memory is gone."""
@@ -150,10 +149,10 @@ class LiveStack(StackAPI):
 
     def stop(self, name: str) -> None:
         """SIGTERM and wait for the exit, as ``otel-verl stack down`` does."""
-        info = stack._load_state(self.data_dir)["components"][name]
-        stack._stop(info["pid"], info["argv"][0])
+        info = stack.supervisor._load_state(self.data_dir)["components"][name]
+        stack.supervisor._stop(info["pid"], info["argv"][0])
         _reap(info["pid"])
-        assert not stack._ours(info["pid"], info["argv"][0]), f"{name} still runs"
+        assert not stack.supervisor._ours(info["pid"], info["argv"][0]), f"{name} still runs"
 
     def start(self, name: str) -> None:
         """Start ``name`` again with stack up's command, environment and data; wait until ready."""
@@ -168,10 +167,12 @@ class LiveStack(StackAPI):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        state = stack._load_state(self.data_dir)
-        state["components"][name]["pid"] = proc.pid  # so that stack.down stops this one
-        stack._save_state(self.data_dir, state)
-        _until(f"{name} ready again", lambda: proc.poll() is None and stack._answers(comp.ready_url), 90, 0.25)
+        state = stack.supervisor._load_state(self.data_dir)
+        state["components"][name]["pid"] = proc.pid  # so that stack.supervisor.down stops this one
+        stack.supervisor._save_state(self.data_dir, state)
+        _until(
+            f"{name} ready again", lambda: proc.poll() is None and stack.supervisor._answers(comp.ready_url), 90, 0.25
+        )
 
 
 def _reap(pid: int) -> None:

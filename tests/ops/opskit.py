@@ -655,13 +655,13 @@ def stack_bin_dir() -> Path | None:
     """The folder for ``otel-verl stack``'s binaries (``scripts/backends.sh``'s, if built); stops the
     calling test by ``require``, naming what is missing, when the binaries are not there. Waits for a
     build that is still running (``require_backend_build``)."""
-    from otel_verl.commands.errors import CommandError
-    from otel_verl.live import stack
+    from otel_verl import stack
+    from otel_verl.exits import CommandError
 
     require_backend_build()
     bin_dir = backends_dir() if backends_dir().is_dir() else None
     try:
-        stack.find_binaries(bin_dir)
+        stack.binaries.find_binaries(bin_dir)
     except CommandError as exc:
         require("the live stack's backends", f"{exc}; {BACKENDS_HOW}")
     return bin_dir
@@ -730,17 +730,17 @@ def running_stack(
     ports (``fixed``: these ones on the ports given), its data in a new tmp folder ``name``; down on
     exit, what up and down said printed (pytest shows it with a failure). Skips without the binaries
     (``stack_bin_dir``)."""
-    from otel_verl.live import stack
+    from otel_verl import stack
 
     bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp(name)
-    ports = {**free_ports([n for n in stack.DEFAULT_PORTS if n not in (fixed or {})]), **(fixed or {})}
+    ports = {**free_ports([n for n in stack.ports.DEFAULT_PORTS if n not in (fixed or {})]), **(fixed or {})}
     lines: list[str] = []
     try:
-        stack.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
+        stack.supervisor.up(bin_dir, data_dir, ports, timeout_s=90, config_dir=COLLECTOR, out=lines.append)
         yield bin_dir, data_dir, ports
     finally:
-        stack.down(data_dir, out=lines.append)
+        stack.supervisor.down(data_dir, out=lines.append)
         print("\n".join(lines))
 
 

@@ -38,7 +38,7 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from opskit import free_ports
 
-from otel_verl.live import stack
+from otel_verl import stack
 from otel_verl.offline.otlp_files import iter_lines, signal_files
 from otel_verl.semconv import RES_SERIES_IDENTITY
 
@@ -637,19 +637,19 @@ def until(what: str, probe: Callable[[], bool], timeout_s: float, every_s: float
 @contextmanager
 def running_stack(data_dir: Path, bin_dir: Path | None = None) -> Iterator[dict[str, Any]]:
     """``otel-verl stack up`` on free ports with its data in ``data_dir``; down afterwards."""
-    ports = free_ports(list(stack.DEFAULT_PORTS))
+    ports = free_ports(list(stack.ports.DEFAULT_PORTS))
     lines: list[str] = []
     try:
-        stack.up(bin_dir, data_dir, ports, timeout_s=120, out=lines.append)
+        stack.supervisor.up(bin_dir, data_dir, ports, timeout_s=120, out=lines.append)
     except Exception:
         for log in sorted((data_dir / "logs").glob("*.log")):
             print(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
         raise
     try:
-        comps = stack._load_state(data_dir)["components"]
+        comps = stack.supervisor._load_state(data_dir)["components"]
         yield {"ports": ports, "data_dir": data_dir, "pids": {n: c["pid"] for n, c in comps.items()}}
     finally:
-        stack.down(data_dir, out=lines.append)
+        stack.supervisor.down(data_dir, out=lines.append)
 
 
 @dataclass

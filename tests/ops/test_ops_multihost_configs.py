@@ -24,9 +24,8 @@ from opskit import (
 )
 from test_ops_otelcol_config import _collector_binary, check_collector_config, component_type
 
-from otel_verl import cli
-from otel_verl.commands.errors import USAGE, CommandError
-from otel_verl.live import stack
+from otel_verl import cli, stack
+from otel_verl.exits import USAGE, CommandError
 
 STATIC = {"static": {"hostnames": ["gw1:4317", "gw2:4317"]}}
 DNS = {"dns": {"hostname": "gateways.example", "port": "4317", "interval": "5s"}}
@@ -139,7 +138,7 @@ def test_the_built_collector_validates_the_agent_gateway_and_debug_configs():
 
 def _fake_binaries(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    for names in stack.BINARY_NAMES.values():
+    for names in stack.binaries.BINARY_NAMES.values():
         exe = folder / names[0]
         exe.write_text("#!/bin/sh\necho 'prometheus, version 3.16.0 (branch: x)'\n")
         exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
@@ -155,19 +154,21 @@ def files(tmp_path) -> dict[str, Path]:
     return out
 
 
-def _plan(tmp_path, setup: stack.CollectorSetup, ports: dict[str, int] | None = None) -> dict[str, stack.Component]:
-    stack.check_setup(setup)
-    binaries = stack.find_binaries(_fake_binaries(tmp_path / "bin"), stack.role_components(setup.role))
-    comps = stack.plan(binaries, COLLECTOR, tmp_path / "data", ports or dict(stack.DEFAULT_PORTS), setup)
+def _plan(
+    tmp_path, setup: stack.roles.CollectorSetup, ports: dict[str, int] | None = None
+) -> dict[str, stack.render.Component]:
+    stack.roles.check_setup(setup)
+    binaries = stack.binaries.find_binaries(_fake_binaries(tmp_path / "bin"), stack.roles.role_components(setup.role))
+    comps = stack.render.plan(binaries, COLLECTOR, tmp_path / "data", ports or dict(stack.ports.DEFAULT_PORTS), setup)
     return {c.name: c for c in comps}
 
 
-def _configs(comp: stack.Component) -> list[str]:
+def _configs(comp: stack.render.Component) -> list[str]:
     return [Path(a.split("=", 1)[1]).name for a in comp.argv[1:]]
 
 
 def test_an_agent_is_one_collector_forwarding_to_the_gateways(tmp_path, files):
-    setup = stack.CollectorSetup(
+    setup = stack.roles.CollectorSetup(
         role="agent",
         gateways="gw1:4317, 10.0.0.6:4317,[fd00::7]:4317",
         token_file=files["token"],
@@ -190,16 +191,18 @@ def test_an_agent_is_one_collector_forwarding_to_the_gateways(tmp_path, files):
 
 
 def test_an_agent_of_a_dns_name_follows_its_addresses(tmp_path, files):
-    comps = _plan(tmp_path, stack.CollectorSetup(role="agent", gateways="dns:gateways:4317", token_file=files["token"]))
+    comps = _plan(
+        tmp_path, stack.roles.CollectorSetup(role="agent", gateways="dns:gateways:4317", token_file=files["token"])
+    )
     env = comps["otelcol"].env
     assert json.loads(env["OTELCOL_GATEWAY_RESOLVER"]) == {
-        "dns": {"hostname": "gateways", "port": "4317", "interval": stack.DNS_INTERVAL}
+        "dns": {"hostname": "gateways", "port": "4317", "interval": stack.roles.DNS_INTERVAL}
     }
     assert env["OTELCOL_GATEWAY_CA_FILE"] == ""  # the system's CAs
 
 
 def test_a_secured_agent_adds_the_remote_overlay_on_loopback(tmp_path, files):
-    setup = stack.CollectorSetup(
+    setup = stack.roles.CollectorSetup(
         role="agent",
         gateways="gw:4317",
         token_file=files["token"],
@@ -215,8 +218,8 @@ def test_a_secured_agent_adds_the_remote_overlay_on_loopback(tmp_path, files):
 def test_a_gateway_listens_on_its_address_with_tls_and_exports_to_this_hosts_backends(tmp_path, files, monkeypatch):
     monkeypatch.delenv("OTELCOL_TRACES_ENDPOINT", raising=False)
     monkeypatch.setenv("OTELCOL_LOGS_ENDPOINT", "http://loki.internal:3100/otlp")
-    ports = stack.parse_ports(["prometheus=19090", "jaeger-otlp-grpc=24317", "otlp-grpc=14000"])
-    setup = stack.CollectorSetup(
+    ports = stack.ports.parse_ports(["prometheus=19090", "jaeger-otlp-grpc=24317", "otlp-grpc=14000"])
+    setup = stack.roles.CollectorSetup(
         role="gateway",
         bind="10.0.0.5",
         tls_cert=files["cert"],
@@ -237,8 +240,8 @@ def test_a_gateway_listens_on_its_address_with_tls_and_exports_to_this_hosts_bac
 
 
 def test_all_in_one_is_unchanged_by_default(tmp_path):
-    comps = _plan(tmp_path, stack.CollectorSetup())
-    assert list(comps) == list(stack.START_ORDER)
+    comps = _plan(tmp_path, stack.roles.CollectorSetup())
+    assert list(comps) == list(stack.roles.START_ORDER)
     assert _configs(comps["otelcol"]) == ["otelcol-config.yaml"]
     assert "OTELCOL_REMOTE_LISTEN_HOST" not in comps["otelcol"].env
 
@@ -269,7 +272,7 @@ def test_options_that_do_not_fit_the_role_are_refused(files, tmp_path, kwargs, m
     paths = {"cert": files["cert"], "key": files["key"], "token": files["token"], "missing": tmp_path / "no"}
     kwargs = {k: paths.get(v, v) if k.endswith(("_cert", "_key", "_file")) else v for k, v in kwargs.items()}
     with pytest.raises(CommandError, match=message) as exc:
-        stack.check_setup(stack.CollectorSetup(**kwargs))
+        stack.roles.check_setup(stack.roles.CollectorSetup(**kwargs))
     assert exc.value.code == USAGE
 
 
@@ -313,7 +316,7 @@ def _go_host_port(endpoint: str) -> tuple[str, int]:
 
 @pytest.mark.parametrize("role,bind", [("gateway", "fd00::5"), ("gateway", "::1"), ("agent", "::1")])
 def test_an_ipv6_bind_with_tls_is_bracketed_where_the_collector_joins_host_and_port(tmp_path, files, role, bind):
-    setup = stack.CollectorSetup(
+    setup = stack.roles.CollectorSetup(
         role=role,
         bind=bind,
         tls_cert=files["cert"],
@@ -343,7 +346,7 @@ def test_an_ipv6_bind_with_tls_is_bracketed_where_the_collector_joins_host_and_p
 @pytest.mark.parametrize("bind", ["::1", "0:0:0:0:0:0:0:1"])
 def test_an_ipv6_bind_without_tls_is_refused_up_front(bind):
     with pytest.raises(CommandError, match="IPv6 address is taken with --tls-cert") as exc:
-        stack.check_setup(stack.CollectorSetup(bind=bind))
+        stack.roles.check_setup(stack.roles.CollectorSetup(bind=bind))
     assert exc.value.code == USAGE
-    stack.check_setup(stack.CollectorSetup(bind="127.0.0.1"))  # loopback IPv4 and a name as before
-    stack.check_setup(stack.CollectorSetup(bind="localhost"))
+    stack.roles.check_setup(stack.roles.CollectorSetup(bind="127.0.0.1"))  # loopback IPv4 and a name as before
+    stack.roles.check_setup(stack.roles.CollectorSetup(bind="localhost"))

@@ -83,7 +83,7 @@ DEPRECATED_OR_REMOVED = {
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
 
 
-# What `otel-verl stack up` sets (otel_verl/stack.py), with ports of its defaults.
+# What `otel-verl stack up` sets (otel_verl/stack/render.py), with ports of its defaults.
 STACK_LIKE_ENV = {
     "OTELCOL_LISTEN_HOST": "127.0.0.1",
     "OTELCOL_OTLP_GRPC_PORT": "4317",
@@ -560,8 +560,7 @@ def test_a_gateway_on_an_ipv6_address_listens_there_and_takes_the_token_file_as_
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from otel_verl import config
-    from otel_verl.live import stack
+    from otel_verl import config, stack
     from otel_verl.process import exporters, otlp_headers
     from otel_verl.process.resource import Identity
 
@@ -571,12 +570,19 @@ def test_a_gateway_on_an_ipv6_address_listens_there_and_takes_the_token_file_as_
     token.write_text("s3cret-token\n")
     token.chmod(0o600)
     ports = free_ports(["otlp-grpc", "otlp-http", "otelcol-health", "otelcol-metrics"])
-    setup = stack.CollectorSetup(role="gateway", bind="::1", tls_cert=tls["cert"], tls_key=tls["key"], token_file=token)
+    setup = stack.roles.CollectorSetup(
+        role="gateway", bind="::1", tls_cert=tls["cert"], tls_key=tls["key"], token_file=token
+    )
     for name in ("OTELCOL_METRICS_ENDPOINT", "OTELCOL_TRACES_ENDPOINT", "OTELCOL_LOGS_ENDPOINT"):
         monkeypatch.setenv(name, "127.0.0.1:9" if name == "OTELCOL_TRACES_ENDPOINT" else "http://127.0.0.1:9/x")
     data = tmp_path / "data"
     items = [f"{name}={port}" for name, port in ports.items()]
-    assert stack.up(Path(binary).parent, data, stack.parse_ports(items), 60, setup=setup, out=lambda _: None) == 0
+    assert (
+        stack.supervisor.up(
+            Path(binary).parent, data, stack.ports.parse_ports(items), 60, setup=setup, out=lambda _: None
+        )
+        == 0
+    )
     try:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"https://[::1]:{ports['otlp-grpc']}")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(tls["ca"]))
@@ -600,6 +606,6 @@ def test_a_gateway_on_an_ipv6_address_listens_there_and_takes_the_token_file_as_
             exporter.shutdown()
         assert results == {"token file": SpanExportResult.SUCCESS, "no file": SpanExportResult.FAILURE}
     finally:
-        stack.down(data, out=lambda _: None)
+        stack.supervisor.down(data, out=lambda _: None)
         config.settings.cache_clear()
         otlp_headers.file_headers.cache_clear()

@@ -50,8 +50,7 @@ from opskit import (
     stack_bin_dir,
 )
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.offline.http_post import Poster
 from otel_verl.offline.replay import RETRIES, RETRY_STATUS, replay_signal
 
@@ -204,7 +203,7 @@ def backends(verl_runs, tmp_path_factory) -> Iterator[Backends]:
         )
     chosen, other = runs
     assert chosen.run_id != other.run_id
-    binary = stack.find_binaries(stack_bin_dir(), ("prometheus",))["prometheus"]
+    binary = stack.binaries.find_binaries(stack_bin_dir(), ("prometheus",))["prometheus"]
     root = tmp_path_factory.mktemp("promdefault")
     ports = free_ports(["default", "kit", "alone"])
     started = time.monotonic()

@@ -12,15 +12,14 @@ import pytest
 import yaml
 from opskit import COLLECTOR, COMPOSE_FILE, load_yaml
 
-from otel_verl import cli
-from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
-from otel_verl.live import stack
+from otel_verl import cli, stack
+from otel_verl.exits import PROBLEM, USAGE, CommandError
 
 
 def _fake_binaries(folder: Path) -> Path:
     """Executables with the names stack looks for; `prometheus --version` says 3.x."""
     folder.mkdir(parents=True, exist_ok=True)
-    for names in stack.BINARY_NAMES.values():
+    for names in stack.binaries.BINARY_NAMES.values():
         exe = folder / names[0]
         exe.write_text("#!/bin/sh\necho 'prometheus, version 3.16.0 (branch: x)'\n")
         exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
@@ -28,23 +27,25 @@ def _fake_binaries(folder: Path) -> Path:
 
 
 @pytest.fixture
-def components(tmp_path) -> dict[str, stack.Component]:
-    binaries = stack.find_binaries(_fake_binaries(tmp_path / "bin"))
-    return {c.name: c for c in stack.plan(binaries, COLLECTOR, tmp_path / "data", dict(stack.DEFAULT_PORTS))}
+def components(tmp_path) -> dict[str, stack.render.Component]:
+    binaries = stack.binaries.find_binaries(_fake_binaries(tmp_path / "bin"))
+    return {
+        c.name: c for c in stack.render.plan(binaries, COLLECTOR, tmp_path / "data", dict(stack.ports.DEFAULT_PORTS))
+    }
 
 
 def test_default_ports_are_the_documented_ones():
-    p = stack.DEFAULT_PORTS
+    p = stack.ports.DEFAULT_PORTS
     assert (p["otlp-grpc"], p["otlp-http"], p["prometheus"], p["alertmanager"]) == (4317, 4318, 9090, 9093)
     assert (p["jaeger"], p["victorialogs"]) == (16686, 9428)
     assert not {p["jaeger-otlp-grpc"], p["jaeger-otlp-http"]} & {4317, 4318}
 
 
 def test_ports_override_and_reject_bad_items():
-    assert stack.parse_ports(["prometheus=19090"])["prometheus"] == 19090
+    assert stack.ports.parse_ports(["prometheus=19090"])["prometheus"] == 19090
     for bad in (["prometheus"], ["nope=1"], ["jaeger=0"], ["jaeger=x"], ["jaeger=4317"]):
         with pytest.raises(CommandError) as exc:
-            stack.parse_ports(bad)
+            stack.ports.parse_ports(bad)
         assert exc.value.code == USAGE
 
 
@@ -65,7 +66,7 @@ def test_prometheus_2_is_passed_over(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setenv("OTEL_VERL_BACKENDS_DIR", str(tmp_path / "none"))
     with pytest.raises(CommandError, match=r"prometheus.*Prometheus 2\.x, 3\.x is needed"):
-        stack.find_binaries(bin_dir)
+        stack.binaries.find_binaries(bin_dir)
 
 
 def test_status_and_down_without_a_stack(tmp_path, capsys):
@@ -78,6 +79,25 @@ def test_help_states_the_exit_codes(capsys):
     with pytest.raises(SystemExit):
         cli.main(["stack", "--help"])
     assert "exit codes: 0 ok" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("action", ["up", "down", "status", "configs", "build"])
+def test_each_action_is_a_sub_command_with_its_own_help(action, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["stack", action, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert exc.value.code == 0 and f"usage: otel-verl stack {action}" in text and "exit codes: 0 ok" in text
+    assert ("--role" in text) == (action == "up") and ("--force" in text) == (action == "configs")
+    assert ("--data-dir" in text) == (action in ("up", "down", "status"))
+
+
+def test_an_option_of_another_action_is_refused_in_one_line(tmp_path, capsys):
+    """`down` takes no `--role`, `configs` no `--data-dir`: each action carries only its own options."""
+    assert cli.main(["stack", "down", "--role", "agent", "--data-dir", str(tmp_path)]) == USAGE
+    assert cli.main(["stack", "configs", str(tmp_path / "kit"), "--data-dir", str(tmp_path)]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "unrecognized arguments: --role agent" in err, err
+    assert not (tmp_path / "kit").exists()
 
 
 def test_prometheus_runs_with_compose_flags(components):
@@ -136,7 +156,7 @@ def test_collector_exports_to_the_stack_backends(components):
 
 
 def test_the_kit_of_this_clone_is_found_and_is_collector():
-    kit = stack.ops_kit()
+    kit = stack.kit.ops_kit()
     assert kit is not None and kit.configs.resolve() == COLLECTOR.resolve()
     assert kit.backends_script.resolve() == (COLLECTOR.parent / "scripts" / "backends.sh").resolve()
 
@@ -147,12 +167,12 @@ def test_the_installed_kit_wins_over_a_clone(tmp_path, monkeypatch):
     (package / "live").mkdir(parents=True)
     (package / "_ops_kit" / "collector").mkdir(parents=True)
     (package / "_ops_kit" / "collector" / "otelcol-config.yaml").write_text("receivers: {}\n")
-    monkeypatch.setattr(stack, "__file__", str(package / "live" / "stack.py"))
-    kit = stack.ops_kit()
+    monkeypatch.setattr(stack.kit, "__file__", str(package / "stack" / "kit.py"))
+    kit = stack.kit.ops_kit()
     assert kit.configs == package / "_ops_kit" / "collector"
     assert kit.backends_script == package / "_ops_kit" / "scripts" / "backends.sh"
-    monkeypatch.setattr(stack, "__file__", str(tmp_path / "bare" / "otel_verl" / "live" / "stack.py"))
-    assert stack.ops_kit() is None
+    monkeypatch.setattr(stack.kit, "__file__", str(tmp_path / "bare" / "otel_verl" / "stack" / "kit.py"))
+    assert stack.kit.ops_kit() is None
 
 
 def test_configs_writes_every_file_of_the_kit(tmp_path, capsys):
@@ -169,7 +189,7 @@ def test_configs_writes_every_file_of_the_kit(tmp_path, capsys):
 
 def test_configs_replaces_a_changed_file_only_with_force(tmp_path, capsys):
     out = tmp_path / "kit"
-    stack.configs(out, out=lambda _: None)
+    stack.kit.configs(out, out=lambda _: None)
     mine = out / "prometheus" / "prometheus.yml"
     mine.write_text("# my edits\n")
     assert cli.main(["stack", "configs", str(out)]) == PROBLEM
@@ -186,13 +206,13 @@ def test_configs_never_writes_through_a_link(tmp_path):
     victim = elsewhere / "victim.yaml"
     victim.write_text("keep\n")
     (out / "otelcol-config.yaml").symlink_to(victim)
-    stack.configs(out, force=True, out=lambda _: None)
+    stack.kit.configs(out, force=True, out=lambda _: None)
     assert victim.read_text() == "keep\n" and not (out / "otelcol-config.yaml").is_symlink()
     other = tmp_path / "kit2"
     other.mkdir()
     (other / "prometheus").symlink_to(elsewhere)
     with pytest.raises(CommandError, match="is a link"):
-        stack.configs(other, out=lambda _: None)
+        stack.kit.configs(other, out=lambda _: None)
     assert sorted(p.name for p in elsewhere.iterdir()) == ["victim.yaml"]
 
 
@@ -204,9 +224,9 @@ def test_configs_needs_one_folder(tmp_path, capsys):
 
 def test_stack_up_reads_a_folder_configs_wrote(tmp_path, components):
     out = tmp_path / "kit"
-    stack.configs(out, out=lambda _: None)
+    stack.kit.configs(out, out=lambda _: None)
     binaries = {c: comp.argv[0] for c, comp in components.items()}
-    planned = {c.name: c for c in stack.plan(binaries, out, tmp_path / "data2", dict(stack.DEFAULT_PORTS))}
+    planned = {c.name: c for c in stack.render.plan(binaries, out, tmp_path / "data2", dict(stack.ports.DEFAULT_PORTS))}
     assert planned["otelcol"].argv[1] == f"--config={out / 'otelcol-config.yaml'}"
     prom = yaml.safe_load((tmp_path / "data2" / "prometheus" / "prometheus.yml").read_text())
     assert all(rule.startswith(str(out / "prometheus")) for rule in prom["rule_files"])
@@ -217,7 +237,7 @@ def test_build_runs_the_kits_script_with_the_components(tmp_path, monkeypatch, c
     script = tmp_path / "scripts" / "backends.sh"
     script.parent.mkdir()
     script.write_text('echo "$@" > "$(dirname "$0")/args"\nexit ${FAIL:-0}\n')
-    monkeypatch.setattr(stack, "ops_kit", lambda: stack.Kit(COLLECTOR, script))
+    monkeypatch.setattr(stack.kit, "ops_kit", lambda: stack.kit.Kit(COLLECTOR, script))
     go = tmp_path / "bin" / "go"
     go.parent.mkdir()
     go.write_text("#!/bin/sh\n")
@@ -281,7 +301,7 @@ def test_readiness_checks_of_the_stacks_own_services_never_go_through_a_proxy(mo
             monkeypatch.setenv(var, proxy_url)
         for var in ("no_proxy", "NO_PROXY"):
             monkeypatch.delenv(var, raising=False)
-        assert stack._answers(f"http://127.0.0.1:{service.server_address[1]}/-/ready")
+        assert stack.supervisor._answers(f"http://127.0.0.1:{service.server_address[1]}/-/ready")
     finally:
         service.shutdown()
         service.server_close()

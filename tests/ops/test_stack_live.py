@@ -33,8 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opskit import COLLECTOR, REPO, free_ports, get_json, stack_bin_dir
 
-from otel_verl import semconv
-from otel_verl.live import stack
+from otel_verl import semconv, stack
 from otel_verl.process.state import PROCESS
 from otel_verl.stall import stacks
 
@@ -47,7 +46,7 @@ POLL_S = 30.0  # the Collector batches for up to 2 s (sending_queue.batch.flush_
 def live_stack(tmp_path_factory) -> Iterator[dict[str, Any]]:
     bin_dir = stack_bin_dir()
     data_dir = tmp_path_factory.mktemp("stack")
-    ports = free_ports(list(stack.DEFAULT_PORTS))
+    ports = free_ports(list(stack.ports.DEFAULT_PORTS))
     # Through the command line, as a user runs it: the components must outlive `otel-verl stack up`.
     base = [sys.executable, "-m", "otel_verl.cli", "stack"]
     where = ["--data-dir", str(data_dir)]
@@ -66,17 +65,17 @@ def live_stack(tmp_path_factory) -> Iterator[dict[str, Any]]:
             for log in sorted((data_dir / "logs").glob("*.log")):  # the whole story, for the failure report
                 print(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}")
         assert res.returncode == 0, res.stdout + res.stderr
-        assert res.stdout.count(" ready after ") == len(stack.START_ORDER), res.stdout
+        assert res.stdout.count(" ready after ") == len(stack.roles.START_ORDER), res.stdout
         # where to look (docs/stack.md): the URLs of this stack's ports
         assert f"otel-verl report --jaeger http://127.0.0.1:{ports['jaeger']} --run RUN_ID" in res.stdout, res.stdout
         assert f"http://127.0.0.1:{ports['prometheus']}/query " in res.stdout, res.stdout
         yield {"ports": ports, "data_dir": data_dir}
     finally:
-        started = (stack._load_state(data_dir).get("components") or {}).values()
+        started = (stack.supervisor._load_state(data_dir).get("components") or {}).values()
         res = subprocess.run([*base, "down", *where], capture_output=True, text=True, timeout=120, check=False)
         assert res.returncode == 0, res.stdout + res.stderr
-        assert not (data_dir / stack.STATE_FILE).exists(), "down leaves no state behind"
-        left = [c["argv"][0] for c in started if stack._ours(c["pid"], c["argv"][0])]
+        assert not (data_dir / stack.supervisor.STATE_FILE).exists(), "down leaves no state behind"
+        left = [c["argv"][0] for c in started if stack.supervisor._ours(c["pid"], c["argv"][0])]
         assert not left, f"still running after down: {left}"
 
 
@@ -203,8 +202,8 @@ def test_the_stall_doctors_documented_logsql_query_finds_exactly_its_stacks(sent
 
 def test_status_reports_every_component_ready(live_stack, tmp_path):
     lines: list[str] = []
-    assert stack.status(live_stack["data_dir"], out=lines.append) == 0, lines
-    assert len(lines) == len(stack.START_ORDER) and all(" ready " in line for line in lines), lines
+    assert stack.supervisor.status(live_stack["data_dir"], out=lines.append) == 0, lines
+    assert len(lines) == len(stack.roles.START_ORDER) and all(" ready " in line for line in lines), lines
     # A data folder where nothing was started.
     lines.clear()
-    assert stack.status(Path(tmp_path), out=lines.append) == 1 and "no stack" in lines[0]
+    assert stack.supervisor.status(Path(tmp_path), out=lines.append) == 1 and "no stack" in lines[0]

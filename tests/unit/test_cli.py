@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import cli, semconv
-from otel_verl.commands.errors import OK, PROBLEM, USAGE
+from otel_verl.exits import OK, PROBLEM, USAGE
 from otel_verl.offline import otlp_files
 
 REPO = Path(__file__).resolve().parents[2]

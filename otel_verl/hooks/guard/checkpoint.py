@@ -37,7 +37,7 @@ from typing import Any
 
 from otel_verl import config, private_api
 from otel_verl._safe import safe, warn_once
-from otel_verl.commands.atomic import write_file
+from otel_verl.atomic import write_file
 from otel_verl.config import settings
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from otel_verl.commands.atomic import write_file
-from otel_verl.commands.errors import USAGE, CommandError, say, warn
+from otel_verl.atomic import write_file
+from otel_verl.exits import USAGE, CommandError, say, warn
 from otel_verl.offline.otlp_files import run_folder, signal_files
 from otel_verl.offline.report.model import NO_POINTS_NOTE, Report, build
 from otel_verl.offline.report.page import render, render_parts

@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from otel_verl.commands.text import MAX_CHARS, printable
+from otel_verl.printable import MAX_CHARS, printable
 
 
 def esc(value: Any, limit: int = MAX_CHARS, newlines: bool = False) -> str:

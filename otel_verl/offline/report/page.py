@@ -13,7 +13,6 @@ from functools import cache
 from importlib import resources
 
 from otel_verl import semconv
-from otel_verl.commands.text import printable
 from otel_verl.offline import generation as gen
 from otel_verl.offline import goodput as gp
 from otel_verl.offline.bounded import THINNED, thin, thinned
@@ -36,6 +35,7 @@ from otel_verl.offline.report.charts import (
 from otel_verl.offline.report.markup import csp_meta, esc, script_json
 from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label, slowest_row
 from otel_verl.offline.run_facts import category_words
+from otel_verl.printable import printable
 from otel_verl.version import __version__
 
 FOLD_ROWS = 50  # longer tables start folded

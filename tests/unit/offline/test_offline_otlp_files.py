@@ -10,7 +10,7 @@ import pytest
 from offline_otlp_json import gauge, span, traj_hist, write_metrics, write_spans
 
 from otel_verl import semconv
-from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
+from otel_verl.exits import PROBLEM, USAGE, CommandError
 from otel_verl.offline import otlp_files
 from otel_verl.offline.otlp_files import (
     Skipped,

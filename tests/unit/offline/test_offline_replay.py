@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otlp_http_receiver import OtlpReceiver
 
 from otel_verl import cli
-from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
+from otel_verl.exits import PROBLEM, USAGE, CommandError
 from otel_verl.offline.http_post import MAX_ANSWER_BYTES
 from otel_verl.offline.otlp_files import SIGNALS, read_metric_points, read_spans
 from otel_verl.offline.replay import MAX_REQUEST_BYTES, parse_headers, replay, signal_url, split_request

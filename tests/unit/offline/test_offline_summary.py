@@ -9,7 +9,7 @@ import pytest
 from offline_otlp_json import gauge, llm_call, span, write_metrics, write_spans
 
 from otel_verl import semconv
-from otel_verl.commands.errors import CommandError
+from otel_verl.exits import CommandError
 from otel_verl.offline.summary import MAX_STEP_COLUMNS, summary
 
 

@@ -11,7 +11,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_verl import cli
-from otel_verl.commands.errors import CommandError
+from otel_verl.exits import CommandError
 from otel_verl.offline.replay_spool import replay_spool
 from otel_verl.spool import store as spool
 

@@ -9,7 +9,7 @@ import pytest
 from offline_otlp_json import gauge, write_metrics
 
 from otel_verl import cli, semconv
-from otel_verl.commands.errors import PROBLEM, USAGE, CommandError
+from otel_verl.exits import PROBLEM, USAGE, CommandError
 from otel_verl.offline.otlp_files import read_metric_points
 from otel_verl.offline.report import report, write_report
 
@@ -74,7 +74,7 @@ def test_a_report_that_fails_leaves_the_previous_one(v1_run, tmp_path, monkeypat
     def no_rename(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("otel_verl.commands.atomic.os.replace", no_rename)
+    monkeypatch.setattr("otel_verl.atomic.os.replace", no_rename)
     with pytest.raises(CommandError, match="cannot write the report to .*: No space left on device"):
         write_report(v1_run, out)
     assert out.read_text() == "previous report" and sorted(p.name for p in out.parent.iterdir()) == ["report.html"]

@@ -16,7 +16,7 @@ import pytest
 from offline_otlp_json import span
 
 from otel_verl import cli, semconv
-from otel_verl.commands.errors import USAGE, CommandError
+from otel_verl.exits import USAGE, CommandError
 from otel_verl.live.jaeger_report import jaeger_report
 from otel_verl.offline.report import build
 

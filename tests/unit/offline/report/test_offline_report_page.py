@@ -13,11 +13,11 @@ from components import require_chromium
 from offline_otlp_json import gauge, llm_call, log_record, span, write_logs, write_metrics, write_spans
 
 from otel_verl import semconv
-from otel_verl.commands.text import MAX_CHARS
 from otel_verl.offline import otlp_files
 from otel_verl.offline.report import build, render
 from otel_verl.offline.report.markup import esc
 from otel_verl.offline.report.page import asset
+from otel_verl.printable import MAX_CHARS
 
 
 def test_rendered_page_is_self_contained_and_shows_the_values(v1_run):

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from otel_verl.commands import atomic
+from otel_verl import atomic
 
 
 @pytest.fixture

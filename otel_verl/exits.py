@@ -3,7 +3,7 @@
 Every command follows one rule (docs/troubleshooting.md, "Exit codes"): its normal output goes to stdout;
 what is wrong goes to stderr as one line ``otel-verl <command>: ...``, never a traceback; and
 the exit code says which case it was. Whatever a command prints goes through ``say``: text from a
-run folder (names, file names) reaches the terminal escaped (``text.printable``).
+run folder (names, file names) reaches the terminal escaped (``printable.printable``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from otel_verl.commands.text import MAX_LINE_CHARS, printable
+from otel_verl.printable import MAX_LINE_CHARS, printable
 
 OK = 0  # done (anything left out was named on stderr)
 PROBLEM = 1  # the command ran and found a problem: nothing readable, a refused request, a doctor check
@@ -27,7 +27,7 @@ class CommandError(Exception):
 
 
 def say(line: str, file: TextIO | None = None, flush: bool = False) -> None:
-    """Print one line (default stdout) as ``text.printable`` shows it: nothing in it reaches the
+    """Print one line (default stdout) as ``printable.printable`` shows it: nothing in it reaches the
     terminal as a control sequence, and it is at most ``MAX_LINE_CHARS`` long."""
     print(printable(line, MAX_LINE_CHARS), file=sys.stdout if file is None else file, flush=flush)
 

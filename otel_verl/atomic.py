@@ -1,9 +1,10 @@
 """Writing an output file so that it is either the old file or the whole new one.
 
-The commands write into folders other people's jobs write too (a run folder on a shared file
-system): a file is written next to its destination under a name nobody else can have taken, then
-renamed over it. A failure halfway (a full disk, an error while rendering) leaves what was there;
-a link planted at the destination is replaced by the file, not followed to where it points.
+The commands and the guard write into folders other people's jobs write too (a run folder on a
+shared file system): a file is written next to its destination under a name nobody else can have
+taken, then renamed over it. A failure halfway (a full disk, an error while rendering) leaves what
+was there; a link planted at the destination is replaced by the file, not followed to where it
+points.
 
 The temporary file is created with mode ``0o666`` through ``os.open``, so the kernel applies the
 process's umask (and a folder's default ACL) exactly as for a file the user created with ``open``:

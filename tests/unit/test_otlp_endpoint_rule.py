@@ -1,10 +1,10 @@
-"""``otel_verl.commands.endpoints``: the OTLP endpoint rule replay and doctor share."""
+"""``otel_verl.endpoints``: the OTLP endpoint rule replay and doctor share."""
 
 from __future__ import annotations
 
 import pytest
 
-from otel_verl.commands.endpoints import (
+from otel_verl.endpoints import (
     GRPC_DEFAULT,
     HTTP_DEFAULT,
     is_http,

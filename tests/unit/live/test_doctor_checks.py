@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from otel_verl import cli, config
-from otel_verl.commands.errors import CommandError
+from otel_verl.exits import CommandError
 from otel_verl.hooks.hookset import Hook
 from otel_verl.live import doctor
 

@@ -1,0 +1,22 @@
+"""What the commands that read a run folder (``summary``, ``report``) share: the option of which
+trajectories may be the slowest, and what the process does before it reads."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+
+
+def add_include_validation(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--include-validation",
+        action="store_true",
+        help="let validation trajectories be the slowest too (default: training trajectories only)",
+    )
+
+
+def before_reading() -> None:
+    """Before a run folder is read: what this process holds so far (its modules) lives as long as
+    it does, so the cyclic collector leaves it out of its scans (``gc.freeze``); else each of the
+    collections that a run's millions of short-lived records set off walks all of it again."""
+    gc.freeze()
