@@ -33,8 +33,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "ops"))
-from opskit import free_ports  # noqa: E402
+from support.opskit import free_ports  # noqa: E402
 
 from otel_verl.live import stack  # noqa: E402
 from otel_verl.semconv import RES_SERIES_IDENTITY  # noqa: E402

@@ -312,8 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stack_up(root: Path) -> tuple[Path | None, int | None]:
-    sys.path.insert(0, str(REPO / "tests" / "ops"))
-    from opskit import COLLECTOR, free_ports, stack_bin_dir
+    from support.opskit import COLLECTOR, free_ports, stack_bin_dir
 
     from otel_verl.live import stack
 

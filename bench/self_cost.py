@@ -97,7 +97,6 @@ LEAN = {
 
 
 def run_variants(rounds: int, steps: int, src: str | None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from conftest import run_instrumented
 
     variants: dict[str, dict[str, str]] = {"this tree, defaults": {}, "this tree, lean": dict(LEAN)}

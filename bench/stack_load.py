@@ -39,8 +39,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(REPO / "tests" / "ops"))  # the load generator, shared with tests/ops/test_stack_load.py
-from stack_loadgen import (  # noqa: E402
+from verl_cpu_harness.stack_load import (  # noqa: E402
     DEMO_DIR,
     MUST_BE_ZERO,
     build_load,
@@ -60,7 +59,6 @@ def template_folder(run_dir: str | None) -> tuple[Path, tempfile.TemporaryDirect
         return Path(run_dir), None
     if signal_files(DEMO_DIR, "traces") and signal_files(DEMO_DIR, "metrics"):
         return DEMO_DIR, None
-    sys.path.insert(1, str(REPO / "tests"))
     from conftest import run_instrumented  # the e2e tests' real instrumented run (verl_cpu_harness)
 
     tmp = tempfile.TemporaryDirectory(prefix="stack-load-run-")

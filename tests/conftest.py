@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from components import require_harness
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.components import require_harness
 
 from otel_verl import VerlInstrumentor, _safe
 from otel_verl.hooks import accounting, compat
@@ -241,7 +241,7 @@ def verl_runs(tmp_path_factory) -> _Runs:
 @pytest.fixture(scope="session")
 def user_code_runs(tmp_path_factory):
     """tests/shared_runs.py's ``UserCodeRuns``: user code and the bootstrap's instrumentations."""
-    from shared_runs import UserCodeRuns
+    from support.shared_runs import UserCodeRuns
 
     require_harness()
     return UserCodeRuns(tmp_path_factory.mktemp("user-code"), run_instrumented)

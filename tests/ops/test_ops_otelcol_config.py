@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from opskit import (
+from support.opskit import (
     BACKENDS_HOW,
     BUILDER_CONFIG,
     COMPOSE_FILE,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from opskit import (
+from support.opskit import (
     PROM_CONFIG,
     dashboard_prom_exprs,
     datasource_prom_exprs,

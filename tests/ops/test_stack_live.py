@@ -31,7 +31,7 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opskit import COLLECTOR, REPO, free_ports, get_json, stack_bin_dir
+from support.opskit import COLLECTOR, REPO, free_ports, get_json, stack_bin_dir
 
 from otel_verl import semconv
 from otel_verl.live import stack

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import components
 import pytest
+from support import components
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from otlp_grpc_receiver import GrpcReceiver
-from otlp_http_receiver import OtlpReceiver
+from support.otlp_grpc_receiver import GrpcReceiver
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import _safe, config, semconv
 from otel_verl.process import exporters, spool, spool_export, spool_send, spool_stats
@@ -684,8 +684,8 @@ TRACED = textwrap.dedent(
     URLLib3Instrumentor().instrument(tracer_provider=provider)
     GrpcInstrumentorClient().instrument(tracer_provider=provider)
     import requests
-    from otlp_grpc_receiver import GrpcReceiver
-    from otlp_http_receiver import OtlpReceiver
+    from support.otlp_grpc_receiver import GrpcReceiver
+    from verl_cpu_harness.otlp_receiver import OtlpReceiver
     from otel_verl import semconv
     from otel_verl.offline.replay_spool import replay_spool
     from otel_verl.process import exporters, spool, spool_stats

@@ -32,13 +32,10 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-if str(Path(__file__).resolve().parents[1]) not in sys.path:  # bench/ scripts import this module outside pytest
-    sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from components import SESSION_START, require  # noqa: E402 - tests/components.py: the missing-component rule
-from components import require_tool as _require_tool  # noqa: E402
-
-from otel_verl.instruments.prometheus import translate  # noqa: E402
-from otel_verl.semconv import metric_name  # noqa: E402
+from otel_verl.instruments.prometheus import translate
+from otel_verl.semconv import metric_name
+from support.components import SESSION_START, require  # tests/components.py: the missing-component rule
+from support.components import require_tool as _require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR = REPO / "collector"

@@ -79,7 +79,7 @@ def require_vllm_cpu() -> str:
     import subprocess
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "vllm_cpu.sh"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "vllm_cpu.sh"
     # Past the deadline there is still time for the check itself (two Pythons read the inputs: a
     # few seconds on a busy machine), not for a build.
     left = max(VLLM_CPU_CHECK_S, SESSION_START + VLLM_CPU_DEADLINE_S - time.monotonic())
