@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import machine, table
 from verl_cpu_harness.otlp_receiver import OtlpReceiver
 

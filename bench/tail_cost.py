@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.micro:
         return micro(ns.rounds, str(Path(ns.before_src).resolve()) if ns.before_src else None)
-    from conftest import run_instrumented
+    from verl_cpu_harness.instrumented import run_instrumented
 
     here = os.environ.get("PYTHONPATH", "")
     variants = {"this tree (decided at the end)": {}}

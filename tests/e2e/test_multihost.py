@@ -67,12 +67,12 @@ from support.opskit import (
     COLLECTOR,
     StackAPI,
     file_log_records,
-    free_ports,
     get_json,
     poll_until,
     run_tool,
     running_stack,
 )
+from verl_cpu_harness.ports import free_ports
 
 from otel_verl import semconv
 from otel_verl.live import stack

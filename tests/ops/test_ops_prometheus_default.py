@@ -42,13 +42,13 @@ from support.opskit import (
     datasource_prom_exprs,
     excused_names,
     excused_reason,
-    free_ports,
     logged_prometheus_names,
     poll_until,
     promql_names,
     rule_exprs,
     stack_bin_dir,
 )
+from verl_cpu_harness.ports import free_ports
 
 from otel_verl import semconv
 from otel_verl.live import stack

@@ -9,8 +9,7 @@ that a CI run can never pass with tests that did not run.
 Skips that are not about a missing component (a GPU-only path on a CPU machine, another Python
 or tool version) stay plain ``pytest.skip``.
 
-Importable as ``components`` from any test: pytest puts ``tests/`` on ``sys.path`` for the root
-``conftest.py``.
+Imported as ``support.components``.
 """
 
 from __future__ import annotations

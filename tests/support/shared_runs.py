@@ -99,7 +99,7 @@ def _endpoints(protocols: dict[str, str], http_url: str, grpc_url: str) -> dict[
 
 
 class UserCodeRuns:
-    """The user-code runs, made on first use (``run_instrumented``: tests/conftest.py's). Each run
+    """The user-code runs, made on first use (``verl_cpu_harness.instrumented.run_instrumented``). Each run
     also has ``received`` / ``received_grpc``: what the local receivers got."""
 
     def __init__(self, root: Path, run_instrumented: Callable[..., Any]) -> None:

@@ -34,7 +34,6 @@ import pytest
 from support.opskit import (
     StackAPI,
     file_collections,
-    free_ports,
     jaeger_spans,
     poll_until,
     prom_collections,
@@ -43,6 +42,7 @@ from support.opskit import (
     spooled_items,
 )
 from support.shared_runs import KILL_AT, KILLED_STEPS, switched_off_run
+from verl_cpu_harness.ports import free_ports
 
 from otel_verl import semconv
 

@@ -1,6 +1,6 @@
 """Spooling OTLP exporters (``otel_verl.process.spool_export``) with the SDK's real OTLP exporters.
 
-The endpoint is an in-process OTLP receiver, HTTP (``tests/otlp_http_receiver.py``) or gRPC (the
+The endpoint is an in-process OTLP receiver, HTTP (``verl_cpu_harness.otlp_receiver``) or gRPC (the
 opentelemetry-proto services on a grpc server), started on a port that refused connections before:
 a Collector that was away and is back. Each pipeline is otel-verl's own (``build_own``: the SDK's
 batch processors, otel-verl's step metric reader, the OTLP exporters of ``OTEL_*``).
