@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.test.test_base import TestBase
 from support.components import require_harness
 
 from otel_verl import VerlInstrumentor, _safe
@@ -77,11 +76,10 @@ class Captured:
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
     monkeypatch.setenv("OTEL_VERL_RUN_ID", "test-run")
-    spans = InMemorySpanExporter()
-    tp = TracerProvider(active_span_processor=TreeBuffer())  # as the pipeline otel-verl builds
-    tp.add_span_processor(SimpleSpanProcessor(spans))
-    reader = InMemoryMetricReader()
-    mp = MeterProvider(metric_readers=[reader])
+    # opentelemetry-test-utils' in-memory pipelines (a SimpleSpanProcessor into an InMemorySpanExporter;
+    # an InMemoryMetricReader), behind otel-verl's own tree buffer as the pipeline otel-verl builds
+    tp, spans = TestBase.create_tracer_provider(active_span_processor=TreeBuffer())
+    mp, reader = TestBase.create_meter_provider()
     instrumentor = VerlInstrumentor()
     accounting.ACCOUNT.reset()  # the roles an earlier test's stages showed are not this process's
     instrumentor.instrument(tracer_provider=tp, meter_provider=mp)
