@@ -19,7 +19,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from tail_cost import MICRO_STEPS, PROMPTS, N
 
@@ -39,12 +38,11 @@ if INSTRUMENTED:
 
     VerlInstrumentor().instrument()
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "hooks" / "rollout"))
 import numpy as np  # noqa: E402
-import rollout_helpers as rh  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register  # noqa: E402
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
+from verl_cpu_harness import agent_loop as rh  # noqa: E402
 
 
 @register("bench_scored_agent")

@@ -25,15 +25,12 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 
 import psutil
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import machine, table  # noqa: E402
+from _util import machine, table
 
 
 class _EncodeOnly:

@@ -21,9 +21,7 @@ import asyncio
 import pickle
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import _tail_micro as tm  # sets the exporters' environment, as the micro benchmark runs
 from _util import machine, table
@@ -32,12 +30,11 @@ from otel_verl import VerlInstrumentor
 
 VerlInstrumentor().instrument()  # before verl's modules load, as in a run
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit" / "hooks" / "rollout"))
 import numpy as np  # noqa: E402
-import rollout_helpers as rh  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register  # noqa: E402
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
+from verl_cpu_harness import agent_loop as rh  # noqa: E402
 
 from otel_verl import _hook_clock  # noqa: E402
 from otel_verl.hooks.rollout import health  # noqa: E402

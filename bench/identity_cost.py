@@ -31,13 +31,12 @@ from pathlib import Path
 import yaml
 from google.protobuf import json_format
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from verl_cpu_harness.ports import free_ports
+
+from otel_verl import stack
+from otel_verl.semconv import RES_SERIES_IDENTITY
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "ops"))
-from opskit import free_ports  # noqa: E402
-
-from otel_verl import stack  # noqa: E402
-from otel_verl.semconv import RES_SERIES_IDENTITY  # noqa: E402
 
 
 def variants(folder: Path) -> dict[str, dict[str, list[dict]]]:

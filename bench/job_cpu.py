@@ -312,19 +312,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stack_up(root: Path) -> tuple[Path | None, int | None]:
-    sys.path.insert(0, str(REPO / "tests" / "ops"))
-    from opskit import COLLECTOR, free_ports, stack_bin_dir
+    from verl_cpu_harness.ports import free_ports
 
     from otel_verl import stack
 
     try:
-        bin_dir = stack_bin_dir()
-    except BaseException as exc:  # noqa: BLE001 - pytest.skip outside pytest: no binaries
+        stack.binaries.find_binaries(None)  # scripts/backends.sh's folder, or PATH
+    except Exception as exc:  # noqa: BLE001 - no binaries: the run goes on without this variant
         print(f"no collector variant: {exc}", file=sys.stderr)
         return None, None
     data_dir = root / "stack"
     ports = free_ports(list(stack.ports.DEFAULT_PORTS))
-    stack.supervisor.up(bin_dir, data_dir, ports, timeout_s=120, config_dir=COLLECTOR, out=lambda _: None)
+    stack.supervisor.up(None, data_dir, ports, timeout_s=120, config_dir=REPO / "collector", out=lambda _: None)
     return data_dir, ports["otlp-grpc"]
 
 

@@ -1,7 +1,7 @@
 """What otel-verl says it costs: ``otel_verl.overhead.cpu_time`` of a run, per process and per step.
 
 Reads a run's metric files (``OTEL_VERL_FILE_DIR`` of an instrumented run with the
-``otlp_json_file`` exporters, e.g. ``tests/conftest.py``'s ``run_instrumented``) and prints, per
+``otlp_json_file`` exporters, e.g. ``verl_cpu_harness.instrumented.run_instrumented``) and prints, per
 process, otel-verl's own CPU per training step next to the process's whole CPU
 (``process.cpu.time``) in the same window, by component; then the run's line from
 ``otel-verl summary``. The window runs from each process's first to its last export inside the
@@ -97,8 +97,7 @@ LEAN = {
 
 
 def run_variants(rounds: int, steps: int, src: str | None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from conftest import run_instrumented
+    from verl_cpu_harness.instrumented import run_instrumented
 
     variants: dict[str, dict[str, str]] = {"this tree, defaults": {}, "this tree, lean": dict(LEAN)}
     if src:

@@ -20,17 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the OTLP/HTTP test receiver
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import machine, table  # noqa: E402
-from otlp_http_receiver import OtlpReceiver  # noqa: E402
+from _util import machine, table
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 MIB = 1024 * 1024
 

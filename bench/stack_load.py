@@ -26,8 +26,9 @@ peak of ``otelcol_process_memory_rss``/``..._heap_alloc_bytes`` sampled every 0.
 
 Usage (repository root): ``.venv/bin/python bench/stack_load.py [--spans 20000] [--ranks 6]
 [--run-dir DIR] [--json]``. Without ``--run-dir`` it takes ``.work/demo/telemetry``
-(``examples/cpu_demo.sh``'s output), else runs a real 2-step instrumented job first (tests/conftest.py's
-``run_instrumented``, 1-2 min). ``tests/ops/test_stack_load.py`` runs the same at test size.
+(``examples/cpu_demo.sh``'s output), else runs a real 2-step instrumented job first
+(``verl_cpu_harness.instrumented.run_instrumented``, 1-2 min). ``tests/ops/test_stack_load.py`` runs the
+same at test size.
 """
 
 from __future__ import annotations
@@ -38,9 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(REPO / "tests" / "ops"))  # the load generator, shared with tests/ops/test_stack_load.py
-from stack_loadgen import (  # noqa: E402
+from verl_cpu_harness.stack_load import (
     DEMO_DIR,
     MUST_BE_ZERO,
     build_load,
@@ -50,8 +49,10 @@ from stack_loadgen import (  # noqa: E402
     running_stack,
 )
 
-from otel_verl import stack  # noqa: E402
-from otel_verl.offline.otlp_files import signal_files  # noqa: E402
+from otel_verl import stack
+from otel_verl.offline.otlp_files import signal_files
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def template_folder(run_dir: str | None) -> tuple[Path, tempfile.TemporaryDirectory | None]:
@@ -60,8 +61,7 @@ def template_folder(run_dir: str | None) -> tuple[Path, tempfile.TemporaryDirect
         return Path(run_dir), None
     if signal_files(DEMO_DIR, "traces") and signal_files(DEMO_DIR, "metrics"):
         return DEMO_DIR, None
-    sys.path.insert(1, str(REPO / "tests"))
-    from conftest import run_instrumented  # the e2e tests' real instrumented run (verl_cpu_harness)
+    from verl_cpu_harness.instrumented import run_instrumented  # the e2e tests' real instrumented run
 
     tmp = tempfile.TemporaryDirectory(prefix="stack-load-run-")
     print("no run given and no .work/demo/telemetry: running a real 2-step v1 GRPO job first", file=sys.stderr)

@@ -163,8 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.micro:
         return micro(ns.rounds, str(Path(ns.before_src).resolve()) if ns.before_src else None)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from conftest import run_instrumented
+    from verl_cpu_harness.instrumented import run_instrumented
 
     here = os.environ.get("PYTHONPATH", "")
     variants = {"this tree (decided at the end)": {}}

@@ -18,7 +18,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 
@@ -63,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
 
     _safe.safe = safe  # type: ignore[assignment]
     sys.argv = [sys.argv[0], "1"]  # _tail_micro.py instruments at import when so
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import _tail_micro
     import tail_cost
 

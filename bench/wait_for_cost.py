@@ -12,16 +12,13 @@ TransferQueue answer, the RPC itself left out), on verl's real ``ReplayBuffer``:
 from __future__ import annotations
 
 import statistics
-import sys
 import uuid
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import interleaved, machine, per_call_ns, table  # noqa: E402
+from _util import interleaved, machine, per_call_ns, table
 
-from otel_verl.hooks import poll_lag, waiting_for  # noqa: E402
-from otel_verl.process.state import PROCESS  # noqa: E402
+from otel_verl.hooks import poll_lag, waiting_for
+from otel_verl.process.state import PROCESS
 
 
 def _answer(in_flight: int, finished: int, n: int = 2) -> dict:

@@ -5,27 +5,26 @@ Around every test, ``warn_once``'s memory is cleared (``_fresh_warn_once``)."""
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from components import require_harness
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.test.test_base import TestBase
+from support.components import require_harness
 
 from otel_verl import VerlInstrumentor, _safe
 from otel_verl.hooks import accounting, compat
-from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
 from otel_verl.process.resource import Identity
 from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.state import PROCESS
+
+if TYPE_CHECKING:
+    from verl_cpu_harness.instrumented import Run
 
 
 @pytest.fixture(autouse=True)
@@ -77,11 +76,10 @@ class Captured:
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
     monkeypatch.setenv("OTEL_VERL_RUN_ID", "test-run")
-    spans = InMemorySpanExporter()
-    tp = TracerProvider(active_span_processor=TreeBuffer())  # as the pipeline otel-verl builds
-    tp.add_span_processor(SimpleSpanProcessor(spans))
-    reader = InMemoryMetricReader()
-    mp = MeterProvider(metric_readers=[reader])
+    # opentelemetry-test-utils' in-memory pipelines (a SimpleSpanProcessor into an InMemorySpanExporter;
+    # an InMemoryMetricReader), behind otel-verl's own tree buffer as the pipeline otel-verl builds
+    tp, spans = TestBase.create_tracer_provider(active_span_processor=TreeBuffer())
+    mp, reader = TestBase.create_meter_provider()
     instrumentor = VerlInstrumentor()
     accounting.ACCOUNT.reset()  # the roles an earlier test's stages showed are not this process's
     instrumentor.instrument(tracer_provider=tp, meter_provider=mp)
@@ -106,93 +104,7 @@ def v0_trainer():
     PROCESS.trainer = None
 
 
-# -- real verl runs on CPU (test-only ``verl_cpu_harness`` plugin), instrumented zero-code ---------
-# Each configuration runs once per session:
-# ``opentelemetry-instrument python -m verl.trainer.main_ppo ...`` as a subprocess, exporting
-# with the OTLP JSON file exporters into its own folder (unless ``env`` says otherwise).
-
-RUN_TIMEOUT_S = 900
-
-
-@dataclass
-class Run:
-    driver: str
-    algo: str
-    returncode: int
-    output: str
-    console: dict[int, dict[str, float]]  # verl's own console log: the ground truth
-    spans: list[SpanRecord]
-    points: list[MetricPoint]
-    telemetry_dir: Path
-    wall_s: float = 0.0  # the whole job, launcher start to exit
-    exit_tail_s: float | None = None  # from verl's last console step line to the job's exit
-
-
-class _LastStepClock:
-    """A text stream for run_verl that notes when verl's console logger printed a step."""
-
-    def __init__(self) -> None:
-        self.last_step: float | None = None
-
-    def write(self, text: str) -> int:
-        if " step:" in text and " - " in text:
-            self.last_step = time.monotonic()
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
-def telemetry_env(folder: Path) -> dict[str, str]:
-    return {
-        "OTEL_TRACES_EXPORTER": "otlp_json_file",
-        "OTEL_METRICS_EXPORTER": "otlp_json_file",
-        "OTEL_LOGS_EXPORTER": "otlp_json_file",  # logs-*.jsonl: python logging and samples
-        "OTEL_VERL_FILE_DIR": str(folder),
-        "OTEL_VERL_SPOOL_DIR": str(folder / "spool"),  # a run's own, not the user's default of the host
-        "OTEL_METRIC_EXPORT_INTERVAL": "600000",  # only step-boundary exports in these runs
-        "OTEL_SERVICE_NAME": "verl-e2e",
-    }
-
-
-def run_instrumented(
-    workdir: Path,
-    driver: str,
-    algo: str,
-    *,
-    env: dict[str, str] | None = None,
-    timeout_s: float | None = None,
-    **kwargs,
-) -> Run:
-    import verl_cpu_harness
-
-    shutil.rmtree(workdir / "telemetry", ignore_errors=True)
-    folder = workdir / "telemetry"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    clock = _LastStepClock()
-    result = verl_cpu_harness.run_verl(
-        workdir,
-        driver=driver,
-        algo=algo,
-        launcher="opentelemetry-instrument",
-        env={**clean, **telemetry_env(folder), **(env or {})},
-        timeout=RUN_TIMEOUT_S if timeout_s is None else timeout_s,
-        stream=clock,
-        **kwargs,
-    )
-    ended = time.monotonic()
-    return Run(
-        driver,
-        algo,
-        result.returncode,
-        result.output,
-        result.metrics,
-        read_spans(folder) if folder.exists() else [],
-        read_metric_points(folder) if folder.exists() else [],
-        folder,
-        result.wall_s,
-        None if clock.last_step is None else ended - clock.last_step,
-    )
+# -- real verl runs on CPU (``verl_cpu_harness.instrumented``), each configuration once per session --
 
 
 def _run_key(kwargs: dict) -> tuple:
@@ -217,6 +129,8 @@ class _Runs:
         self._cache: dict[tuple, Run] = {}
 
     def get(self, driver: str, algo: str, **kwargs) -> Run:
+        from verl_cpu_harness.instrumented import run_instrumented
+
         key = (driver, algo, _run_key(kwargs))
         if key not in self._cache:
             workdir = self.root / f"{driver}-{algo}-{len(self._cache)}"  # Hydra-safe path
@@ -229,6 +143,8 @@ class _Runs:
 def run_verl_instrumented():
     """``run_instrumented``: one real instrumented run in a workdir the test chooses (not cached)."""
     require_harness()
+    from verl_cpu_harness.instrumented import run_instrumented
+
     return run_instrumented
 
 
@@ -240,10 +156,12 @@ def verl_runs(tmp_path_factory) -> _Runs:
 
 @pytest.fixture(scope="session")
 def user_code_runs(tmp_path_factory):
-    """tests/shared_runs.py's ``UserCodeRuns``: user code and the bootstrap's instrumentations."""
-    from shared_runs import UserCodeRuns
+    """``support.shared_runs.UserCodeRuns``: user code and the bootstrap's instrumentations."""
+    from support.shared_runs import UserCodeRuns
 
     require_harness()
+    from verl_cpu_harness.instrumented import run_instrumented
+
     return UserCodeRuns(tmp_path_factory.mktemp("user-code"), run_instrumented)
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components import require_module
+from support.components import require_module
 
 REPO = Path(__file__).resolve().parents[2]
 HOW = "`bash scripts/setup.sh` installs it (the test extra: mkdocs, mkdocs-material)"

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
-from components import require_harness
-from shared_runs import CLUSTER_RANKS, HF_SECRET, WANDB_SECRET
+from support.components import require_harness
+from support.shared_runs import CLUSTER_RANKS, HF_SECRET, WANDB_SECRET
 
 verl_cpu_harness = require_harness()
 from verl_cpu_harness.command import ray_num_cpus  # noqa: E402

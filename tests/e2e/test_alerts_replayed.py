@@ -19,14 +19,11 @@ The run is the shared ``verl_runs.get("v0", "ppo")`` (test_verl_cpu's): no run o
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
-from opskit import require_tool  # noqa: E402
-from promreplay import WHAT_IF, Replay, run_series  # noqa: E402
+from support.opskit import require_tool
+from support.promreplay import WHAT_IF, Replay, run_series
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from shared_runs import STEPS, USER_CODE_PROTOCOLS, USER_REWARD_PATH
+from support.shared_runs import STEPS, USER_CODE_PROTOCOLS, USER_REWARD_PATH
 from verl_cpu_harness import user_telemetry as ut
 
 from otel_verl import semconv

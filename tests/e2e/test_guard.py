@@ -26,17 +26,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import pytest
+from support.opskit import require_tool
+from support.promreplay import Replay, run_series
+from verl_cpu_harness import checkpoint_callback as user_callback
 
 from otel_verl import semconv
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
-from opskit import require_tool  # noqa: E402
-from promreplay import Replay, run_series  # noqa: E402
-from verl_cpu_harness import checkpoint_callback as user_callback  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

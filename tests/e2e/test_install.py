@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from components import require, require_tool
+from support.components import require, require_tool
 
 from otel_verl.package import _instruments
 from otel_verl.version import __version__
@@ -30,8 +30,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 600
-sys.path.insert(1, str(REPO / "tests" / "ops"))  # opskit: where the backends are built, and the wait for them
-from opskit import BACKENDS_HOW, backends_dir, require_backend_build  # noqa: E402
+from support.opskit import BACKENDS_HOW, backends_dir, require_backend_build  # noqa: E402
 
 
 def _run(args: list, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:

@@ -50,15 +50,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from components import require_chromium
-
-from otel_verl import semconv
-from otel_verl.instruments import catalog
-from otel_verl.instruments.prometheus import prometheus_name, translate
-from otel_verl.offline.otlp_files import SpanRecord, read_spans
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the kit's PromQL helpers, the stack
-from opskit import (  # noqa: E402
+from support.components import require_chromium
+from support.opskit import (
     ALERT_STATE,
     FAILURE_ONLY,
     STALL_ONLY,
@@ -77,6 +70,11 @@ from opskit import (  # noqa: E402
     rule_exprs,
     running_stack,
 )
+
+from otel_verl import semconv
+from otel_verl.instruments import catalog
+from otel_verl.instruments.prometheus import prometheus_name, translate
+from otel_verl.offline.otlp_files import SpanRecord, read_spans
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 

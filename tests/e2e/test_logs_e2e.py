@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from shared_runs import SAMPLES_PER_STEP, rollout_dump, tail_run
+from support.opskit import file_log_records
+from support.shared_runs import SAMPLES_PER_STEP, rollout_dump, tail_run
 
 from otel_verl import semconv
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the OTLP JSON log files
-from opskit import file_log_records  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

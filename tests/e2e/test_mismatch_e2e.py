@@ -20,20 +20,16 @@ from __future__ import annotations
 
 import io
 import math
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
-from shared_runs import STEPS, tail_run
+from support.opskit import require_tool
+from support.promreplay import Replay, run_series
+from support.shared_runs import STEPS, tail_run
 
 from otel_verl import semconv
 from otel_verl.offline.summary import summary
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
-from opskit import require_tool  # noqa: E402
-from promreplay import Replay, run_series  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

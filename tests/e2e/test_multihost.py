@@ -60,24 +60,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from components import require, require_harness
-from netns_hosts import Network, missing_tools
 from prometheus_client.parser import text_string_to_metric_families
-
-from otel_verl import semconv, stack
-from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the stack, polling
-from opskit import (  # noqa: E402
+from support.components import require, require_harness
+from support.netns_hosts import Network, missing_tools
+from support.opskit import (
     COLLECTOR,
     StackAPI,
     file_log_records,
-    free_ports,
     get_json,
     poll_until,
     run_tool,
     running_stack,
 )
+from verl_cpu_harness.ports import free_ports
+
+from otel_verl import semconv, stack
+from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_metric_points, read_spans
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 
@@ -106,7 +104,7 @@ def _require_everything() -> Path | None:
     why = missing_tools()
     if why:
         require("network namespaces", f"{why} (the multi-host test makes two hosts with ip netns and unshare)")
-    from opskit import stack_bin_dir
+    from support.opskit import stack_bin_dir
 
     bin_dir = stack_bin_dir()  # waits for a background build; require()s the binaries
     otelcol = stack.binaries.find_binaries(bin_dir, ("otelcol",))["otelcol"]
@@ -367,7 +365,7 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 def _raylet_pids(netns: str) -> list[int]:
-    from netns_hosts import netns_pids
+    from support.netns_hosts import netns_pids
 
     out = []
     for pid in netns_pids(netns):

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from components import require_module
-from otlp_http_receiver import OtlpReceiver
 from support import compat
+from support.components import require_module
 from support.points import step_values
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import semconv
 

@@ -16,8 +16,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from components import require_chromium
-from otlp_http_receiver import OtlpReceiver
+from support.components import require_chromium
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import count_items, iter_lines, signal_files

@@ -10,8 +10,8 @@ import os
 from collections import defaultdict
 
 import pytest
-from shared_runs import CLUSTER_RANKS
 from support.points import latest_count, latest_points
+from support.shared_runs import CLUSTER_RANKS
 
 from otel_verl import semconv
 from otel_verl.instruments import catalog

@@ -32,8 +32,8 @@ import re
 from collections import defaultdict
 
 import pytest
-from shared_runs import STEPS, TAIL_BUDGET, TAIL_SLOW_S, tail_run
 from support.points import latest_count
+from support.shared_runs import STEPS, TAIL_BUDGET, TAIL_SLOW_S, tail_run
 
 from otel_verl import semconv
 from otel_verl.offline.generation import percent

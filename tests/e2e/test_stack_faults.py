@@ -58,15 +58,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from components import require_harness
 from prometheus_client.parser import text_string_to_metric_families
-
-from otel_verl import semconv, stack
-from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
-from otel_verl.spool import exporters as spool_export
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # opskit: the stack, polling, a verl run
-from opskit import (  # noqa: E402
+from support.components import require_harness
+from support.opskit import (
     COLLECTOR,
     StackAPI,
     VerlThread,
@@ -78,6 +72,10 @@ from opskit import (  # noqa: E402
     running_stack,
     spool_files,
 )
+
+from otel_verl import semconv, stack
+from otel_verl.offline.otlp_files import MetricPoint, read_metric_points, read_spans
+from otel_verl.spool import exporters as spool_export
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 

@@ -18,7 +18,7 @@ import importlib.metadata
 from collections import Counter
 
 import pytest
-from shared_runs import STEPS, USER_CODE_PROTOCOLS
+from support.shared_runs import STEPS, USER_CODE_PROTOCOLS
 from verl_cpu_harness import user_telemetry as ut
 
 from otel_verl import semconv

@@ -14,8 +14,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from shared_runs import switched_off_run
 from support import compat
+from support.shared_runs import switched_off_run
 
 from otel_verl import semconv
 from otel_verl.hooks import stages as stages_module

@@ -14,8 +14,8 @@ import os
 import re
 
 import pytest
-from components import require_verl_release
 from support import compat
+from support.components import require_verl_release
 from support.points import step_values
 
 pytestmark = pytest.mark.e2e

@@ -13,20 +13,17 @@ LLM-call spans, whose engine requests vLLM reports as ``llm_request`` spans.
 from __future__ import annotations
 
 import os
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
-from components import require_tool, require_vllm_cpu
 from support import compat
+from support.components import require_tool, require_vllm_cpu
+from support.promreplay import Replay, run_series
 
 from otel_verl import semconv
 from otel_verl.hooks.rollout.llm import server_endpoint
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ops"))  # the kit's rules, replayed on this run
-from promreplay import Replay, run_series  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm_cpu]
 

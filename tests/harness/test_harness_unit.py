@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from components import require_harness
+from support.components import require_harness
 
 verl_cpu_harness = require_harness()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from components import require_harness
+from support.components import require_harness
 
 require_harness()
 from verl_cpu_harness import plugin  # noqa: E402

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 import yaml
-from components import require, require_module, require_tool
-from opskit import COLLECTOR, REPO, run_tool
+from support.components import require, require_module, require_tool
+from support.opskit import COLLECTOR, REPO, run_tool
 from test_ops_otelcol_config import _collector_binary
 
 from otel_verl import config, semconv

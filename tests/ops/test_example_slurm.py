@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from opskit import REPO
+from support.opskit import REPO
 
 SCRIPT = REPO / "examples" / "slurm" / "verl-otel.sbatch"
 STANDINS = Path(__file__).resolve().parent / "slurm_standins"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import yaml
-from opskit import ALERTMANAGER_CONFIG, load_yaml, require_tool, run_tool
+from support.opskit import ALERTMANAGER_CONFIG, load_yaml, require_tool, run_tool
 
 
 def test_amtool_check_config():

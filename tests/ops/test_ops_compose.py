@@ -6,7 +6,7 @@ import re
 from urllib.parse import urlparse
 
 import pytest
-from opskit import COLLECTOR, COMPOSE_FILE, DATASOURCES_FILE, load_otelcol_config, load_yaml
+from support.opskit import COLLECTOR, COMPOSE_FILE, DATASOURCES_FILE, load_otelcol_config, load_yaml
 
 EXPECTED_SERVICES = {"otelcol", "prometheus", "tempo", "loki", "grafana", "alertmanager"}
 

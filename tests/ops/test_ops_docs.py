@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from opskit import COLLECTOR
+from support.opskit import COLLECTOR
 
 from otel_verl.process.exporters import PROMETHEUS_DEFAULT_HOST
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from opskit import COLLECTOR
+from support.opskit import COLLECTOR
 
 FILES = sorted(p for p in COLLECTOR.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".json"))
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 import yaml
-from components import require_module
-from opskit import (
+from support.components import require_module
+from support.opskit import (
     COMPOSE_FILE,
     DASHBOARD_FILES,
     DASHBOARD_PROVIDERS_FILE,

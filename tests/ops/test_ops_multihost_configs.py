@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from opskit import (
+from support.opskit import (
     BUILDER_CONFIG,
     COLLECTOR,
     OTELCOL_AGENT,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from opskit import (
+from support.opskit import (
     DASHBOARD_FILES,
     LABEL_NAMES_FILE,
     METRIC_NAMES_FILE,
@@ -100,7 +100,7 @@ def test_label_names_file_matches_usage():
 
 
 def test_promoted_labels_match_prometheus_config():
-    from opskit import PROM_CONFIG
+    from support.opskit import PROM_CONFIG
 
     promoted = {re.sub(r"[^A-Za-z0-9_]", "_", a) for a in load_yaml(PROM_CONFIG)["otlp"]["promote_resource_attributes"]}
     listed = set(read_name_list(LABEL_NAMES_FILE))
@@ -111,7 +111,7 @@ def test_promoted_labels_match_prometheus_config():
 def test_the_kit_promotes_the_identity_the_points_carry():
     """The kit's promoted resource attributes are the series identity otel-verl puts on every metric
     point (semconv.RES_SERIES_IDENTITY): the labels are the same whichever makes them."""
-    from opskit import PROM_CONFIG
+    from support.opskit import PROM_CONFIG
 
     from otel_verl import semconv
 

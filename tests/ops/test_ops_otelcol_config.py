@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from opskit import (
+from support.opskit import (
     BACKENDS_HOW,
     BUILDER_CONFIG,
     COMPOSE_FILE,
@@ -21,7 +21,6 @@ from opskit import (
     backends_dir,
     compose_otelcol_env,
     expand_env_defaults,
-    free_ports,
     load_otelcol_config,
     load_yaml,
     merge_configs,
@@ -30,6 +29,7 @@ from opskit import (
     require_backend_build,
     run_tool,
 )
+from verl_cpu_harness.ports import free_ports
 
 # Component types of otelcol-contrib 0.159.0 that this kit may use, by
 # kind. From distributions/otelcol-contrib/manifest.yaml in

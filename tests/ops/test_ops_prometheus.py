@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from opskit import (
+from support.opskit import (
     COMPOSE_FILE,
     PROM_CONFIG,
     PROM_DIR,

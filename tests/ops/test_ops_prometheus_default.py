@@ -36,19 +36,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from opskit import (
+from support.opskit import (
     PROM_CONFIG,
     dashboard_prom_exprs,
     datasource_prom_exprs,
     excused_names,
     excused_reason,
-    free_ports,
     logged_prometheus_names,
     poll_until,
     promql_names,
     rule_exprs,
     stack_bin_dir,
 )
+from verl_cpu_harness.ports import free_ports
 
 from otel_verl import semconv, stack
 from otel_verl.offline.http_post import Poster

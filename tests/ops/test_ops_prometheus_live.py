@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from opskit import (
+from support.opskit import (
     HIST_SUFFIXES,
     dashboard_prom_exprs,
     datasource_prom_exprs,

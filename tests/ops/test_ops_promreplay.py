@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import yaml
-from opskit import require_tool
-from promreplay import AS_IT_HAPPENED, NOT_ON_CPU, WHAT_IF, Replay, alert_names, run_series
+from support.opskit import require_tool
+from support.promreplay import AS_IT_HAPPENED, NOT_ON_CPU, WHAT_IF, Replay, alert_names, run_series
 
 
 def _line(t_ns: int, stalled: float, nan: int | None) -> str:

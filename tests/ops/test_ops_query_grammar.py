@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from components import require, require_tool
-from opskit import (
+from support.components import require, require_tool
+from support.opskit import (
     DASHBOARD_FILES,
     TraceLinks,
     dashboard_trace_log_queries,
@@ -46,7 +46,7 @@ from opskit import (
     loki_index_attributes,
     loki_label_name,
 )
-from shared_runs import tail_run
+from support.shared_runs import tail_run
 
 from otel_verl.offline.otlp_files import LogEntry, Skipped, SpanRecord, read_log_records
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from opskit import COLLECTOR, COMPOSE_FILE, load_yaml
+from support.opskit import COLLECTOR, COMPOSE_FILE, load_yaml
 
 from otel_verl import cli, stack
 from otel_verl.exits import PROBLEM, USAGE, CommandError

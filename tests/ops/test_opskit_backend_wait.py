@@ -7,8 +7,8 @@ from __future__ import annotations
 import fcntl
 import time
 
-import opskit
 import pytest
+from support import opskit
 
 
 @pytest.fixture

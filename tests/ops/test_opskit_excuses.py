@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import opskit
 import pytest
+from support import opskit
 
 GPU = "hw_gpu_utilization_ratio"
 NONFINITE = "verl_training_nonfinite_total"

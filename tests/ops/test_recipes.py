@@ -32,8 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from components import require
-from opskit import backends_dir, free_ports, get_json, poll_until, require_backend_build
+from support.components import require
+from support.opskit import backends_dir, get_json, poll_until, require_backend_build
+from verl_cpu_harness.ports import free_ports
 
 from otel_verl import config, semconv
 from otel_verl.process import logs, otlp_headers

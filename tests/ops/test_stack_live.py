@@ -31,7 +31,8 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opskit import COLLECTOR, REPO, free_ports, get_json, stack_bin_dir
+from support.opskit import COLLECTOR, REPO, get_json, stack_bin_dir
+from verl_cpu_harness.ports import free_ports
 
 from otel_verl import semconv, stack
 from otel_verl.process.state import PROCESS

@@ -37,12 +37,12 @@ from typing import Any
 
 import grpc
 import pytest
-import stack_loadgen as stack_load
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
-from opskit import stack_bin_dir
+from support.opskit import stack_bin_dir
+from verl_cpu_harness import stack_load
 
 pytestmark = [pytest.mark.e2e, pytest.mark.live_stack]
 

@@ -112,7 +112,7 @@ def cell(key: str) -> Cell:
 
 
 def check(run: Any, key: str) -> None:
-    """Assert that ``run`` (tests/conftest.py's ``Run``) is the cell ``key`` and that it trained."""
+    """Assert that ``run`` (``verl_cpu_harness.instrumented.Run``) is the cell ``key`` and that it trained."""
     c = cell(key)
     assert run.returncode == 0, run.output[-3000:]
     assert run.driver == c.driver

@@ -1,4 +1,4 @@
-"""Reading a real run's metric points (tests/conftest.py's ``Run``) the way several e2e tests do."""
+"""Reading a real run's metric points (``verl_cpu_harness.instrumented.Run``) the way several e2e tests do."""
 
 from __future__ import annotations
 

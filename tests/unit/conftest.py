@@ -8,11 +8,8 @@ from dataclasses import dataclass
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.test.test_base import TestBase
 
 from otel_verl import VerlInstrumentor, config
 from otel_verl.process.state import PROCESS
@@ -34,16 +31,13 @@ def logged(monkeypatch: pytest.MonkeyPatch) -> Iterator[Logged]:
     for name in ("OTEL_VERL_LOG_LEVEL", "OTEL_VERL_SAMPLES", "OTEL_VERL_SAMPLES_EVERY_N_STEPS"):
         monkeypatch.delenv(name, raising=False)
     config.settings.cache_clear()
-    spans = InMemorySpanExporter()
-    tp = TracerProvider()
-    tp.add_span_processor(SimpleSpanProcessor(spans))
-    logs = InMemoryLogRecordExporter()
+    tp, spans = TestBase.create_tracer_provider()  # opentelemetry-test-utils' in-memory pipelines
+    mp, _ = TestBase.create_meter_provider()
+    logs = InMemoryLogRecordExporter()  # test-utils has no log pipeline: the SDK's own exporter
     lp = LoggerProvider()
     lp.add_log_record_processor(SimpleLogRecordProcessor(logs))
     instrumentor = VerlInstrumentor()
-    instrumentor.instrument(
-        tracer_provider=tp, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]), logger_provider=lp
-    )
+    instrumentor.instrument(tracer_provider=tp, meter_provider=mp, logger_provider=lp)
     try:
         yield Logged(spans, logs, instrumentor)
     finally:

@@ -25,7 +25,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from otlp_http_receiver import OtlpReceiver
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import cli, semconv
 from otel_verl.exits import OK, PROBLEM, USAGE

@@ -1,4 +1,4 @@
-"""``tests/components.py``: a missing component skips a test on a workstation and fails it under CI.
+"""``support.components``: a missing component skips a test on a workstation and fails it under CI.
 
 The rule is checked on itself and on a real call site: the Alertmanager config test run in a
 child pytest whose PATH has no ``amtool``, with and without ``CI=true``."""
@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import components
 import pytest
+from support import components
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -30,20 +30,16 @@ batches go straight there, so these queues do not fill.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-from components import require_harness
+from support.components import require_harness
+from support.opskit import VerlThread
 
 from otel_verl import semconv
 from otel_verl.process.step_reader import MAX_PENDING
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "ops"))  # opskit: a verl run in a thread
-from opskit import VerlThread  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

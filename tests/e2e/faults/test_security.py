@@ -4,7 +4,7 @@
 The run's verl config goes out as one ``verl.config`` attribute on ``verl.init`` with the values of
 secret-looking keys replaced (``otel_verl.redact``); the same rule keeps secret-looking ``OTEL_*``
 variables out of Ray's ``runtime_env``. The rules themselves: tests/unit/test_redact.py,
-test_run_config.py, hooks/test_hooks_ray_launch.py.
+test_run_config.py, hooks/test_ray_launch.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from shared_runs import HF_SECRET, WANDB_SECRET
+from support.shared_runs import HF_SECRET, WANDB_SECRET
 
 from otel_verl import redact, semconv
 

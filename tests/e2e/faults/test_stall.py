@@ -17,19 +17,15 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.opskit import require_tool
+from support.promreplay import Replay, run_series
 
 from otel_verl import semconv
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "ops"))  # the kit's rules, replayed on this run
-from opskit import require_tool  # noqa: E402
-from promreplay import Replay, run_series  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -29,18 +29,11 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from shared_runs import KILL_AT, KILLED_STEPS, switched_off_run
-
-from otel_verl import semconv
-
-sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "ops"))  # opskit: the stack and its queries
-from opskit import (  # noqa: E402
+from support.opskit import (
     StackAPI,
     file_collections,
-    free_ports,
     jaeger_spans,
     poll_until,
     prom_collections,
@@ -48,6 +41,10 @@ from opskit import (  # noqa: E402
     spool_files,
     spooled_items,
 )
+from support.shared_runs import KILL_AT, KILLED_STEPS, switched_off_run
+from verl_cpu_harness.ports import free_ports
+
+from otel_verl import semconv
 
 pytestmark = pytest.mark.e2e
 

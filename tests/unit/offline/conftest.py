@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from offline_otlp_json import gauge, llm_call, span, traj_hist, write_metrics, write_spans
+from support.otlp_json import gauge, llm_call, span, traj_hist, write_metrics, write_spans
 
 from otel_verl import semconv
 

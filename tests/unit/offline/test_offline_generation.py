@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
-from offline_otlp_json import T0, gauge, span, write_metrics, write_spans
+from support.otlp_json import T0, gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline import generation as gen

@@ -8,7 +8,7 @@ import io
 import re
 from pathlib import Path
 
-from offline_otlp_json import T0, _attrs, gauge, span, traj_hist, write_metrics, write_spans
+from support.otlp_json import T0, _attrs, gauge, span, traj_hist, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.goodput import GoodputFold

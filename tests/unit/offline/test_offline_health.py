@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import re
 
-from offline_otlp_json import T0, gauge, log_record, span, write_logs, write_metrics, write_spans
+from support.otlp_json import T0, gauge, log_record, span, write_logs, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.report import build, render

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from offline_otlp_json import (
+from support.otlp_json import (
     _attrs,
     gauge,
     llm_call,

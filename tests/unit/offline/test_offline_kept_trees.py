@@ -6,7 +6,7 @@ trajectory), not from the few trees exported.
 
 from __future__ import annotations
 
-from offline_otlp_json import _attrs, llm_call, span, write_spans
+from support.otlp_json import _attrs, llm_call, span, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.report import model, page

@@ -7,7 +7,7 @@ import math
 import os
 
 import pytest
-from offline_otlp_json import gauge, span, traj_hist, write_metrics, write_spans
+from support.otlp_json import gauge, span, traj_hist, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.exits import PROBLEM, USAGE, CommandError

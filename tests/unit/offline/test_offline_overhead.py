@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from offline_otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
+from support.otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import read_metric_points

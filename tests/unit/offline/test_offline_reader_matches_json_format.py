@@ -21,7 +21,6 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-import otlp_reference as reference
 import pytest
 from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.exporter.otlp.json.common.metrics_encoder import encode_metrics
@@ -35,6 +34,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link, Status, StatusCode
+from support import otlp_reference as reference
 
 from otel_verl.offline import otlp_fields, otlp_files
 from otel_verl.offline.otlp_fields import BadRequest

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_http import ScriptedEndpoint, answer, endless, trickle
 from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
 from opentelemetry.exporter.otlp.json.file.metric_exporter import FileMetricExporter
 from opentelemetry.exporter.otlp.json.file.trace_exporter import FileSpanExporter
@@ -22,7 +21,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from otlp_http_receiver import OtlpReceiver
+from support.hostile_http import ScriptedEndpoint, answer, endless, trickle
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import cli
 from otel_verl.exits import PROBLEM, USAGE, CommandError

@@ -5,7 +5,7 @@ figures are still those of all its spans (the v1 rollout traces joined to it inc
 from __future__ import annotations
 
 import pytest
-from offline_otlp_json import T0, _attrs, gauge, llm_call, span, write_metrics, write_spans
+from support.otlp_json import T0, _attrs, gauge, llm_call, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import Skipped

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from offline_otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
+from support.otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import read_metric_points

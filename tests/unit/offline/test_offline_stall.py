@@ -3,7 +3,7 @@ threads' innermost frames outside the standard library (one rule: ``run_facts.st
 
 from __future__ import annotations
 
-from offline_otlp_json import log_record, write_logs
+from support.otlp_json import log_record, write_logs
 
 from otel_verl import semconv
 from otel_verl.offline.report import build, render

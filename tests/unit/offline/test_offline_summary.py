@@ -6,7 +6,7 @@ import io
 import os
 
 import pytest
-from offline_otlp_json import gauge, llm_call, span, write_metrics, write_spans
+from support.otlp_json import gauge, llm_call, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.exits import CommandError

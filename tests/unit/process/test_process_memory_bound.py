@@ -1,7 +1,7 @@
 """Memory stays flat with the endpoint down: every queue between training and export is bounded.
 
-A short version of ``bench/soak_memory.py`` (its ``--child dead`` case, in a subprocess for a
-clean RSS): 1500 synthetic steps through verl's own ``marked_timer`` and ``Tracking.log`` with
+A short version of ``bench/soak_memory.py`` (its ``dead`` case of ``verl_cpu_harness.soak``, in a
+subprocess for a clean RSS): 1500 synthetic steps through verl's own ``marked_timer`` and ``Tracking.log`` with
 otel-verl active and OTLP/gRPC exporters to a port that refuses connections. Per step: 14 spans
 (step, 10 stages, 3 worker-group calls), 100 logged keys, one step-boundary metric batch.
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+from verl_cpu_harness import soak
+
 STEPS = 1500
 WARM_UP = 500
 EVERY = 250
@@ -29,16 +29,11 @@ BOUND_MIB = 16.0
 
 
 def test_rss_and_queues_stay_bounded_with_the_endpoint_down(tmp_path):
-    sys.path.insert(0, str(BENCH))
-    try:
-        import soak_memory
-    finally:
-        sys.path.remove(str(BENCH))
     from otel_verl.process.step_reader import MAX_PENDING
 
-    cmd = [sys.executable, str(BENCH / "soak_memory.py"), "--child", "dead"]
+    cmd = [sys.executable, "-m", "verl_cpu_harness.soak", "dead"]
     cmd += ["--steps", str(STEPS), "--every", str(EVERY)]
-    proc = subprocess.run(cmd, env=soak_memory._env("dead", str(tmp_path)), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, env=soak.env("dead", str(tmp_path)), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     samples = {s["step"]: s for s in map(json.loads, filter(None, proc.stdout.splitlines()))}
     assert set(samples) >= {1, WARM_UP, STEPS}

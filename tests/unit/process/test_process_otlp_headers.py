@@ -7,7 +7,7 @@ import os
 import socket
 
 import pytest
-from otlp_http_receiver import OtlpReceiver
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import config, semconv
 from otel_verl.process import otlp_headers

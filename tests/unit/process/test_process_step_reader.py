@@ -47,7 +47,7 @@ def test_the_temporality_preference_of_the_environment_reaches_the_wire(monkeypa
     and histograms as DELTA, each step's increment alone (a collection with nothing new sends no
     point); ``cumulative`` (the default) the running sums."""
     from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
-    from otlp_grpc_receiver import GrpcReceiver
+    from support.otlp_grpc_receiver import GrpcReceiver
 
     from otel_verl import config, semconv
     from otel_verl.process.resource import Identity

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import cli
 from otel_verl.exits import CommandError
 from otel_verl.offline.replay_spool import replay_spool
 from otel_verl.spool import store as spool
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the OTLP receiver
-from otlp_http_receiver import OtlpReceiver  # noqa: E402
 
 
 def _spans(*ids: int) -> bytes:

@@ -1,6 +1,6 @@
 """Spooling OTLP exporters (``otel_verl.spool.exporters``) with the SDK's real OTLP exporters.
 
-The endpoint is an in-process OTLP receiver, HTTP (``tests/otlp_http_receiver.py``) or gRPC (the
+The endpoint is an in-process OTLP receiver, HTTP (``verl_cpu_harness.otlp_receiver``) or gRPC (the
 opentelemetry-proto services on a grpc server), started on a port that refused connections before:
 a Collector that was away and is back. Each pipeline is otel-verl's own (``build_own``: the SDK's
 batch processors, otel-verl's step metric reader, the OTLP exporters of ``OTEL_*``).
@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from otlp_grpc_receiver import GrpcReceiver
-from otlp_http_receiver import OtlpReceiver
+from support.otlp_grpc_receiver import GrpcReceiver
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import _safe, config, semconv
 from otel_verl.process import exporters
@@ -688,8 +688,8 @@ TRACED = textwrap.dedent(
     URLLib3Instrumentor().instrument(tracer_provider=provider)
     GrpcInstrumentorClient().instrument(tracer_provider=provider)
     import requests
-    from otlp_grpc_receiver import GrpcReceiver
-    from otlp_http_receiver import OtlpReceiver
+    from support.otlp_grpc_receiver import GrpcReceiver
+    from verl_cpu_harness.otlp_receiver import OtlpReceiver
     from otel_verl import semconv
     from otel_verl.offline.replay_spool import replay_spool
     from otel_verl.process import exporters

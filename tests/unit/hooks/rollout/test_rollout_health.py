@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from rollout_helpers import CONFIG, EchoAgentLoop, by_name, make_batch, make_worker
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
+from verl_cpu_harness.agent_loop import CONFIG, EchoAgentLoop, by_name, make_batch, make_worker
 
 from otel_verl import semconv
 from otel_verl.hooks.rollout import health

@@ -21,10 +21,19 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from opentelemetry import trace
-from rollout_helpers import EchoAgentLoop, FakeBalancer, _Remote, by_name, hist, llm_calls, make_batch, make_worker
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.workers.rollout.replica import TokenOutput
+from verl_cpu_harness.agent_loop import (
+    EchoAgentLoop,
+    FakeBalancer,
+    _Remote,
+    by_name,
+    hist,
+    llm_calls,
+    make_batch,
+    make_worker,
+)
 
 from otel_verl import semconv
 from otel_verl.config import settings

@@ -9,7 +9,16 @@ import asyncio
 
 import pytest
 from opentelemetry import trace
-from rollout_helpers import PROMPT, FakeBalancer, FakeServer, by_name, hist, llm_calls, make_batch, make_worker
+from verl_cpu_harness.agent_loop import (
+    PROMPT,
+    FakeBalancer,
+    FakeServer,
+    by_name,
+    hist,
+    llm_calls,
+    make_batch,
+    make_worker,
+)
 
 from otel_verl import semconv
 from otel_verl.hooks.rollout import engine_context

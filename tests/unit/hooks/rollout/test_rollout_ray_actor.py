@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import wrapt
-from rollout_helpers import StubbedWorker, by_name, hist, make_batch, make_worker
+from verl_cpu_harness.agent_loop import StubbedWorker, by_name, hist, make_batch, make_worker
 
 from otel_verl import semconv
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from rollout_helpers import by_name, hist, llm_calls, make_batch, make_worker
+from verl_cpu_harness.agent_loop import by_name, hist, llm_calls, make_batch, make_worker
 
 from otel_verl import semconv
 from otel_verl.config import settings

@@ -10,9 +10,9 @@ import asyncio
 import numpy as np
 import pytest
 from opentelemetry import trace
-from rollout_helpers import EchoAgentLoop, by_name, hist, make_batch, make_worker
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, register
 from verl.workers.rollout.llm_server import LLMServerClient
+from verl_cpu_harness.agent_loop import EchoAgentLoop, by_name, hist, make_batch, make_worker
 
 from otel_verl import propagation, semconv
 from otel_verl.process.state import PROCESS

@@ -6,7 +6,7 @@ import io
 import os
 
 import pytest
-from offline_otlp_json import gauge, write_metrics
+from support.otlp_json import gauge, write_metrics
 
 from otel_verl import cli, semconv
 from otel_verl.exits import PROBLEM, USAGE, CommandError

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from offline_otlp_json import span
+from support.otlp_json import span
 
 from otel_verl import cli, semconv
 from otel_verl.exits import USAGE, CommandError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from offline_otlp_json import span, write_spans
+from support.otlp_json import span, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import MetricPoint

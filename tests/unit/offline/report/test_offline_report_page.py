@@ -9,8 +9,8 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
-from components import require_chromium
-from offline_otlp_json import gauge, llm_call, log_record, span, write_logs, write_metrics, write_spans
+from support.components import require_chromium
+from support.otlp_json import gauge, llm_call, log_record, span, write_logs, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline import otlp_files

@@ -1,5 +1,5 @@
 """What the v1 wait waits for (``otel_verl.hooks.waiting_for``), on verl's real ``ReplayBuffer``:
-its ``sample`` through an in-memory TransferQueue (as in ``test_hooks_poll_lag``), or an object made
+its ``sample`` through an in-memory TransferQueue (as in ``test_poll_lag``), or an object made
 with ``ReplayBuffer.__new__`` whose status sets are filled by hand and whose own
 ``_wait_for_next_poll`` (hooked) is called; a fake clock stands in for the poll sleeps."""
 

@@ -36,13 +36,13 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-from opskit import free_ports
 
 from otel_verl import stack
 from otel_verl.offline.otlp_files import iter_lines, signal_files
 from otel_verl.semconv import RES_SERIES_IDENTITY
+from verl_cpu_harness.ports import free_ports
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 OTELCOL_CONFIG = REPO / "collector" / "otelcol-config.yaml"
 DEMO_DIR = REPO / ".work" / "demo" / "telemetry"

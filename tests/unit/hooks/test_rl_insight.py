@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from components import require_module
 from opentelemetry import trace
-from otlp_http_receiver import OtlpReceiver
+from support.components import require_module
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import config
 from otel_verl.hooks import ray_launch, rl_insight

@@ -9,8 +9,7 @@ that a CI run can never pass with tests that did not run.
 Skips that are not about a missing component (a GPU-only path on a CPU machine, another Python
 or tool version) stay plain ``pytest.skip``.
 
-Importable as ``components`` from any test: pytest puts ``tests/`` on ``sys.path`` for the root
-``conftest.py``.
+Imported as ``support.components``.
 """
 
 from __future__ import annotations
@@ -79,7 +78,7 @@ def require_vllm_cpu() -> str:
     import subprocess
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "vllm_cpu.sh"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "vllm_cpu.sh"
     # Past the deadline there is still time for the check itself (two Pythons read the inputs: a
     # few seconds on a busy machine), not for a build.
     left = max(VLLM_CPU_CHECK_S, SESSION_START + VLLM_CPU_DEADLINE_S - time.monotonic())

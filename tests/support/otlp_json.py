@@ -1,5 +1,5 @@
 """Small OTLP JSON-lines files as the ``otlp_json_file`` exporters write them, built by hand
-(the tests of ``otel_verl.offline``; ``conftest.py`` puts this folder on ``sys.path``)."""
+(the tests of ``otel_verl.offline``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Shared helpers for the ops-kit tests (collector/ folder).
 
-Imported by the test modules as `opskit` (conftest.py puts this folder on
-sys.path, so it works with any pytest import mode).
+Imported as ``support.opskit``.
 
 Nothing here talks to the network but the live-stack helpers (`get_json`,
 `StackAPI`, `running_stack`), which the e2e tests use too. External tools (promtool, amtool,
@@ -14,9 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import random
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -31,14 +28,12 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
+from verl_cpu_harness.ports import free_ports
 
-if str(Path(__file__).resolve().parents[1]) not in sys.path:  # bench/ scripts import this module outside pytest
-    sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from components import SESSION_START, require  # noqa: E402 - tests/components.py: the missing-component rule
-from components import require_tool as _require_tool  # noqa: E402
-
-from otel_verl.instruments.prometheus import translate  # noqa: E402
-from otel_verl.semconv import metric_name  # noqa: E402
+from otel_verl.instruments.prometheus import translate
+from otel_verl.semconv import metric_name
+from support.components import SESSION_START, require  # the missing-component rule
+from support.components import require_tool as _require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR = REPO / "collector"
@@ -479,24 +474,6 @@ def get_json(url: str, json_lines: bool = False, timeout: float = 30) -> Any:
     return json.loads(body)
 
 
-def free_ports(names: list[str]) -> dict[str, int]:
-    """Free ports below the kernel's ephemeral range (32768+ on Linux), so that no outgoing
-    connection of an already started component takes one before its owner binds it."""
-    rng = random.Random()
-    ports: dict[str, int] = {}
-    while len(ports) < len(names):
-        port = rng.randrange(20000, 32000)
-        if port in ports.values():
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        ports[names[len(ports)]] = port
-    return ports
-
-
 # --------------------------------------------------------------------------
 # The excuse rule of the live tests (a kit query on a real run's series): which metric names a
 # run may lack, and why. Each name on its own, never a whole query: a query that also reads names
@@ -669,7 +646,7 @@ def stack_bin_dir() -> Path | None:
 
 # --------------------------------------------------------------------------
 # The live stack and real verl runs in the e2e tests (tests/e2e: test_live_stack, test_stack_faults,
-# faults/test_collector_restart), which put this folder on sys.path themselves.
+# faults/test_collector_restart).
 
 _POLL_RETRY_ON: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError)
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from components import require
+from support.components import require
 
 STEPS = 2
 CLUSTER_RANKS = 2  # cluster_run's data-parallel ranks (tests/e2e/conftest.py)
@@ -99,7 +99,7 @@ def _endpoints(protocols: dict[str, str], http_url: str, grpc_url: str) -> dict[
 
 
 class UserCodeRuns:
-    """The user-code runs, made on first use (``run_instrumented``: tests/conftest.py's). Each run
+    """The user-code runs, made on first use (``verl_cpu_harness.instrumented.run_instrumented``). Each run
     also has ``received`` / ``received_grpc``: what the local receivers got."""
 
     def __init__(self, root: Path, run_instrumented: Callable[..., Any]) -> None:
@@ -113,10 +113,11 @@ class UserCodeRuns:
         return self._runs[driver]
 
     def _make(self, driver: str) -> Any:
-        from otlp_grpc_receiver import GrpcReceiver
-        from otlp_http_receiver import OtlpReceiver
         from verl_cpu_harness import bootstrap_site
         from verl_cpu_harness import user_telemetry as ut
+        from verl_cpu_harness.otlp_receiver import OtlpReceiver
+
+        from support.otlp_grpc_receiver import GrpcReceiver
 
         try:
             site, requirements = bootstrap_site.build()

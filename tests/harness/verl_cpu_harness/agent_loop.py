@@ -1,7 +1,7 @@
 """Shared stand-ins of the rollout tests: verl's real agent-loop worker and LLM client, with only
 the Ray boundary (load balancer and server handles) and the agent loop itself (a registered test
-agent, ``otel_test_agent``) replaced. Imported by name (pytest's prepend mode puts this folder on
-``sys.path``).
+agent, ``otel_test_agent``) replaced. Used by the rollout hooks' unit tests and by the rollout
+micro-benchmarks in ``bench/``.
 """
 
 from __future__ import annotations

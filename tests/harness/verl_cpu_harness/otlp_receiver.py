@@ -1,4 +1,5 @@
-"""A minimal OTLP/HTTP receiver for tests: records every POST (path, lower-cased headers, body as OTLP JSON).
+"""A minimal OTLP/HTTP receiver for tests and benchmarks: records every POST (path, lower-cased headers,
+body as OTLP JSON).
 
 Bodies in OTLP/HTTP's protobuf encoding (what the SDK's exporters send) are decoded with the
 opentelemetry-proto messages into the OTLP JSON shape (hex ids), so both encodings read alike."""
