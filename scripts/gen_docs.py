@@ -124,6 +124,7 @@ def gpu_metrics_page() -> str:
 
 
 def metrics_page(only: Callable[[object], bool] | None = None) -> str:
+    from otel_verl import telemetry_catalog as t
     from otel_verl.instruments import catalog
     from otel_verl.instruments.prometheus import prometheus_name
 
@@ -143,12 +144,15 @@ def metrics_page(only: Callable[[object], bool] | None = None) -> str:
             f"`{spec.unit}`" if spec.unit else "",
             _code(spec.attributes),
             prom(spec),
-            spec.source,
+            t.SOURCES[spec],
         )
         for spec in (catalog.LOGGED_VALUE, *catalog.ALL, *catalog.ENGINE)
         if only is None or only(spec)
     ]
-    head = HEAD.format(source="otel_verl/instruments/catalog.py and otel_verl/instruments/prometheus.py")
+    head = HEAD.format(
+        source="otel_verl/instruments/catalog.py, otel_verl/telemetry_catalog.py (SOURCES) and "
+        "otel_verl/instruments/prometheus.py"
+    )
     return head + _table(("Instrument", "Kind", "Unit", "Attributes", "In Prometheus 3", "Source"), rows)
 
 

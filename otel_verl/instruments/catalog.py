@@ -2,8 +2,9 @@
 
 The one definition. ``Instruments`` (``otel_verl.instruments``) builds them on a process's meter,
 ``prometheus.prometheus_name`` derives the series names the ``collector/`` kit queries, and
-the reference page (``docs/reference.md``, by ``scripts/gen_docs.py``) is written from this list.
-Names themselves are constants in ``otel_verl.semconv``.
+the metrics page (``docs/generated/metrics.md``, by ``scripts/gen_docs.py``) is written from this
+list, with where each value comes from (``otel_verl.telemetry_catalog.SOURCES``: documentation
+text, kept off the runtime path). Names themselves are constants in ``otel_verl.semconv``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ class InstrumentSpec:
     description: str  # the instrument's own (what a backend shows)
     buckets: tuple[float, ...] | None = None
     attributes: tuple[str, ...] = ()  # its points' attributes, besides the resource's
-    source: str = ""  # where the value comes from, for the reference page
 
 
 # ---------------------------------------------------------------- training (TaskRunner, Tracking.log)
@@ -68,21 +68,18 @@ TRAINING_STEP = InstrumentSpec(
     GAUGE,
     "{step}",
     "Global step just finished",
-    source="verl's global step, exported with the step's other values (the offline tools read the step from it).",
 )
 TRAINING_STEPS = InstrumentSpec(
     semconv.M_TRAINING_STEPS,
     COUNTER,
     "{step}",
     "Training steps completed",
-    source="Steps completed (TaskRunner).",
 )
 LAST_STEP_TIMESTAMP = InstrumentSpec(
     semconv.M_LAST_STEP_TIMESTAMP,
     GAUGE,
     "s",
     "Unix time the last training step ended (heartbeat)",
-    source="Unix time the last step ended: the heartbeat of the training-stalled alerts.",
 )
 STAGE_DURATION = InstrumentSpec(
     semconv.M_STAGE_DURATION,
@@ -91,10 +88,6 @@ STAGE_DURATION = InstrumentSpec(
     "Duration of each stage verl times",
     DURATION_BUCKETS,
     attributes=(semconv.ATTR_STAGE,),
-    source=(
-        "Every timed stage, once per step: verl's own `timing_s/<stage>`. The agent loop's per-sample figures v0 logs "
-        "under the same prefix (`timing_s/agent_loop/*`) are not stages and stay generic gauges."
-    ),
 )
 # No unit: Prometheus 3 would name a unit-"1" gauge ``..._ratio``, and neither is a ratio.
 KL = InstrumentSpec(
@@ -103,7 +96,6 @@ KL = InstrumentSpec(
     "",
     "KL divergence as logged by verl",
     attributes=(semconv.ATTR_KL_SOURCE,),
-    source="`actor/kl_loss`, `actor/ppo_kl`, `actor/reward_kl_penalty`.",
 )
 REWARD = InstrumentSpec(
     semconv.M_REWARD,
@@ -111,14 +103,12 @@ REWARD = InstrumentSpec(
     "",
     "Mean sequence reward of the batch",
     attributes=(semconv.ATTR_REWARD_SOURCE,),
-    source="`critic/score/mean` (before the KL penalty), `critic/rewards/mean` (after).",
 )
 THROUGHPUT = InstrumentSpec(
     semconv.M_THROUGHPUT,
     GAUGE,
     "{token}/s",
     "Tokens per second per GPU (perf/throughput)",
-    source="`perf/throughput` (tokens/s per GPU).",
 )
 # Rollout/training mismatch and staleness: verl's own values, never recomputed.
 ROLLOUT_PROBS_DIFF = InstrumentSpec(
@@ -127,20 +117,12 @@ ROLLOUT_PROBS_DIFF = InstrumentSpec(
     "",
     "Absolute difference of the rollout's and the trainer's token probabilities over the batch (verl.stat)",
     attributes=(semconv.ATTR_STAT,),
-    source=(
-        "`training/rollout_probs_diff_{mean,max,std}`: verl's |p_trainer - p_rollout| over the batch's response "
-        "tokens (probabilities, not log-probs), `verl.stat` = `mean`, `max`, `std`."
-    ),
 )
 ROLLOUT_PROBS_CORRELATION = InstrumentSpec(
     semconv.M_ROLLOUT_PROBS_CORRELATION,
     GAUGE,
     "",
     "Pearson correlation of the rollout's and the trainer's token probabilities over the batch",
-    source=(
-        "`training/rollout_actor_probs_pearson_corr`: near 1 while the rollout engine samples from the policy the "
-        "trainer trains (a broken weight sync or diverging numerics pull it down)."
-    ),
 )
 ROLLOUT_MISMATCH = InstrumentSpec(
     semconv.M_ROLLOUT_MISMATCH,
@@ -148,12 +130,6 @@ ROLLOUT_MISMATCH = InstrumentSpec(
     "",
     "Rollout policy against the trained policy over the batch, by verl.mismatch.measure (verl's rollout_corr/*)",
     attributes=(semconv.ATTR_MISMATCH_MEASURE,),
-    source=(
-        "`rollout_corr/<measure>` (`actor/rollout_corr/<measure>` in bypass mode), `verl.mismatch.measure` = "
-        + ", ".join(f"`{m}`" for m in semconv.MISMATCH_MEASURES)
-        + ": KL(rollout || trainer) and its k3 estimate, the mean absolute log-perplexity difference, "
-        "token and sequence chi-squared."
-    ),
 )
 OFF_POLICY_STALENESS = InstrumentSpec(
     semconv.M_OFF_POLICY_STALENESS,
@@ -161,11 +137,6 @@ OFF_POLICY_STALENESS = InstrumentSpec(
     "{version}",
     "Model versions the trained trajectories lag behind the policy (verl.staleness.bound, verl.stat)",
     attributes=(semconv.ATTR_STALENESS_BOUND, semconv.ATTR_STAT),
-    source=(
-        "v1 driver: `training/off_policy/trajectory_staleness/{mean,max,min}` (`verl.staleness.bound` = `lower`: "
-        "from the newest weights a trajectory used) and `.../trajectory_staleness_worst/*` (`worst`: from the "
-        "oldest); 0 in synchronous training."
-    ),
 )
 NONFINITE = InstrumentSpec(
     semconv.M_NONFINITE,
@@ -173,20 +144,12 @@ NONFINITE = InstrumentSpec(
     "{value}",
     "NaN or inf values verl logged",
     attributes=(semconv.ATTR_METRIC_KEY,),
-    source=(
-        "NaN/inf values verl logged: the SDK refuses non-finite measurements, so such a value leaves its gauge at the "
-        "last finite value and is counted here."
-    ),
 )
 TRAINING_STALLED = InstrumentSpec(
     semconv.M_TRAINING_STALLED,
     GAUGE,
     "",
     "1 while no training step has finished for OTEL_VERL_STALL_AFTER",
-    source=(
-        "1 while no training step has finished for `OTEL_VERL_STALL_AFTER`, 0 after it resumed ([Stall "
-        "doctor](stall-doctor.md))."
-    ),
 )
 GUARD_TRIGGERED = InstrumentSpec(
     semconv.M_GUARD_TRIGGERED,
@@ -194,7 +157,6 @@ GUARD_TRIGGERED = InstrumentSpec(
     "{firing}",
     "Guard rules that fired (attributes verl.guard.rule, verl.guard.action)",
     attributes=(semconv.ATTR_GUARD_RULE, semconv.ATTR_GUARD_ACTION),
-    source="Guard rules that fired, with the action each got (TaskRunner; [Guard](guard.md)).",
 )
 STEP_TIME = InstrumentSpec(
     semconv.M_STEP_TIME,
@@ -202,32 +164,18 @@ STEP_TIME = InstrumentSpec(
     "s",
     "Seconds of the last step by verl.time.category (they add up to the step)",
     attributes=(semconv.ATTR_TIME_CATEGORY,),
-    source=(
-        "Where the last step's time went (TaskRunner, from its stage and `verl.wait` spans: "
-        "`otel_verl/hooks/accounting.py`); the categories add up to the step; the same figures are the "
-        "`verl.time.<category>` attributes of `verl.step` ([Where the time goes](time.md))."
-    ),
 )
 TRAINER_IDLE_RATIO = InstrumentSpec(
     semconv.M_TRAINER_IDLE_RATIO,
     GAUGE,
     "1",
     "Share of the last step the trainer waited for rollouts",
-    source=(
-        "(`waiting` + `poll_lag`) / step time: the share of the last step the trainer waited for rollouts "
-        "(v1's replay buffer)."
-    ),
 )
 TRAINER_POLL_LAG = InstrumentSpec(
     semconv.M_TRAINER_POLL_LAG,
     GAUGE,
     "s",
     "Seconds of the last step the trainer waited after its rollouts were done (v1 replay buffer poll)",
-    source=(
-        "v1: seconds of the last step the trainer kept waiting after the rollouts it trains on were all done, "
-        "until the replay buffer polled TransferQueue again (every 2 s: `otel_verl/hooks/poll_lag.py`; "
-        "[Where the time goes](time.md))."
-    ),
 )
 POOL_TIME = InstrumentSpec(
     semconv.M_POOL_TIME,
@@ -235,11 +183,6 @@ POOL_TIME = InstrumentSpec(
     "s",
     "Seconds of the last step per pool role (verl.pool.role) busy, waiting or idle (verl.pool.state)",
     attributes=(semconv.ATTR_POOL_ROLE, semconv.ATTR_POOL_STATE),
-    source=(
-        "The last step per pool role (TaskRunner): busy = the stages that hold the role, waiting = the trainer roles' "
-        "wait for rollouts, idle = the rest; they add up to the step for each role; `ref`/`critic`/`reward` appear once"
-        " a stage of theirs ran; the same figures are `verl.pool.<role>.<state>` attributes of `verl.step`."
-    ),
 )
 GOODPUT_TIME = InstrumentSpec(
     semconv.M_GOODPUT_TIME,
@@ -247,33 +190,18 @@ GOODPUT_TIME = InstrumentSpec(
     "s",
     "Seconds of training steps per role (verl.goodput.role) in each goodput bucket (verl.goodput.bucket)",
     attributes=(semconv.ATTR_GOODPUT_ROLE, semconv.ATTR_GOODPUT_BUCKET),
-    source=(
-        "Each step's seconds, per role (`trainer`, `rollout`), as `productive`, `overhead`, `idle` or `wasted` "
-        "(TaskRunner, from the step's `verl.step.time` categories and verl's own counts of the step's dropped "
-        "groups and aborted samples: `otel_verl/hooks/goodput.py`); the four add up to the step for each role "
-        "([Where the time goes](time.md#goodput-by-role))."
-    ),
 )
 GOODPUT_DROPPED_GROUPS = InstrumentSpec(
     semconv.M_GOODPUT_DROPPED_GROUPS,
     COUNTER,
     "{group}",
     "Prompt groups generated and not trained on (verl's filtered, discarded and evicted groups)",
-    source=(
-        "The sum of the step's " + ", ".join(f"`{k}`" for k in semconv.DROPPED_GROUP_KEYS) + " (verl's v1 replay "
-        "buffer logs them only in the steps that had some), added at each step (TaskRunner)."
-    ),
 )
 ROLLOUT_IDLE_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_IDLE_RATIO,
     GAUGE,
     "1",
     "Share of the last step the trainer did not hold the rollout replicas",
-    source=(
-        "The rollout role's idle / step time: the share of the last step the trainer did not hold the rollout replicas "
-        "(`gen`, `update_weights`, `testing`). On the sync drivers the replicas' own idle share "
-        "(`otel_verl/offline/pools.py`) is at least this; v1 `colocate_async`'s replicas also generate during training."
-    ),
 )
 # One gauge per numeric key verl logs, named by ``semconv.metric_name(key)``.
 LOGGED_VALUE = InstrumentSpec(
@@ -281,11 +209,6 @@ LOGGED_VALUE = InstrumentSpec(
     GAUGE,
     "",
     "verl logged key {key!r}",
-    source=(
-        "Every numeric key verl logs (`Tracking.log`): `/` becomes `.`, other characters outside `[A-Za-z0-9_.-]` "
-        "become `_` (`actor/kl_loss` -> `verl.actor.kl_loss`, `val-core/gsm8k/reward/mean@4` -> "
-        "`verl.val-core.gsm8k.reward.mean_4`)."
-    ),
 )
 
 # ---------------------------------------------------------------- rollout (agent-loop workers)
@@ -296,7 +219,6 @@ TRAJECTORY_DURATION = InstrumentSpec(
     "Duration of one rollout trajectory (agent loop incl. reward)",
     DURATION_BUCKETS,
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME, semconv.ATTR_ROLLOUT_STATUS),
-    source="Every trajectory (agent-loop workers), sampled for spans or not.",
 )
 LLM_CALL_DURATION = InstrumentSpec(
     semconv.M_ROLLOUT_LLM_CALL_DURATION,
@@ -305,7 +227,6 @@ LLM_CALL_DURATION = InstrumentSpec(
     "Duration of one LLM server generate call",
     DURATION_BUCKETS,
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.ATTR_ROLLOUT_STATUS),
-    source="Every engine call (agent-loop workers).",
 )
 # The GenAI conventions' client metrics, from the same emission point as LLM_CALL_DURATION. Both are kept:
 # this pair is what GenAI-aware backends and dashboards read (by model and provider); the verl.rollout
@@ -325,12 +246,6 @@ GEN_AI_CLIENT_OPERATION_DURATION = InstrumentSpec(
         semconv.GEN_AI_REQUEST_MODEL,
         semconv.ATTR_ERROR_TYPE,
     ),
-    source=(
-        "Every engine call (agent-loop workers), training and validation, by the GenAI conventions "
-        "([gen-ai-metrics](https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/)): the same "
-        "seconds as `verl.rollout.llm_call.duration`, with the conventions' buckets (to 81.92 s); `error.type` on a "
-        "failed or cancelled call (the exception's class) ([Rollouts](rollouts.md#genai-client-metrics))."
-    ),
 )
 GEN_AI_CLIENT_TOKEN_USAGE = InstrumentSpec(
     semconv.M_GEN_AI_CLIENT_TOKEN_USAGE,
@@ -344,11 +259,6 @@ GEN_AI_CLIENT_TOKEN_USAGE = InstrumentSpec(
         semconv.GEN_AI_TOKEN_TYPE,
         semconv.GEN_AI_REQUEST_MODEL,
     ),
-    source=(
-        "Every engine call that returned (agent-loop workers): `gen_ai.token.type` = `input` (the prompt's token "
-        "ids, cached prefix included) and `output` (the tokens generated), as on the LLM-call span; a failed call "
-        "records none."
-    ),
 )
 RESPONSE_TOKENS = InstrumentSpec(
     semconv.M_ROLLOUT_RESPONSE_TOKENS,
@@ -357,7 +267,6 @@ RESPONSE_TOKENS = InstrumentSpec(
     "Response tokens of one trajectory (verl's response_length)",
     TOKEN_BUCKETS,
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME),
-    source="Every trajectory's response length.",
 )
 TAIL_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_TAIL_RATIO,
@@ -365,7 +274,6 @@ TAIL_RATIO = InstrumentSpec(
     "1",
     "Slowest / median trajectory duration of a step in this worker",
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE,),
-    source="Slowest / median trajectory duration of the last step in that worker.",
 )
 DEGENERATE_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_DEGENERATE_RATIO,
@@ -374,12 +282,6 @@ DEGENERATE_RATIO = InstrumentSpec(
     "Share of a step's responses in this worker that hit the length limit, were empty or repetitive "
     "(verl.rollout.degenerate.kind)",
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.ATTR_ROLLOUT_DEGENERATE_KIND),
-    source=(
-        "The last step's responses in that worker, measured on their token ids (never their text): `length_limit` = as "
-        "long as `rollout.response_length`, `empty` = no token but end-of-sequence/padding, `repetitive` = seq-rep-4 "
-        "(the share of repeated 4-grams over the last 256 tokens) at least 0.5 ([Rollouts](rollouts.md#degenerate-"
-        "generations))."
-    ),
 )
 
 # Observable: read at export from the server's own in-flight bookkeeping (a union of request
@@ -390,33 +292,21 @@ REPLICA_BUSY_TIME = InstrumentSpec(
     "s",
     "Seconds this rollout replica had at least one request in generate (verl.rollout.replica)",
     attributes=(semconv.ATTR_ROLLOUT_REPLICA,),
-    source=(
-        "Seconds this replica had at least one request in its server's `generate`, counted in the rollout server actor "
-        "(any backend); busy share `rate(verl_rollout_replica_busy_time_seconds_total[5m])`; exported when the replica "
-        "goes idle."
-    ),
 )
 
 # ---------------------------------------------------------------- the rollout engine's own (rollout servers)
 # Bridged from the engine's Prometheus registry (``engine_metrics``: every ``vllm:*`` / ``sglang:*``
 # family, these are the ones the collector/ kit queries), with verl.rollout.replica and its labels.
 _BRIDGED = "vLLM's {} (bridged from its Prometheus registry, per verl.rollout.replica)"
-_BRIDGED_SOURCE = (
-    "vLLM's `vllm:{}` in the rollout server actor's Prometheus registry, read at each export with the engine's "
-    "own labels and `verl.rollout.replica` (`otel_verl/instruments/engine_metrics.py`; every other `vllm:*` and "
-    "`sglang:*` family is bridged the same way)."
-)
 
 
 def _bridged(name: str, kind: str, what: str) -> InstrumentSpec:
-    engine_name = name.removeprefix("vllm.").split(".")[0]
     return InstrumentSpec(
         name,
         kind,
         "",
         _BRIDGED.format(what),
         attributes=(semconv.ATTR_ROLLOUT_REPLICA,),
-        source=_BRIDGED_SOURCE.format(engine_name),
     )
 
 
@@ -440,10 +330,6 @@ GPU_MEMORY_USAGE = InstrumentSpec(
     "By",
     "GPU memory used",
     attributes=(semconv.ATTR_HW_ID,),
-    source=(
-        "NVML `nvmlDeviceGetMemoryInfo().used`; without NVML `torch.cuda.mem_get_info` (total - free) of the device the"
-        " process uses ([GPU and process metrics](gpu.md))."
-    ),
 )
 GPU_MEMORY_LIMIT = InstrumentSpec(
     semconv.M_GPU_MEMORY_LIMIT,
@@ -451,7 +337,6 @@ GPU_MEMORY_LIMIT = InstrumentSpec(
     "By",
     "Size of the GPU memory",
     attributes=(semconv.ATTR_HW_ID,),
-    source="NVML / torch total memory.",
 )
 GPU_MEMORY_UTILIZATION = InstrumentSpec(
     semconv.M_GPU_MEMORY_UTILIZATION,
@@ -459,7 +344,6 @@ GPU_MEMORY_UTILIZATION = InstrumentSpec(
     "1",
     "Fraction of GPU memory used",
     attributes=(semconv.ATTR_HW_ID,),
-    source="usage / limit.",
 )
 GPU_UTILIZATION = InstrumentSpec(
     semconv.M_GPU_UTILIZATION,
@@ -467,10 +351,6 @@ GPU_UTILIZATION = InstrumentSpec(
     "1",
     "Fraction of time spent in a specific task (hw.gpu.task)",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_GPU_TASK),
-    source=(
-        "NVML `nvmlDeviceGetUtilizationRates().gpu / 100` (fraction of time a kernel ran); encoder/decoder where the "
-        "GPU reports them (NVML only)."
-    ),
 )
 HW_POWER = InstrumentSpec(
     semconv.M_HW_POWER,
@@ -478,7 +358,6 @@ HW_POWER = InstrumentSpec(
     "W",
     "Instantaneous power drawn by the GPU",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
-    source="NVML `nvmlDeviceGetPowerUsage` (mW / 1000).",
 )
 HW_ENERGY = InstrumentSpec(
     semconv.M_HW_ENERGY,
@@ -486,7 +365,6 @@ HW_ENERGY = InstrumentSpec(
     "J",
     "Energy consumed by the GPU",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
-    source="NVML `nvmlDeviceGetTotalEnergyConsumption` (mJ / 1000, since the driver loaded).",
 )
 HW_TEMPERATURE = InstrumentSpec(
     semconv.M_HW_TEMPERATURE,
@@ -494,7 +372,6 @@ HW_TEMPERATURE = InstrumentSpec(
     "Cel",
     "Temperature of the GPU",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
-    source="NVML `nvmlDeviceGetTemperature` (GPU die).",
 )
 PROCESS_GPU_MEMORY_USAGE = InstrumentSpec(
     semconv.M_PROCESS_GPU_MEMORY_USAGE,
@@ -502,10 +379,6 @@ PROCESS_GPU_MEMORY_USAGE = InstrumentSpec(
     "By",
     "GPU memory held by this process (NVML process list, else torch's caching allocator)",
     attributes=(semconv.ATTR_HW_ID,),
-    source=(
-        "The memory this rank's own process holds on the device: its entry in NVML's compute process list, else "
-        "`torch.cuda.memory_reserved` (which rank leaks)."
-    ),
 )
 
 # ---------------------------------------------------------------- otel-verl itself (every process with a pipeline)
@@ -517,10 +390,6 @@ OVERHEAD_CPU_TIME = InstrumentSpec(
     "s",
     "CPU time spent by otel-verl itself in this process: its threads, and its hooks on verl's threads",
     attributes=(semconv.ATTR_OVERHEAD_COMPONENT,),
-    source=(
-        "otel-verl's own CPU time in each process that has a pipeline (read at every export): its threads by their "
-        "kernel thread CPU clocks, `hooks` = its wrappers' work on verl's threads ([Overhead](overhead.md))."
-    ),
 )
 
 # Observable: the counts are kept by the bounded queues themselves (``process.drops``), read at export.
@@ -530,12 +399,6 @@ TELEMETRY_DROPPED = InstrumentSpec(
     "{item}",
     "Telemetry otel-verl dropped in this process because a bounded queue was full (otel_verl.dropped.kind)",
     attributes=(semconv.ATTR_DROPPED_KIND,),
-    source=(
-        "Telemetry dropped because a bounded queue was full (a slow or unreachable metrics exporter): `step` = a step's"
-        " logged values never recorded, `metric_export` = a collected metric batch never exported, `spool` = a spooled "
-        "export batch dropped, oldest first, from the full on-disk spool; the first drop of each kind also logs one "
-        "warning."
-    ),
 )
 
 # Observable: the counts are kept by the spool itself (``process.spool_stats``), read at export.
@@ -546,13 +409,6 @@ SPOOL_BATCHES = InstrumentSpec(
     "Export batches of this process's on-disk spool, by signal and outcome: spooled (the endpoint did not "
     "take them), resent, dropped (spool full, oldest first), rejected (refused for good when re-sent)",
     attributes=(semconv.ATTR_SIGNAL, semconv.ATTR_SPOOL_OUTCOME),
-    source=(
-        "The on-disk spool of each process with an OTLP exporter ([Faults](faults.md#the-on-disk-spool)), read at "
-        "every export: `spooled` = the endpoint did not take the batch (written to disk), `resent` = taken later "
-        "(this process's or an ended process's it adopted), `dropped` = lost (the spool was full, oldest first; "
-        "unwritable or unreadable), `rejected` = refused for good when re-sent; only outcomes that happened are "
-        "reported."
-    ),
 )
 SPOOL_BYTES = InstrumentSpec(
     semconv.M_SPOOL_BYTES,
@@ -560,7 +416,6 @@ SPOOL_BYTES = InstrumentSpec(
     "By",
     "Bytes of the export batches counted in otel_verl.spool.batches (the OTLP protobuf requests)",
     attributes=(semconv.ATTR_SIGNAL, semconv.ATTR_SPOOL_OUTCOME),
-    source="The bytes of the batches `otel_verl.spool.batches` counts (OTLP protobuf requests).",
 )
 
 ALL: tuple[InstrumentSpec, ...] = (

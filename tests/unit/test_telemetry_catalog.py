@@ -75,5 +75,6 @@ def test_every_metric_name_is_an_instrument():
 def test_every_entry_says_what_it_is():
     for d in (*telemetry_catalog.SPANS, *telemetry_catalog.EVENTS, *telemetry_catalog.ATTRIBUTES):
         assert d.doc.strip(), d.name
-    for spec in catalog.ALL:
-        assert spec.source.strip(), spec.name
+    for spec in (catalog.LOGGED_VALUE, *catalog.ALL, *catalog.ENGINE):
+        assert telemetry_catalog.SOURCES[spec].strip(), spec.name
+    assert set(telemetry_catalog.SOURCES) == {catalog.LOGGED_VALUE, *catalog.ALL, *catalog.ENGINE}  # no other entry
