@@ -816,8 +816,8 @@ SOURCES: dict[c.InstrumentSpec, str] = {
         "become `_` (`actor/kl_loss` -> `verl.actor.kl_loss`, `val-core/gsm8k/reward/mean@4` -> "
         "`verl.val-core.gsm8k.reward.mean_4`)."
     ),
-    c.TRAJECTORY_DURATION: "Every trajectory (agent-loop workers), sampled for spans or not.",
-    c.LLM_CALL_DURATION: "Every engine call (agent-loop workers).",
+    c.ROLLOUT_TRAJECTORY_DURATION: "Every trajectory (agent-loop workers), sampled for spans or not.",
+    c.ROLLOUT_LLM_CALL_DURATION: "Every engine call (agent-loop workers).",
     c.GEN_AI_CLIENT_OPERATION_DURATION: (
         "Every engine call (agent-loop workers), training and validation, by the GenAI conventions "
         "([gen-ai-metrics](https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/)): the same "
@@ -829,15 +829,15 @@ SOURCES: dict[c.InstrumentSpec, str] = {
         "ids, cached prefix included) and `output` (the tokens generated), as on the LLM-call span; a failed call "
         "records none."
     ),
-    c.RESPONSE_TOKENS: "Every trajectory's response length.",
-    c.TAIL_RATIO: "Slowest / median trajectory duration of the last step in that worker.",
-    c.DEGENERATE_RATIO: (
+    c.ROLLOUT_RESPONSE_TOKENS: "Every trajectory's response length.",
+    c.ROLLOUT_TAIL_RATIO: "Slowest / median trajectory duration of the last step in that worker.",
+    c.ROLLOUT_DEGENERATE_RATIO: (
         "The last step's responses in that worker, measured on their token ids (never their text): `length_limit` = as "
         "long as `rollout.response_length`, `empty` = no token but end-of-sequence/padding, `repetitive` = seq-rep-4 "
         "(the share of repeated 4-grams over the last 256 tokens) at least 0.5 ([Rollouts](rollouts.md#degenerate-"
         "generations))."
     ),
-    c.REPLICA_BUSY_TIME: (
+    c.ROLLOUT_REPLICA_BUSY_TIME: (
         "Seconds this replica had at least one request in its server's `generate`, counted in the rollout server actor "
         "(any backend); busy share `rate(verl_rollout_replica_busy_time_seconds_total[5m])`; exported when the replica "
         "goes idle."

@@ -212,7 +212,7 @@ LOGGED_VALUE = InstrumentSpec(
 )
 
 # ---------------------------------------------------------------- rollout (agent-loop workers)
-TRAJECTORY_DURATION = InstrumentSpec(
+ROLLOUT_TRAJECTORY_DURATION = InstrumentSpec(
     semconv.M_ROLLOUT_TRAJECTORY_DURATION,
     HISTOGRAM,
     "s",
@@ -220,7 +220,7 @@ TRAJECTORY_DURATION = InstrumentSpec(
     DURATION_BUCKETS,
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME, semconv.ATTR_ROLLOUT_STATUS),
 )
-LLM_CALL_DURATION = InstrumentSpec(
+ROLLOUT_LLM_CALL_DURATION = InstrumentSpec(
     semconv.M_ROLLOUT_LLM_CALL_DURATION,
     HISTOGRAM,
     "s",
@@ -228,7 +228,7 @@ LLM_CALL_DURATION = InstrumentSpec(
     DURATION_BUCKETS,
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.ATTR_ROLLOUT_STATUS),
 )
-# The GenAI conventions' client metrics, from the same emission point as LLM_CALL_DURATION. Both are kept:
+# The GenAI conventions' client metrics, from the same emission point as ROLLOUT_LLM_CALL_DURATION. Both are kept:
 # this pair is what GenAI-aware backends and dashboards read (by model and provider); the verl.rollout
 # one keeps the range of an RL rollout's calls (the advised buckets end at 81.92 s, a long generation
 # runs for minutes), the validate / status split and the kit's queries (docs/rollouts.md).
@@ -260,7 +260,7 @@ GEN_AI_CLIENT_TOKEN_USAGE = InstrumentSpec(
         semconv.GEN_AI_REQUEST_MODEL,
     ),
 )
-RESPONSE_TOKENS = InstrumentSpec(
+ROLLOUT_RESPONSE_TOKENS = InstrumentSpec(
     semconv.M_ROLLOUT_RESPONSE_TOKENS,
     HISTOGRAM,
     "{token}",
@@ -268,14 +268,14 @@ RESPONSE_TOKENS = InstrumentSpec(
     TOKEN_BUCKETS,
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME),
 )
-TAIL_RATIO = InstrumentSpec(
+ROLLOUT_TAIL_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_TAIL_RATIO,
     GAUGE,
     "1",
     "Slowest / median trajectory duration of a step in this worker",
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE,),
 )
-DEGENERATE_RATIO = InstrumentSpec(
+ROLLOUT_DEGENERATE_RATIO = InstrumentSpec(
     semconv.M_ROLLOUT_DEGENERATE_RATIO,
     GAUGE,
     "1",
@@ -286,7 +286,7 @@ DEGENERATE_RATIO = InstrumentSpec(
 
 # Observable: read at export from the server's own in-flight bookkeeping (a union of request
 # intervals, which no client sees); a counter, so busy share per replica is rate().
-REPLICA_BUSY_TIME = InstrumentSpec(
+ROLLOUT_REPLICA_BUSY_TIME = InstrumentSpec(
     semconv.M_ROLLOUT_REPLICA_BUSY_TIME,
     OBSERVABLE_COUNTER,
     "s",
@@ -440,14 +440,14 @@ ALL: tuple[InstrumentSpec, ...] = (
     ROLLOUT_IDLE_RATIO,
     GOODPUT_TIME,
     GOODPUT_DROPPED_GROUPS,
-    TRAJECTORY_DURATION,
-    LLM_CALL_DURATION,
+    ROLLOUT_TRAJECTORY_DURATION,
+    ROLLOUT_LLM_CALL_DURATION,
     GEN_AI_CLIENT_OPERATION_DURATION,
     GEN_AI_CLIENT_TOKEN_USAGE,
-    RESPONSE_TOKENS,
-    TAIL_RATIO,
-    DEGENERATE_RATIO,
-    REPLICA_BUSY_TIME,
+    ROLLOUT_RESPONSE_TOKENS,
+    ROLLOUT_TAIL_RATIO,
+    ROLLOUT_DEGENERATE_RATIO,
+    ROLLOUT_REPLICA_BUSY_TIME,
     GPU_MEMORY_USAGE,
     GPU_MEMORY_LIMIT,
     GPU_MEMORY_UTILIZATION,

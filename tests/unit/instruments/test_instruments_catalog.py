@@ -42,7 +42,7 @@ def test_instruments_are_built_as_specified():
     got = {
         m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
     }
-    for spec in (catalog.STAGE_DURATION, catalog.RESPONSE_TOKENS, catalog.TRAINING_STEPS):
+    for spec in (catalog.STAGE_DURATION, catalog.ROLLOUT_RESPONSE_TOKENS, catalog.TRAINING_STEPS):
         metric = got[spec.name]
         assert (metric.unit, metric.description) == (spec.unit, spec.description)
         point = metric.data.data_points[0]
