@@ -4,7 +4,9 @@ The one definition. ``Instruments`` (``otel_verl.instruments``) builds them on a
 ``prometheus.prometheus_name`` derives the series names the ``collector/`` kit queries, and
 the metrics page (``docs/generated/metrics.md``, by ``scripts/gen_docs.py``) is written from this
 list, with where each value comes from (``otel_verl.telemetry_catalog.SOURCES``: documentation
-text, kept off the runtime path). Names themselves are constants in ``otel_verl.semconv``.
+text, kept off the runtime path). Each instrument here is the one declaration of its metric's name:
+``semconv``'s ``M_*`` constants are generated from this module (``scripts/gen_docs.py``, with
+``M_`` + the instrument's name here).
 """
 
 from __future__ import annotations
@@ -64,25 +66,25 @@ class InstrumentSpec:
 
 # ---------------------------------------------------------------- training (TaskRunner, Tracking.log)
 TRAINING_STEP = InstrumentSpec(
-    semconv.M_TRAINING_STEP,
+    "verl.training.step",
     GAUGE,
     "{step}",
     "Global step just finished",
 )
 TRAINING_STEPS = InstrumentSpec(
-    semconv.M_TRAINING_STEPS,
+    "verl.training.steps",
     COUNTER,
     "{step}",
     "Training steps completed",
 )
 LAST_STEP_TIMESTAMP = InstrumentSpec(
-    semconv.M_LAST_STEP_TIMESTAMP,
+    "verl.training.last_step.timestamp",
     GAUGE,
     "s",
     "Unix time the last training step ended (heartbeat)",
 )
 STAGE_DURATION = InstrumentSpec(
-    semconv.M_STAGE_DURATION,
+    "verl.stage.duration",
     HISTOGRAM,
     "s",
     "Duration of each stage verl times",
@@ -91,114 +93,114 @@ STAGE_DURATION = InstrumentSpec(
 )
 # No unit: Prometheus 3 would name a unit-"1" gauge ``..._ratio``, and neither is a ratio.
 KL = InstrumentSpec(
-    semconv.M_KL,
+    "verl.training.kl",
     GAUGE,
     "",
     "KL divergence as logged by verl",
     attributes=(semconv.ATTR_KL_SOURCE,),
 )
 REWARD = InstrumentSpec(
-    semconv.M_REWARD,
+    "verl.training.reward",
     GAUGE,
     "",
     "Mean sequence reward of the batch",
     attributes=(semconv.ATTR_REWARD_SOURCE,),
 )
 THROUGHPUT = InstrumentSpec(
-    semconv.M_THROUGHPUT,
+    "verl.training.throughput",
     GAUGE,
     "{token}/s",
     "Tokens per second per GPU (perf/throughput)",
 )
 # Rollout/training mismatch and staleness: verl's own values, never recomputed.
 ROLLOUT_PROBS_DIFF = InstrumentSpec(
-    semconv.M_ROLLOUT_PROBS_DIFF,
+    "verl.training.rollout_probs.diff",
     GAUGE,
     "",
     "Absolute difference of the rollout's and the trainer's token probabilities over the batch (verl.stat)",
     attributes=(semconv.ATTR_STAT,),
 )
 ROLLOUT_PROBS_CORRELATION = InstrumentSpec(
-    semconv.M_ROLLOUT_PROBS_CORRELATION,
+    "verl.training.rollout_probs.correlation",
     GAUGE,
     "",
     "Pearson correlation of the rollout's and the trainer's token probabilities over the batch",
 )
 ROLLOUT_MISMATCH = InstrumentSpec(
-    semconv.M_ROLLOUT_MISMATCH,
+    "verl.training.rollout_mismatch",
     GAUGE,
     "",
     "Rollout policy against the trained policy over the batch, by verl.mismatch.measure (verl's rollout_corr/*)",
     attributes=(semconv.ATTR_MISMATCH_MEASURE,),
 )
 OFF_POLICY_STALENESS = InstrumentSpec(
-    semconv.M_OFF_POLICY_STALENESS,
+    "verl.training.off_policy.staleness",
     GAUGE,
     "{version}",
     "Model versions the trained trajectories lag behind the policy (verl.staleness.bound, verl.stat)",
     attributes=(semconv.ATTR_STALENESS_BOUND, semconv.ATTR_STAT),
 )
 NONFINITE = InstrumentSpec(
-    semconv.M_NONFINITE,
+    "verl.training.nonfinite",
     COUNTER,
     "{value}",
     "NaN or inf values verl logged",
     attributes=(semconv.ATTR_METRIC_KEY,),
 )
 TRAINING_STALLED = InstrumentSpec(
-    semconv.M_TRAINING_STALLED,
+    "verl.training.stalled",
     GAUGE,
     "",
     "1 while no training step has finished for OTEL_VERL_STALL_AFTER",
 )
 GUARD_TRIGGERED = InstrumentSpec(
-    semconv.M_GUARD_TRIGGERED,
+    "verl.guard.triggered",
     COUNTER,
     "{firing}",
     "Guard rules that fired (attributes verl.guard.rule, verl.guard.action)",
     attributes=(semconv.ATTR_GUARD_RULE, semconv.ATTR_GUARD_ACTION),
 )
 STEP_TIME = InstrumentSpec(
-    semconv.M_STEP_TIME,
+    "verl.step.time",
     GAUGE,
     "s",
     "Seconds of the last step by verl.time.category (they add up to the step)",
     attributes=(semconv.ATTR_TIME_CATEGORY,),
 )
 TRAINER_IDLE_RATIO = InstrumentSpec(
-    semconv.M_TRAINER_IDLE_RATIO,
+    "verl.trainer.idle_ratio",
     GAUGE,
     "1",
     "Share of the last step the trainer waited for rollouts",
 )
 TRAINER_POLL_LAG = InstrumentSpec(
-    semconv.M_TRAINER_POLL_LAG,
+    "verl.trainer.poll_lag",
     GAUGE,
     "s",
     "Seconds of the last step the trainer waited after its rollouts were done (v1 replay buffer poll)",
 )
 POOL_TIME = InstrumentSpec(
-    semconv.M_POOL_TIME,
+    "verl.pool.time",
     GAUGE,
     "s",
     "Seconds of the last step per pool role (verl.pool.role) busy, waiting or idle (verl.pool.state)",
     attributes=(semconv.ATTR_POOL_ROLE, semconv.ATTR_POOL_STATE),
 )
 GOODPUT_TIME = InstrumentSpec(
-    semconv.M_GOODPUT_TIME,
+    "verl.goodput.time",
     COUNTER,
     "s",
     "Seconds of training steps per role (verl.goodput.role) in each goodput bucket (verl.goodput.bucket)",
     attributes=(semconv.ATTR_GOODPUT_ROLE, semconv.ATTR_GOODPUT_BUCKET),
 )
 GOODPUT_DROPPED_GROUPS = InstrumentSpec(
-    semconv.M_GOODPUT_DROPPED_GROUPS,
+    "verl.goodput.dropped_groups",
     COUNTER,
     "{group}",
     "Prompt groups generated and not trained on (verl's filtered, discarded and evicted groups)",
 )
 ROLLOUT_IDLE_RATIO = InstrumentSpec(
-    semconv.M_ROLLOUT_IDLE_RATIO,
+    "verl.rollout.idle_ratio",
     GAUGE,
     "1",
     "Share of the last step the trainer did not hold the rollout replicas",
@@ -213,7 +215,7 @@ LOGGED_VALUE = InstrumentSpec(
 
 # ---------------------------------------------------------------- rollout (agent-loop workers)
 ROLLOUT_TRAJECTORY_DURATION = InstrumentSpec(
-    semconv.M_ROLLOUT_TRAJECTORY_DURATION,
+    "verl.rollout.trajectory.duration",
     HISTOGRAM,
     "s",
     "Duration of one rollout trajectory (agent loop incl. reward)",
@@ -221,7 +223,7 @@ ROLLOUT_TRAJECTORY_DURATION = InstrumentSpec(
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME, semconv.ATTR_ROLLOUT_STATUS),
 )
 ROLLOUT_LLM_CALL_DURATION = InstrumentSpec(
-    semconv.M_ROLLOUT_LLM_CALL_DURATION,
+    "verl.rollout.llm_call.duration",
     HISTOGRAM,
     "s",
     "Duration of one LLM server generate call",
@@ -235,7 +237,7 @@ ROLLOUT_LLM_CALL_DURATION = InstrumentSpec(
 # No server.address / server.port (recommended, not required): every agent-loop worker calls every
 # replica, so they would multiply these series by the replicas; the LLM-call span has them.
 GEN_AI_CLIENT_OPERATION_DURATION = InstrumentSpec(
-    semconv.M_GEN_AI_CLIENT_OPERATION_DURATION,
+    "gen_ai.client.operation.duration",
     HISTOGRAM,
     "s",
     "GenAI operation duration.",
@@ -248,7 +250,7 @@ GEN_AI_CLIENT_OPERATION_DURATION = InstrumentSpec(
     ),
 )
 GEN_AI_CLIENT_TOKEN_USAGE = InstrumentSpec(
-    semconv.M_GEN_AI_CLIENT_TOKEN_USAGE,
+    "gen_ai.client.token.usage",
     HISTOGRAM,
     "{token}",
     "Number of input and output tokens used.",
@@ -261,7 +263,7 @@ GEN_AI_CLIENT_TOKEN_USAGE = InstrumentSpec(
     ),
 )
 ROLLOUT_RESPONSE_TOKENS = InstrumentSpec(
-    semconv.M_ROLLOUT_RESPONSE_TOKENS,
+    "verl.rollout.response.tokens",
     HISTOGRAM,
     "{token}",
     "Response tokens of one trajectory (verl's response_length)",
@@ -269,14 +271,14 @@ ROLLOUT_RESPONSE_TOKENS = InstrumentSpec(
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE, semconv.GEN_AI_AGENT_NAME),
 )
 ROLLOUT_TAIL_RATIO = InstrumentSpec(
-    semconv.M_ROLLOUT_TAIL_RATIO,
+    "verl.rollout.tail_ratio",
     GAUGE,
     "1",
     "Slowest / median trajectory duration of a step in this worker",
     attributes=(semconv.ATTR_ROLLOUT_VALIDATE,),
 )
 ROLLOUT_DEGENERATE_RATIO = InstrumentSpec(
-    semconv.M_ROLLOUT_DEGENERATE_RATIO,
+    "verl.rollout.degenerate_ratio",
     GAUGE,
     "1",
     "Share of a step's responses in this worker that hit the length limit, were empty or repetitive "
@@ -287,7 +289,7 @@ ROLLOUT_DEGENERATE_RATIO = InstrumentSpec(
 # Observable: read at export from the server's own in-flight bookkeeping (a union of request
 # intervals, which no client sees); a counter, so busy share per replica is rate().
 ROLLOUT_REPLICA_BUSY_TIME = InstrumentSpec(
-    semconv.M_ROLLOUT_REPLICA_BUSY_TIME,
+    "verl.rollout.replica.busy_time",
     OBSERVABLE_COUNTER,
     "s",
     "Seconds this rollout replica had at least one request in generate (verl.rollout.replica)",
@@ -310,11 +312,11 @@ def _bridged(name: str, kind: str, what: str) -> InstrumentSpec:
     )
 
 
-VLLM_KV_CACHE_USAGE = _bridged(semconv.M_VLLM_KV_CACHE_USAGE, OBSERVABLE_GAUGE, "KV cache usage, 0 to 1")
-VLLM_REQUESTS_RUNNING = _bridged(semconv.M_VLLM_REQUESTS_RUNNING, OBSERVABLE_GAUGE, "requests running")
-VLLM_REQUESTS_WAITING = _bridged(semconv.M_VLLM_REQUESTS_WAITING, OBSERVABLE_GAUGE, "requests waiting (its queue)")
-VLLM_PREEMPTIONS = _bridged(semconv.M_VLLM_PREEMPTIONS, OBSERVABLE_COUNTER, "preemptions")
-VLLM_TTFT = _bridged(semconv.M_VLLM_TTFT, HISTOGRAM, "time to first token")
+VLLM_KV_CACHE_USAGE = _bridged("vllm.kv_cache_usage_perc", OBSERVABLE_GAUGE, "KV cache usage, 0 to 1")
+VLLM_REQUESTS_RUNNING = _bridged("vllm.num_requests_running", OBSERVABLE_GAUGE, "requests running")
+VLLM_REQUESTS_WAITING = _bridged("vllm.num_requests_waiting", OBSERVABLE_GAUGE, "requests waiting (its queue)")
+VLLM_PREEMPTIONS = _bridged("vllm.num_preemptions", OBSERVABLE_COUNTER, "preemptions")
+VLLM_TTFT = _bridged("vllm.time_to_first_token_seconds", HISTOGRAM, "time to first token")
 ENGINE: tuple[InstrumentSpec, ...] = (
     VLLM_KV_CACHE_USAGE,
     VLLM_REQUESTS_RUNNING,
@@ -325,56 +327,56 @@ ENGINE: tuple[InstrumentSpec, ...] = (
 
 # ---------------------------------------------------------------- hardware (worker ranks, hardware semconv)
 GPU_MEMORY_USAGE = InstrumentSpec(
-    semconv.M_GPU_MEMORY_USAGE,
+    "hw.gpu.memory.usage",
     OBSERVABLE_UP_DOWN_COUNTER,
     "By",
     "GPU memory used",
     attributes=(semconv.ATTR_HW_ID,),
 )
 GPU_MEMORY_LIMIT = InstrumentSpec(
-    semconv.M_GPU_MEMORY_LIMIT,
+    "hw.gpu.memory.limit",
     OBSERVABLE_UP_DOWN_COUNTER,
     "By",
     "Size of the GPU memory",
     attributes=(semconv.ATTR_HW_ID,),
 )
 GPU_MEMORY_UTILIZATION = InstrumentSpec(
-    semconv.M_GPU_MEMORY_UTILIZATION,
+    "hw.gpu.memory.utilization",
     OBSERVABLE_GAUGE,
     "1",
     "Fraction of GPU memory used",
     attributes=(semconv.ATTR_HW_ID,),
 )
 GPU_UTILIZATION = InstrumentSpec(
-    semconv.M_GPU_UTILIZATION,
+    "hw.gpu.utilization",
     OBSERVABLE_GAUGE,
     "1",
     "Fraction of time spent in a specific task (hw.gpu.task)",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_GPU_TASK),
 )
 HW_POWER = InstrumentSpec(
-    semconv.M_HW_POWER,
+    "hw.power",
     OBSERVABLE_GAUGE,
     "W",
     "Instantaneous power drawn by the GPU",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
 )
 HW_ENERGY = InstrumentSpec(
-    semconv.M_HW_ENERGY,
+    "hw.energy",
     OBSERVABLE_COUNTER,
     "J",
     "Energy consumed by the GPU",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
 )
 HW_TEMPERATURE = InstrumentSpec(
-    semconv.M_HW_TEMPERATURE,
+    "hw.temperature",
     OBSERVABLE_GAUGE,
     "Cel",
     "Temperature of the GPU",
     attributes=(semconv.ATTR_HW_ID, semconv.ATTR_HW_TYPE),
 )
 PROCESS_GPU_MEMORY_USAGE = InstrumentSpec(
-    semconv.M_PROCESS_GPU_MEMORY_USAGE,
+    "verl.process.gpu.memory.usage",
     OBSERVABLE_UP_DOWN_COUNTER,
     "By",
     "GPU memory held by this process (NVML process list, else torch's caching allocator)",
@@ -385,7 +387,7 @@ PROCESS_GPU_MEMORY_USAGE = InstrumentSpec(
 # Observable: the source of truth is the kernel's per-thread CPU clocks, read only when exported
 # (no add() on any hot path); a counter: cumulative and monotonic, so rate() / per-step deltas work.
 OVERHEAD_CPU_TIME = InstrumentSpec(
-    semconv.M_OVERHEAD_CPU_TIME,
+    "otel_verl.overhead.cpu_time",
     OBSERVABLE_COUNTER,
     "s",
     "CPU time spent by otel-verl itself in this process: its threads, and its hooks on verl's threads",
@@ -394,7 +396,7 @@ OVERHEAD_CPU_TIME = InstrumentSpec(
 
 # Observable: the counts are kept by the bounded queues themselves (``process.drops``), read at export.
 TELEMETRY_DROPPED = InstrumentSpec(
-    semconv.M_TELEMETRY_DROPPED,
+    "otel_verl.telemetry.dropped",
     OBSERVABLE_COUNTER,
     "{item}",
     "Telemetry otel-verl dropped in this process because a bounded queue was full (otel_verl.dropped.kind)",
@@ -403,7 +405,7 @@ TELEMETRY_DROPPED = InstrumentSpec(
 
 # Observable: the counts are kept by the spool itself (``process.spool_stats``), read at export.
 SPOOL_BATCHES = InstrumentSpec(
-    semconv.M_SPOOL_BATCHES,
+    "otel_verl.spool.batches",
     OBSERVABLE_COUNTER,
     "{batch}",
     "Export batches of this process's on-disk spool, by signal and outcome: spooled (the endpoint did not "
@@ -411,7 +413,7 @@ SPOOL_BATCHES = InstrumentSpec(
     attributes=(semconv.ATTR_SIGNAL, semconv.ATTR_SPOOL_OUTCOME),
 )
 SPOOL_BYTES = InstrumentSpec(
-    semconv.M_SPOOL_BYTES,
+    "otel_verl.spool.bytes",
     OBSERVABLE_COUNTER,
     "By",
     "Bytes of the export batches counted in otel_verl.spool.batches (the OTLP protobuf requests)",
