@@ -8,7 +8,9 @@ settings, the built-in guard rules, and every span, event, attribute and metric 
 kind and Prometheus name come from ``otel_verl.config``, ``otel_verl.guard``,
 ``otel_verl.telemetry_catalog``, ``otel_verl.instruments.catalog`` and
 ``otel_verl.instruments.prometheus``; every hooked verl/Ray name with its mechanism, since when and
-expected shape from ``otel_verl.hooks.targets``. ``tests/docs/test_docs_generated.py`` runs the check.
+expected shape from ``otel_verl.hooks.targets``. It also writes ``semconv``'s ``M_*`` metric-name
+constants (``BLOCKS``) from ``otel_verl.instruments.catalog``, where each name is declared with its
+instrument. ``tests/docs/test_docs_generated.py`` runs the check.
 """
 
 from __future__ import annotations
