@@ -147,18 +147,18 @@ NONFINITE = InstrumentSpec(
     "NaN or inf values verl logged",
     attributes=(semconv.ATTR_METRIC_KEY,),
 )
-TRAINING_STALLED = InstrumentSpec(
-    "verl.training.stalled",
-    GAUGE,
-    "",
-    "1 while no training step has finished for OTEL_VERL_STALL_AFTER",
-)
 GUARD_TRIGGERED = InstrumentSpec(
     "verl.guard.triggered",
     COUNTER,
     "{firing}",
     "Guard rules that fired (attributes verl.guard.rule, verl.guard.action)",
     attributes=(semconv.ATTR_GUARD_RULE, semconv.ATTR_GUARD_ACTION),
+)
+TRAINING_STALLED = InstrumentSpec(
+    "verl.training.stalled",
+    GAUGE,
+    "",
+    "1 while no training step has finished for OTEL_VERL_STALL_AFTER",
 )
 STEP_TIME = InstrumentSpec(
     "verl.step.time",
@@ -186,6 +186,12 @@ POOL_TIME = InstrumentSpec(
     "Seconds of the last step per pool role (verl.pool.role) busy, waiting or idle (verl.pool.state)",
     attributes=(semconv.ATTR_POOL_ROLE, semconv.ATTR_POOL_STATE),
 )
+ROLLOUT_IDLE_RATIO = InstrumentSpec(
+    "verl.rollout.idle_ratio",
+    GAUGE,
+    "1",
+    "Share of the last step the trainer did not hold the rollout replicas",
+)
 GOODPUT_TIME = InstrumentSpec(
     "verl.goodput.time",
     COUNTER,
@@ -198,12 +204,6 @@ GOODPUT_DROPPED_GROUPS = InstrumentSpec(
     COUNTER,
     "{group}",
     "Prompt groups generated and not trained on (verl's filtered, discarded and evicted groups)",
-)
-ROLLOUT_IDLE_RATIO = InstrumentSpec(
-    "verl.rollout.idle_ratio",
-    GAUGE,
-    "1",
-    "Share of the last step the trainer did not hold the rollout replicas",
 )
 # One gauge per numeric key verl logs, named by ``semconv.metric_name(key)``.
 LOGGED_VALUE = InstrumentSpec(
@@ -420,48 +420,9 @@ SPOOL_BYTES = InstrumentSpec(
     attributes=(semconv.ATTR_SIGNAL, semconv.ATTR_SPOOL_OUTCOME),
 )
 
-ALL: tuple[InstrumentSpec, ...] = (
-    TRAINING_STEP,
-    TRAINING_STEPS,
-    LAST_STEP_TIMESTAMP,
-    STAGE_DURATION,
-    KL,
-    REWARD,
-    THROUGHPUT,
-    ROLLOUT_PROBS_DIFF,
-    ROLLOUT_PROBS_CORRELATION,
-    ROLLOUT_MISMATCH,
-    OFF_POLICY_STALENESS,
-    NONFINITE,
-    GUARD_TRIGGERED,
-    TRAINING_STALLED,
-    STEP_TIME,
-    TRAINER_IDLE_RATIO,
-    TRAINER_POLL_LAG,
-    POOL_TIME,
-    ROLLOUT_IDLE_RATIO,
-    GOODPUT_TIME,
-    GOODPUT_DROPPED_GROUPS,
-    ROLLOUT_TRAJECTORY_DURATION,
-    ROLLOUT_LLM_CALL_DURATION,
-    GEN_AI_CLIENT_OPERATION_DURATION,
-    GEN_AI_CLIENT_TOKEN_USAGE,
-    ROLLOUT_RESPONSE_TOKENS,
-    ROLLOUT_TAIL_RATIO,
-    ROLLOUT_DEGENERATE_RATIO,
-    ROLLOUT_REPLICA_BUSY_TIME,
-    GPU_MEMORY_USAGE,
-    GPU_MEMORY_LIMIT,
-    GPU_MEMORY_UTILIZATION,
-    GPU_UTILIZATION,
-    HW_POWER,
-    HW_ENERGY,
-    HW_TEMPERATURE,
-    PROCESS_GPU_MEMORY_USAGE,
-    OVERHEAD_CPU_TIME,
-    TELEMETRY_DROPPED,
-    SPOOL_BATCHES,
-    SPOOL_BYTES,
+# Every instrument declared above, in order, but the generic gauges' template and the engine's.
+ALL: tuple[InstrumentSpec, ...] = tuple(
+    v for v in list(globals().values()) if isinstance(v, InstrumentSpec) and v is not LOGGED_VALUE and v not in ENGINE
 )
 
 
