@@ -4,9 +4,12 @@ A bad value (not parsable, out of its range, longer than ``MAX_VALUE_CHARS`` or 
 characters) logs one warning naming the variable, the default used instead and what is allowed;
 nothing here can stop training: ``Variable.value`` catches whatever a parser raises. Standard
 ``OTEL_*`` variables (exporters, endpoint, headers, sampler, ``OTEL_METRIC_EXPORT_INTERVAL``, ...)
-are read by the OpenTelemetry SDK itself and keep their documented meaning. Every variable, its
-default, range and meaning: ``VARIABLES`` below, from which ``scripts/gen_docs.py`` writes the
-configuration page (``tests/docs`` fails when that page is out of date).
+are read by the OpenTelemetry SDK itself and keep their documented meaning.
+
+Each setting is declared once (``setting(...)`` below): its variable's name (the module constant,
+``RUN_ID``), its ``Settings`` field, default, parser and meaning. ``VARIABLES`` lists them in that
+order; ``Settings`` and the configuration page (``scripts/gen_docs.py``; ``tests/docs`` fails when
+that page is out of date) are made from it.
 """
 
 from __future__ import annotations
@@ -18,44 +21,11 @@ import re
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from functools import lru_cache, partial
 from typing import Any
 
 _log = logging.getLogger(__name__)
-
-RUN_ID = "OTEL_VERL_RUN_ID"
-UNTESTED_VERL = "OTEL_VERL_UNTESTED_VERL"
-PROJECT = "OTEL_VERL_PROJECT"
-EXPERIMENT = "OTEL_VERL_EXPERIMENT"
-FILE_DIR = "OTEL_VERL_FILE_DIR"
-SHUTDOWN_TIMEOUT = "OTEL_VERL_SHUTDOWN_TIMEOUT"
-FORWARD_METRICS = "OTEL_VERL_FORWARD_METRICS"
-STEP_EXPORT = "OTEL_VERL_STEP_EXPORT"
-RAY_RUNTIME_ENV = "OTEL_VERL_RAY_RUNTIME_ENV"
-RAY_RUNTIME_ENV_SECRETS = "OTEL_VERL_RAY_RUNTIME_ENV_SECRETS"
-LOG_LEVEL = "OTEL_VERL_LOG_LEVEL"
-SAMPLES = "OTEL_VERL_SAMPLES"
-SAMPLES_EVERY_N_STEPS = "OTEL_VERL_SAMPLES_EVERY_N_STEPS"
-SAMPLES_PER_STEP = "OTEL_VERL_SAMPLES_PER_STEP"
-SAMPLES_MAX_CHARS = "OTEL_VERL_SAMPLES_MAX_CHARS"
-ROLLOUT_SPANS_PER_STEP = "OTEL_VERL_ROLLOUT_SPANS_PER_STEP"
-ROLLOUT_SLOWEST_PER_STEP = "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP"
-GPU_METRICS = "OTEL_VERL_GPU_METRICS"
-PROCESS_METRICS = "OTEL_VERL_PROCESS_METRICS"
-RAY_SYSTEM_METRICS = "OTEL_VERL_RAY_SYSTEM_METRICS"
-GUARD_ACTION = "OTEL_VERL_GUARD_ACTION"
-GUARD_RULES = "OTEL_VERL_GUARD_RULES"
-GUARD_ACTIONS_BY_RULE = "OTEL_VERL_GUARD_ACTIONS"
-OTLP_HEADERS_FILE = "OTEL_VERL_OTLP_HEADERS_FILE"
-GUARD_EXIT_CODE = "OTEL_VERL_GUARD_EXIT_CODE"
-GUARD_MARKER = "OTEL_VERL_GUARD_MARKER"
-GUARD_RESUME = "OTEL_VERL_GUARD_RESUME"
-STALL_AFTER = "OTEL_VERL_STALL_AFTER"
-SPOOL = "OTEL_VERL_SPOOL"
-SPOOL_DIR = "OTEL_VERL_SPOOL_DIR"
-SPOOL_MAX_MB = "OTEL_VERL_SPOOL_MAX_MB"
-ENGINE_TRACING = "OTEL_VERL_ENGINE_TRACING"
 
 # What a rule that fires does, from least to most: record it (span event, log record, counter), also
 # page (the counter's verl.guard.action is what VerlGuardTriggered selects), also checkpoint, also stop.
@@ -211,9 +181,9 @@ STALL_AFTER_MIN_S = 10.0  # a shorter limit would report every process's stacks 
 STALL_AFTER_MAX_S = 30 * 86400.0
 
 
-def env_stall_after(name: str) -> float | None:
+def env_stall_after(name: str, default: float | None = None) -> float | None:
     """``auto`` (None: derived from recent step times), ``0``/``off`` (0.0) or seconds
-    from ``STALL_AFTER_MIN_S`` to ``STALL_AFTER_MAX_S``."""
+    from ``STALL_AFTER_MIN_S`` to ``STALL_AFTER_MAX_S``; ``default`` is auto's None, whatever is given."""
     raw = _get(name)
     if raw is None or raw.strip().lower() == "auto":
         return None
@@ -249,46 +219,11 @@ def env_str(name: str, default: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Settings:
-    run_id: str | None
-    untested_verl: bool
-    project: str | None
-    experiment: str | None
-    file_dir: str
-    shutdown_timeout_s: float
-    forward_metrics: bool
-    step_export: bool
-    ray_runtime_env: bool
-    ray_runtime_env_secrets: bool
-    otlp_headers_file: str | None
-    rollout_spans_per_step: int
-    rollout_slowest_per_step: int
-    gpu_metrics: bool
-    process_metrics: bool
-    ray_system_metrics: bool
-    engine_tracing: str
-    log_level: int
-    samples: bool
-    samples_every_n_steps: int
-    samples_per_step: int
-    samples_max_chars: int
-    guard_action: str  # one of GUARD_RULE_ACTIONS or "off": rules that name no action of their own do this
-    guard_actions: GuardActions  # per rule, over the rules file's
-    guard_rules: str | None
-    guard_exit_code: int  # 0: a guard stop ends the job with rc 0, as a finished run
-    guard_marker: str | None  # None: GUARD_MARKER_NAME in the run's checkpoint folder
-    guard_resume: str  # "last_good": the guard's checkpoint is kept apart from verl's; "guard": saved as verl's
-    stall_after_s: float | None  # None: auto; 0: off
-    spool: bool
-    spool_dir: str | None  # None: <file_dir>/spool (``spool_root``)
-    spool_max_mb: float
-
-
-@dataclass(frozen=True)
 class Variable:
-    """One ``OTEL_VERL_*`` setting: its ``Settings`` field, default, parser ``read(name, default)``,
-    and what the configuration page says of it (``doc``; ``shown_default`` when the default is
-    not a plain value; ``group``: the page's section)."""
+    """One ``OTEL_VERL_*`` setting: its ``Settings`` field, default, parser ``read(name, default)``
+    (whose return type is the field's), and what the configuration page says of it (``doc``;
+    ``shown_default`` when the default is not a plain value; ``group``: the page's section).
+    Declared once each, by ``setting`` below."""
 
     name: str
     field: str
@@ -322,6 +257,24 @@ class Variable:
         return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
 
+_DECLARED: list[Variable] = []
+
+
+def setting(
+    name: str,
+    field: str,
+    default: Any,
+    read: Callable[..., Any],
+    doc: str,
+    group: str,
+    shown_default: str | None = None,
+) -> str:
+    """Declare one setting (its ``Variable``, in ``VARIABLES`` in the order declared); returns its
+    variable's name, the module constant every other module reads (``config.RUN_ID``)."""
+    _DECLARED.append(Variable(name, field, default, read, doc, group, shown_default))
+    return name
+
+
 # Sections of the configuration page, in order.
 GROUP_RUN = "The run and its files"
 GROUP_EXPORT = "What is exported, and when"
@@ -330,323 +283,344 @@ GROUP_LOGS = "Logs and sampled generations"
 GROUP_GUARD = "Guard and stall doctor"
 GROUPS = (GROUP_RUN, GROUP_EXPORT, GROUP_RAY, GROUP_LOGS, GROUP_GUARD)
 
-# Every setting, in the configuration page's order: the one list settings(), ``otel-verl doctor``
-# and that page (``scripts/gen_docs.py``) read.
-VARIABLES: tuple[Variable, ...] = (
-    Variable(
-        RUN_ID,
-        "run_id",
-        None,
-        env_str,
-        "Run id shared by every process of a job (`verl.run.id`).",
-        GROUP_RUN,
-        "generated in the launcher",
-    ),
-    Variable(
-        UNTESTED_VERL,
-        "untested_verl",
-        True,
-        env_bool,
-        "On a verl outside the range otel-verl was tested with (`opentelemetry-instrument` then skips the "
-        "instrumentor, one ERROR line): start anyway, each hook applied only where its target exists, what "
-        "is skipped said once per hook with the versions (`otel-verl doctor` lists them before a job). "
-        "`false`: otel-verl stays off on such a verl, said once.",
-        GROUP_RUN,
-    ),
-    Variable(
-        PROJECT,
-        "project",
-        None,
-        env_str,
-        "`verl.project` on every process's resource (the launcher reads `trainer.project_name` when verl "
-        "calls `ray.init`); set it to override.",
-        GROUP_RUN,
-        "from verl's config",
-    ),
-    Variable(
-        EXPERIMENT,
-        "experiment",
-        None,
-        env_str,
-        "`verl.experiment` on every process's resource (from `trainer.experiment_name`); set it to override.",
-        GROUP_RUN,
-        "from verl's config",
-    ),
-    Variable(
-        FILE_DIR,
-        "file_dir",
-        DEFAULT_FILE_DIR,
-        env_str,
-        "Folder for the `otlp_json_file` exporters: one `traces-`/`metrics-`/`logs-<role>-<pid>.jsonl` per "
-        "process (made absolute in the launcher, so every Ray worker writes to the same folder).",
-        GROUP_RUN,
-        f"`./{DEFAULT_FILE_DIR}`",
-    ),
-    Variable(
-        SHUTDOWN_TIMEOUT,
-        "shutdown_timeout_s",
-        5.0,
-        partial(env_float, maximum=SHUTDOWN_TIMEOUT_MAX_S),
-        f"Seconds (0 to {SHUTDOWN_TIMEOUT_MAX_S:g}) telemetry may add to a process's end, whatever the endpoint "
-        "does (the end-of-training flush and the exit shutdown share it).",
-        GROUP_RUN,
-    ),
-    Variable(
-        FORWARD_METRICS,
-        "forward_metrics",
-        True,
-        env_bool,
-        "Export every numeric key verl logs as a `verl.<key>` gauge (the named instruments stay either way).",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        STEP_EXPORT,
-        "step_export",
-        True,
-        env_bool,
-        "Export metrics at every step boundary, so no step's values are lost between export intervals.",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        ROLLOUT_SPANS_PER_STEP,
-        "rollout_spans_per_step",
-        64,
-        partial(env_int, minimum=-1, maximum=100_000),
-        "Trajectory trees (a trajectory's span with its LLM, tool and reward worker spans and user spans "
-        "under them) exported per step and agent-loop worker (at most 100000; `0` none, `-1` all), chosen "
-        "when they end: the slowest first, then a uniform sample; failed or cancelled ones always, beyond "
-        "it; the rollout histograms count every trajectory.",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        ROLLOUT_SLOWEST_PER_STEP,
-        "rollout_slowest_per_step",
-        8,
-        partial(env_int, minimum=1, maximum=100_000),
-        "Of those, how many are the step's slowest in that worker (1 to 100000; at most the budget): "
-        "`verl.rollout.kept_because=slowest`.",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        ENGINE_TRACING,
-        "engine_tracing",
-        "auto",
-        partial(env_choice, choices=ENGINE_TRACING_CHOICES),
-        "The rollout engine's own request spans under each LLM call (vLLM's `llm_request`, SGLang's request "
-        "trace): `auto` and `true` carry the call's trace context to the engine and turn on what its tracing "
-        "needs (vLLM: its request tracing on otel-verl's provider and its stats, `disable_log_stats=False`), "
-        "for the engines that support it; `false` leaves the engine as verl configures it.",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        SPOOL,
-        "spool",
-        True,
-        env_bool,
-        "`off`: no on-disk spool; a batch the OTLP endpoint does not take is lost after the SDK's own retries "
-        "(as without otel-verl) ([Faults](faults.md#the-on-disk-spool)).",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        SPOOL_DIR,
-        "spool_dir",
-        None,
-        env_str,
-        "Folder of the spools of this user's verl processes on this host (created 0700 when a first batch must "
-        "wait; keep it on local disk and per user). A process's spool left behind when it died is sent by the "
-        "next verl process of the host that uses this folder and sends to the same endpoint with the same "
-        "headers, or by `otel-verl replay --spool DIR`.",
-        GROUP_EXPORT,
-        "`/var/tmp/otel-verl-spool-<uid>`",
-    ),
-    Variable(
-        SPOOL_MAX_MB,
-        "spool_max_mb",
-        512.0,
-        partial(env_float, minimum=SPOOL_MAX_MB_RANGE[0], maximum=SPOOL_MAX_MB_RANGE[1]),
-        f"MiB ({SPOOL_MAX_MB_RANGE[0]:g} to {SPOOL_MAX_MB_RANGE[1]:.0f}) on disk for the whole spool folder "
-        "(every process that uses it, all signals); when full, the oldest batches a process may remove go "
-        "first, then new ones are dropped (counted in "
-        '`otel_verl.spool.batches{outcome="dropped"}`, one warning).',
-        GROUP_EXPORT,
-    ),
-    Variable(
-        GPU_METRICS,
-        "gpu_metrics",
-        True,
-        env_bool,
-        "`hw.gpu.*` gauges in worker processes.",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        PROCESS_METRICS,
-        "process_metrics",
-        True,
-        env_bool,
-        "`process.*` CPU/memory gauges in worker processes (needs `otel-verl[system]`).",
-        GROUP_EXPORT,
-    ),
-    Variable(
-        RAY_RUNTIME_ENV,
-        "ray_runtime_env",
-        True,
-        env_bool,
-        "Add the `OTEL_*` settings to the job's Ray `runtime_env`, so that workers on a running cluster get them.",
-        GROUP_RAY,
-    ),
-    Variable(
-        RAY_RUNTIME_ENV_SECRETS,
-        "ray_runtime_env_secrets",
-        False,
-        env_bool,
-        "Also add, as they are, the `OTEL_*` variables whose name looks secret (`OTEL_EXPORTER_OTLP_*HEADERS`, "
-        "client keys) or whose value holds credentials (an endpoint with `user:pass@` or `?api_key=`, secret "
-        "`OTEL_RESOURCE_ATTRIBUTES` entries). Off because Ray stores and shows a job's `runtime_env`; on a "
-        "running cluster, set them in the nodes' environment or turn this on.",
-        GROUP_RAY,
-    ),
-    Variable(
-        OTLP_HEADERS_FILE,
-        "otlp_headers_file",
-        None,
-        env_str,
-        "Path of a file of OTLP headers (what `OTEL_EXPORTER_OTLP_HEADERS` holds: `authorization=Bearer%20<token>`, "
-        "comma- or line-separated; or `Name: value` lines, a JSON object, or the token alone, sent as "
-        "`authorization: Bearer <token>` as `otel-verl stack --token-file` has it; [Security](security.md)), "
-        "read by every verl process when it builds its OTLP exporters and added to "
-        "the `OTEL_EXPORTER_OTLP_*HEADERS` ones. The path travels in Ray's `runtime_env`, the token stays in the "
-        "file: readable on every node, a regular file of at most 64 KiB ([Multi-node](multi-node.md)).",
-        GROUP_RAY,
-        "unset",
-    ),
-    Variable(
-        RAY_SYSTEM_METRICS,
-        "ray_system_metrics",
-        False,
-        env_bool,
-        "Also run the generic system-metrics instrumentation that `opentelemetry-instrument` starts in every "
-        "process in each of the job's Ray processes. Off: each would collect the host's `system.*` metrics; "
-        "the launcher keeps one copy and verl's processes report `process.*` with their rank.",
-        GROUP_RAY,
-    ),
-    Variable(
-        LOG_LEVEL,
-        "log_level",
-        logging.WARNING,
-        env_log_level,
-        "Lowest Python log level exported (a name, or a number from 0 to 50).",
-        GROUP_LOGS,
-    ),
-    Variable(
-        SAMPLES,
-        "samples",
-        False,
-        env_bool,
-        "Export sampled generations (prompt and response) as log records.",
-        GROUP_LOGS,
-    ),
-    Variable(
-        SAMPLES_EVERY_N_STEPS,
-        "samples_every_n_steps",
-        10,
-        partial(env_int, minimum=1, maximum=1_000_000),
-        "Sample steps whose number is a multiple of N (1 to 1000000).",
-        GROUP_LOGS,
-    ),
-    Variable(
-        SAMPLES_PER_STEP,
-        "samples_per_step",
-        4,
-        partial(env_int, minimum=1, maximum=10_000),
-        "Generations per sampled step (degenerate responses first, then the first of the batch; 1 to 10000).",
-        GROUP_LOGS,
-    ),
-    Variable(
-        SAMPLES_MAX_CHARS,
-        "samples_max_chars",
-        2000,
-        partial(env_int, minimum=1, maximum=1_000_000),
-        "Prompt and response are each cut to this many characters (1 to 1000000).",
-        GROUP_LOGS,
-    ),
-    Variable(
-        GUARD_ACTION,
-        "guard_action",
-        "alert",
-        env_guard_action,
-        "What the guard does when a rule fires, for the rules that name no action of their own: `record`, "
-        "`alert`, `checkpoint` or `stop` (`observe` is `alert`); `off`: no rule is evaluated "
-        "([Guard](guard.md#what-a-rule-does-when-it-fires)).",
-        GROUP_GUARD,
-        "`alert`",
-    ),
-    Variable(
-        GUARD_ACTIONS_BY_RULE,
-        "guard_actions",
-        (),
-        env_guard_actions,
-        "Actions per rule, over the rules file's: `rule=action` entries, comma-separated, e.g. "
-        "`kl_blowup=stop,grad_norm_*=alert` (`*`/`?` patterns; the last entry that names a rule wins; `off`: "
-        "that rule is not evaluated); a bad entry is one warning and left out "
-        "([Guard](guard.md#what-a-rule-does-when-it-fires)).",
-        GROUP_GUARD,
-        "none",
-    ),
-    Variable(
-        GUARD_RULES,
-        "guard_rules",
-        None,
-        env_str,
-        "Path of a rules file (YAML or JSON; a regular file of at most 1 MiB and 1000 rules, read off the "
-        "training thread) replacing `otel_verl/hooks/guard/rules.yaml`; an unusable one is one warning and the "
-        "built-in rules.",
-        GROUP_GUARD,
-        "built-in",
-    ),
-    Variable(
-        GUARD_EXIT_CODE,
-        "guard_exit_code",
-        0,
-        partial(env_int, minimum=0, maximum=GUARD_EXIT_CODE_MAX),
-        f"Exit status (0 to {GUARD_EXIT_CODE_MAX}) of the job's launcher after a guard `stop`, so that a "
-        "scheduler (Slurm, a KubeRay job) can tell it from a finished run; `0`: rc 0, as a finished run "
-        "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
-        GROUP_GUARD,
-    ),
-    Variable(
-        GUARD_MARKER,
-        "guard_marker",
-        None,
-        env_str,
-        "File the guard writes (JSON, atomically) when it stops training: the step, the rules that fired and the "
-        "exit code, for a scheduler or a wrapper script to read "
-        "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
-        GROUP_GUARD,
-        f"`<trainer.default_local_dir>/{GUARD_MARKER_NAME}`",
-    ),
-    Variable(
-        GUARD_RESUME,
-        "guard_resume",
-        "last_good",
-        partial(env_choice, choices=GUARD_RESUMES),
-        "What `trainer.resume_mode=auto` resumes from after the guard checkpointed a step: `last_good`, verl's "
-        f"last own checkpoint before that step (the guard's goes to `<trainer.default_local_dir>/"
-        f"{GUARD_CHECKPOINT_DIR}/`), or `guard`, the guard's (saved as verl's own); verl's checkpoints are "
-        "never removed for it ([Guard](guard.md#what-happens-to-verls-checkpoints)).",
-        GROUP_GUARD,
-    ),
-    Variable(
-        STALL_AFTER,
-        "stall_after_s",
-        None,
-        lambda name, default: env_stall_after(name),
-        f"Seconds ({STALL_AFTER_MIN_S:g} to {STALL_AFTER_MAX_S:.0f}, 30 days) without a finished training step "
-        "before every process reports its stacks; `auto`: 10x the median step time, at least 600 s; `0`/`off`: "
-        "off ([Stall doctor](stall-doctor.md)).",
-        GROUP_GUARD,
-        "auto",
-    ),
+# Every setting, declared once, in the configuration page's order: its constant (the variable's
+# name), its ``Settings`` field, default, parser, and its row on that page.
+RUN_ID = setting(
+    "OTEL_VERL_RUN_ID",
+    "run_id",
+    None,
+    env_str,
+    "Run id shared by every process of a job (`verl.run.id`).",
+    GROUP_RUN,
+    "generated in the launcher",
 )
+UNTESTED_VERL = setting(
+    "OTEL_VERL_UNTESTED_VERL",
+    "untested_verl",
+    True,
+    env_bool,
+    "On a verl outside the range otel-verl was tested with (`opentelemetry-instrument` then skips the "
+    "instrumentor, one ERROR line): start anyway, each hook applied only where its target exists, what "
+    "is skipped said once per hook with the versions (`otel-verl doctor` lists them before a job). "
+    "`false`: otel-verl stays off on such a verl, said once.",
+    GROUP_RUN,
+)
+PROJECT = setting(
+    "OTEL_VERL_PROJECT",
+    "project",
+    None,
+    env_str,
+    "`verl.project` on every process's resource (the launcher reads `trainer.project_name` when verl "
+    "calls `ray.init`); set it to override.",
+    GROUP_RUN,
+    "from verl's config",
+)
+EXPERIMENT = setting(
+    "OTEL_VERL_EXPERIMENT",
+    "experiment",
+    None,
+    env_str,
+    "`verl.experiment` on every process's resource (from `trainer.experiment_name`); set it to override.",
+    GROUP_RUN,
+    "from verl's config",
+)
+FILE_DIR = setting(
+    "OTEL_VERL_FILE_DIR",
+    "file_dir",
+    DEFAULT_FILE_DIR,
+    env_str,
+    "Folder for the `otlp_json_file` exporters: one `traces-`/`metrics-`/`logs-<role>-<pid>.jsonl` per "
+    "process (made absolute in the launcher, so every Ray worker writes to the same folder).",
+    GROUP_RUN,
+    f"`./{DEFAULT_FILE_DIR}`",
+)
+SHUTDOWN_TIMEOUT = setting(
+    "OTEL_VERL_SHUTDOWN_TIMEOUT",
+    "shutdown_timeout_s",
+    5.0,
+    partial(env_float, maximum=SHUTDOWN_TIMEOUT_MAX_S),
+    f"Seconds (0 to {SHUTDOWN_TIMEOUT_MAX_S:g}) telemetry may add to a process's end, whatever the endpoint "
+    "does (the end-of-training flush and the exit shutdown share it).",
+    GROUP_RUN,
+)
+FORWARD_METRICS = setting(
+    "OTEL_VERL_FORWARD_METRICS",
+    "forward_metrics",
+    True,
+    env_bool,
+    "Export every numeric key verl logs as a `verl.<key>` gauge (the named instruments stay either way).",
+    GROUP_EXPORT,
+)
+STEP_EXPORT = setting(
+    "OTEL_VERL_STEP_EXPORT",
+    "step_export",
+    True,
+    env_bool,
+    "Export metrics at every step boundary, so no step's values are lost between export intervals.",
+    GROUP_EXPORT,
+)
+ROLLOUT_SPANS_PER_STEP = setting(
+    "OTEL_VERL_ROLLOUT_SPANS_PER_STEP",
+    "rollout_spans_per_step",
+    64,
+    partial(env_int, minimum=-1, maximum=100_000),
+    "Trajectory trees (a trajectory's span with its LLM, tool and reward worker spans and user spans "
+    "under them) exported per step and agent-loop worker (at most 100000; `0` none, `-1` all), chosen "
+    "when they end: the slowest first, then a uniform sample; failed or cancelled ones always, beyond "
+    "it; the rollout histograms count every trajectory.",
+    GROUP_EXPORT,
+)
+ROLLOUT_SLOWEST_PER_STEP = setting(
+    "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP",
+    "rollout_slowest_per_step",
+    8,
+    partial(env_int, minimum=1, maximum=100_000),
+    "Of those, how many are the step's slowest in that worker (1 to 100000; at most the budget): "
+    "`verl.rollout.kept_because=slowest`.",
+    GROUP_EXPORT,
+)
+ENGINE_TRACING = setting(
+    "OTEL_VERL_ENGINE_TRACING",
+    "engine_tracing",
+    "auto",
+    partial(env_choice, choices=ENGINE_TRACING_CHOICES),
+    "The rollout engine's own request spans under each LLM call (vLLM's `llm_request`, SGLang's request "
+    "trace): `auto` and `true` carry the call's trace context to the engine and turn on what its tracing "
+    "needs (vLLM: its request tracing on otel-verl's provider and its stats, `disable_log_stats=False`), "
+    "for the engines that support it; `false` leaves the engine as verl configures it.",
+    GROUP_EXPORT,
+)
+SPOOL = setting(
+    "OTEL_VERL_SPOOL",
+    "spool",
+    True,
+    env_bool,
+    "`off`: no on-disk spool; a batch the OTLP endpoint does not take is lost after the SDK's own retries "
+    "(as without otel-verl) ([Faults](faults.md#the-on-disk-spool)).",
+    GROUP_EXPORT,
+)
+# spool_dir: None: ``spool_root``'s default folder
+SPOOL_DIR = setting(
+    "OTEL_VERL_SPOOL_DIR",
+    "spool_dir",
+    None,
+    env_str,
+    "Folder of the spools of this user's verl processes on this host (created 0700 when a first batch must "
+    "wait; keep it on local disk and per user). A process's spool left behind when it died is sent by the "
+    "next verl process of the host that uses this folder and sends to the same endpoint with the same "
+    "headers, or by `otel-verl replay --spool DIR`.",
+    GROUP_EXPORT,
+    "`/var/tmp/otel-verl-spool-<uid>`",
+)
+SPOOL_MAX_MB = setting(
+    "OTEL_VERL_SPOOL_MAX_MB",
+    "spool_max_mb",
+    512.0,
+    partial(env_float, minimum=SPOOL_MAX_MB_RANGE[0], maximum=SPOOL_MAX_MB_RANGE[1]),
+    f"MiB ({SPOOL_MAX_MB_RANGE[0]:g} to {SPOOL_MAX_MB_RANGE[1]:.0f}) on disk for the whole spool folder "
+    "(every process that uses it, all signals); when full, the oldest batches a process may remove go "
+    "first, then new ones are dropped (counted in "
+    '`otel_verl.spool.batches{outcome="dropped"}`, one warning).',
+    GROUP_EXPORT,
+)
+GPU_METRICS = setting(
+    "OTEL_VERL_GPU_METRICS",
+    "gpu_metrics",
+    True,
+    env_bool,
+    "`hw.gpu.*` gauges in worker processes.",
+    GROUP_EXPORT,
+)
+PROCESS_METRICS = setting(
+    "OTEL_VERL_PROCESS_METRICS",
+    "process_metrics",
+    True,
+    env_bool,
+    "`process.*` CPU/memory gauges in worker processes (needs `otel-verl[system]`).",
+    GROUP_EXPORT,
+)
+RAY_RUNTIME_ENV = setting(
+    "OTEL_VERL_RAY_RUNTIME_ENV",
+    "ray_runtime_env",
+    True,
+    env_bool,
+    "Add the `OTEL_*` settings to the job's Ray `runtime_env`, so that workers on a running cluster get them.",
+    GROUP_RAY,
+)
+RAY_RUNTIME_ENV_SECRETS = setting(
+    "OTEL_VERL_RAY_RUNTIME_ENV_SECRETS",
+    "ray_runtime_env_secrets",
+    False,
+    env_bool,
+    "Also add, as they are, the `OTEL_*` variables whose name looks secret (`OTEL_EXPORTER_OTLP_*HEADERS`, "
+    "client keys) or whose value holds credentials (an endpoint with `user:pass@` or `?api_key=`, secret "
+    "`OTEL_RESOURCE_ATTRIBUTES` entries). Off because Ray stores and shows a job's `runtime_env`; on a "
+    "running cluster, set them in the nodes' environment or turn this on.",
+    GROUP_RAY,
+)
+OTLP_HEADERS_FILE = setting(
+    "OTEL_VERL_OTLP_HEADERS_FILE",
+    "otlp_headers_file",
+    None,
+    env_str,
+    "Path of a file of OTLP headers (what `OTEL_EXPORTER_OTLP_HEADERS` holds: `authorization=Bearer%20<token>`, "
+    "comma- or line-separated; or `Name: value` lines, a JSON object, or the token alone, sent as "
+    "`authorization: Bearer <token>` as `otel-verl stack --token-file` has it; [Security](security.md)), "
+    "read by every verl process when it builds its OTLP exporters and added to "
+    "the `OTEL_EXPORTER_OTLP_*HEADERS` ones. The path travels in Ray's `runtime_env`, the token stays in the "
+    "file: readable on every node, a regular file of at most 64 KiB ([Multi-node](multi-node.md)).",
+    GROUP_RAY,
+    "unset",
+)
+RAY_SYSTEM_METRICS = setting(
+    "OTEL_VERL_RAY_SYSTEM_METRICS",
+    "ray_system_metrics",
+    False,
+    env_bool,
+    "Also run the generic system-metrics instrumentation that `opentelemetry-instrument` starts in every "
+    "process in each of the job's Ray processes. Off: each would collect the host's `system.*` metrics; "
+    "the launcher keeps one copy and verl's processes report `process.*` with their rank.",
+    GROUP_RAY,
+)
+LOG_LEVEL = setting(
+    "OTEL_VERL_LOG_LEVEL",
+    "log_level",
+    logging.WARNING,
+    env_log_level,
+    "Lowest Python log level exported (a name, or a number from 0 to 50).",
+    GROUP_LOGS,
+)
+SAMPLES = setting(
+    "OTEL_VERL_SAMPLES",
+    "samples",
+    False,
+    env_bool,
+    "Export sampled generations (prompt and response) as log records.",
+    GROUP_LOGS,
+)
+SAMPLES_EVERY_N_STEPS = setting(
+    "OTEL_VERL_SAMPLES_EVERY_N_STEPS",
+    "samples_every_n_steps",
+    10,
+    partial(env_int, minimum=1, maximum=1_000_000),
+    "Sample steps whose number is a multiple of N (1 to 1000000).",
+    GROUP_LOGS,
+)
+SAMPLES_PER_STEP = setting(
+    "OTEL_VERL_SAMPLES_PER_STEP",
+    "samples_per_step",
+    4,
+    partial(env_int, minimum=1, maximum=10_000),
+    "Generations per sampled step (degenerate responses first, then the first of the batch; 1 to 10000).",
+    GROUP_LOGS,
+)
+SAMPLES_MAX_CHARS = setting(
+    "OTEL_VERL_SAMPLES_MAX_CHARS",
+    "samples_max_chars",
+    2000,
+    partial(env_int, minimum=1, maximum=1_000_000),
+    "Prompt and response are each cut to this many characters (1 to 1000000).",
+    GROUP_LOGS,
+)
+# guard_action: one of GUARD_RULE_ACTIONS or "off": rules that name no action of their own do this
+GUARD_ACTION = setting(
+    "OTEL_VERL_GUARD_ACTION",
+    "guard_action",
+    "alert",
+    env_guard_action,
+    "What the guard does when a rule fires, for the rules that name no action of their own: `record`, "
+    "`alert`, `checkpoint` or `stop` (`observe` is `alert`); `off`: no rule is evaluated "
+    "([Guard](guard.md#what-a-rule-does-when-it-fires)).",
+    GROUP_GUARD,
+    "`alert`",
+)
+# guard_actions: per rule, over the rules file's
+GUARD_ACTIONS_BY_RULE = setting(
+    "OTEL_VERL_GUARD_ACTIONS",
+    "guard_actions",
+    (),
+    env_guard_actions,
+    "Actions per rule, over the rules file's: `rule=action` entries, comma-separated, e.g. "
+    "`kl_blowup=stop,grad_norm_*=alert` (`*`/`?` patterns; the last entry that names a rule wins; `off`: "
+    "that rule is not evaluated); a bad entry is one warning and left out "
+    "([Guard](guard.md#what-a-rule-does-when-it-fires)).",
+    GROUP_GUARD,
+    "none",
+)
+GUARD_RULES = setting(
+    "OTEL_VERL_GUARD_RULES",
+    "guard_rules",
+    None,
+    env_str,
+    "Path of a rules file (YAML or JSON; a regular file of at most 1 MiB and 1000 rules, read off the "
+    "training thread) replacing `otel_verl/hooks/guard/rules.yaml`; an unusable one is one warning and the "
+    "built-in rules.",
+    GROUP_GUARD,
+    "built-in",
+)
+# guard_exit_code: 0: a guard stop ends the job with rc 0, as a finished run
+GUARD_EXIT_CODE = setting(
+    "OTEL_VERL_GUARD_EXIT_CODE",
+    "guard_exit_code",
+    0,
+    partial(env_int, minimum=0, maximum=GUARD_EXIT_CODE_MAX),
+    f"Exit status (0 to {GUARD_EXIT_CODE_MAX}) of the job's launcher after a guard `stop`, so that a "
+    "scheduler (Slurm, a KubeRay job) can tell it from a finished run; `0`: rc 0, as a finished run "
+    "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
+    GROUP_GUARD,
+)
+# guard_marker: None: GUARD_MARKER_NAME in the run's checkpoint folder
+GUARD_MARKER = setting(
+    "OTEL_VERL_GUARD_MARKER",
+    "guard_marker",
+    None,
+    env_str,
+    "File the guard writes (JSON, atomically) when it stops training: the step, the rules that fired and the "
+    "exit code, for a scheduler or a wrapper script to read "
+    "([Guard](guard.md#a-stop-a-scheduler-can-tell-apart)).",
+    GROUP_GUARD,
+    f"`<trainer.default_local_dir>/{GUARD_MARKER_NAME}`",
+)
+# guard_resume: "last_good": the guard's checkpoint is kept apart from verl's; "guard": saved as verl's
+GUARD_RESUME = setting(
+    "OTEL_VERL_GUARD_RESUME",
+    "guard_resume",
+    "last_good",
+    partial(env_choice, choices=GUARD_RESUMES),
+    "What `trainer.resume_mode=auto` resumes from after the guard checkpointed a step: `last_good`, verl's "
+    f"last own checkpoint before that step (the guard's goes to `<trainer.default_local_dir>/"
+    f"{GUARD_CHECKPOINT_DIR}/`), or `guard`, the guard's (saved as verl's own); verl's checkpoints are "
+    "never removed for it ([Guard](guard.md#what-happens-to-verls-checkpoints)).",
+    GROUP_GUARD,
+)
+# stall_after_s: None: auto; 0: off
+STALL_AFTER = setting(
+    "OTEL_VERL_STALL_AFTER",
+    "stall_after_s",
+    None,
+    env_stall_after,
+    f"Seconds ({STALL_AFTER_MIN_S:g} to {STALL_AFTER_MAX_S:.0f}, 30 days) without a finished training step "
+    "before every process reports its stacks; `auto`: 10x the median step time, at least 600 s; `0`/`off`: "
+    "off ([Stall doctor](stall-doctor.md)).",
+    GROUP_GUARD,
+    "auto",
+)
+
+# The one list settings(), ``otel-verl doctor`` and the configuration page (``scripts/gen_docs.py``) read.
+VARIABLES: tuple[Variable, ...] = tuple(_DECLARED)
+
+
+def _field_type(v: Variable) -> str:
+    """Its parser's return annotation (``partial`` unwrapped), without ``None`` when the default is
+    not None (a parser returns its default for an unset or bad value): the type of its field."""
+    hint = getattr(v.read, "func", v.read).__annotations__["return"]
+    return hint.removesuffix(" | None") if v.default is not None else hint
+
+
+# This process's settings, one field per ``Variable`` (its ``field``, typed by its parser), in their order.
+Settings = make_dataclass("Settings", [(v.field, _field_type(v)) for v in VARIABLES], frozen=True)
+Settings.__module__ = __name__  # pickled by reference, shown as otel_verl.config.Settings
+Settings.__doc__ = "The value of every ``OTEL_VERL_*`` setting in this process (``settings()``), by ``VARIABLES``."
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 Official semantic conventions are used where they fit (``service.*``, ``host.*``,
 ``process.*``, ``gen_ai.*``, ``hw.gpu.*``); everything RL-specific lives in the
-``verl.*`` namespace. Nothing else in the package spells a telemetry name as a literal.
-Units, kinds and buckets of the metrics: ``otel_verl.instruments.catalog``.
+``verl.*`` namespace. A metric's name is declared once, with its instrument (kind, unit,
+buckets, attributes), in ``otel_verl.instruments.catalog``; its ``M_*`` constant here is generated
+from there (``scripts/gen_docs.py``). Nothing else in the package spells a telemetry name as a literal.
+The documentation of every name: ``otel_verl.telemetry_catalog`` (off the runtime path).
 """
 
 from __future__ import annotations
@@ -78,7 +80,10 @@ ATTR_WORKER_CLASS = "verl.worker.class"
 DRIVER_V0 = "v0"
 DRIVER_V1 = "v1"
 
-# ---------------------------------------------------------------- metrics (named instruments: instruments.catalog)
+# ---------------------------------------------------------------- metric names (generated)
+# The name of every named instrument, from its one declaration in ``instruments.catalog`` (its kind,
+# unit, buckets and attributes there): written by ``scripts/gen_docs.py`` (``--check``: current).
+# BEGIN generated metric names
 M_TRAINING_STEP = "verl.training.step"
 M_TRAINING_STEPS = "verl.training.steps"
 M_LAST_STEP_TIMESTAMP = "verl.training.last_step.timestamp"
@@ -86,9 +91,48 @@ M_STAGE_DURATION = "verl.stage.duration"
 M_KL = "verl.training.kl"
 M_REWARD = "verl.training.reward"
 M_THROUGHPUT = "verl.training.throughput"
+M_ROLLOUT_PROBS_DIFF = "verl.training.rollout_probs.diff"
+M_ROLLOUT_PROBS_CORRELATION = "verl.training.rollout_probs.correlation"
+M_ROLLOUT_MISMATCH = "verl.training.rollout_mismatch"
+M_OFF_POLICY_STALENESS = "verl.training.off_policy.staleness"
 M_NONFINITE = "verl.training.nonfinite"
+M_GUARD_TRIGGERED = "verl.guard.triggered"
+M_TRAINING_STALLED = "verl.training.stalled"
+M_STEP_TIME = "verl.step.time"
+M_TRAINER_IDLE_RATIO = "verl.trainer.idle_ratio"
+M_TRAINER_POLL_LAG = "verl.trainer.poll_lag"
+M_POOL_TIME = "verl.pool.time"
+M_ROLLOUT_IDLE_RATIO = "verl.rollout.idle_ratio"
+M_GOODPUT_TIME = "verl.goodput.time"
+M_GOODPUT_DROPPED_GROUPS = "verl.goodput.dropped_groups"
+M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
+M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
+M_GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
+M_GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
+M_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"
+M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
+M_ROLLOUT_DEGENERATE_RATIO = "verl.rollout.degenerate_ratio"
+M_ROLLOUT_REPLICA_BUSY_TIME = "verl.rollout.replica.busy_time"
+M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
+M_GPU_MEMORY_LIMIT = "hw.gpu.memory.limit"
+M_GPU_MEMORY_UTILIZATION = "hw.gpu.memory.utilization"
+M_GPU_UTILIZATION = "hw.gpu.utilization"
+M_HW_POWER = "hw.power"
+M_HW_ENERGY = "hw.energy"
+M_HW_TEMPERATURE = "hw.temperature"
+M_PROCESS_GPU_MEMORY_USAGE = "verl.process.gpu.memory.usage"
+M_OVERHEAD_CPU_TIME = "otel_verl.overhead.cpu_time"
+M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"
+M_SPOOL_BATCHES = "otel_verl.spool.batches"
+M_SPOOL_BYTES = "otel_verl.spool.bytes"
+M_VLLM_KV_CACHE_USAGE = "vllm.kv_cache_usage_perc"
+M_VLLM_REQUESTS_RUNNING = "vllm.num_requests_running"
+M_VLLM_REQUESTS_WAITING = "vllm.num_requests_waiting"
+M_VLLM_PREEMPTIONS = "vllm.num_preemptions"
+M_VLLM_TTFT = "vllm.time_to_first_token_seconds"
+# END generated metric names
 
-# metric attributes
+# ---------------------------------------------------------------- metrics' attributes and verl's keys
 ATTR_KL_SOURCE = "verl.kl.source"
 ATTR_REWARD_SOURCE = "verl.reward.source"
 ATTR_METRIC_KEY = "verl.metric.key"
@@ -109,10 +153,6 @@ THROUGHPUT_KEY = "perf/throughput"
 # Rollout/training mismatch: verl's own comparisons of the rollout engine's token log-probs with the
 # trainer's (logged when the rollout returns log-probs: rollout.calculate_log_probs, on by default)
 # and the off-policy staleness of what is trained on. Exported as verl logged them, never recomputed.
-M_ROLLOUT_PROBS_DIFF = "verl.training.rollout_probs.diff"
-M_ROLLOUT_PROBS_CORRELATION = "verl.training.rollout_probs.correlation"
-M_ROLLOUT_MISMATCH = "verl.training.rollout_mismatch"
-M_OFF_POLICY_STALENESS = "verl.training.off_policy.staleness"
 ATTR_STAT = "verl.stat"  # mean | max | min | std: which statistic of the batch verl logged
 ATTR_MISMATCH_MEASURE = "verl.mismatch.measure"
 ATTR_STALENESS_BOUND = "verl.staleness.bound"  # lower | worst
@@ -276,19 +316,11 @@ def is_llm_call(name: str, attributes: Mapping[str, Any] | None) -> bool:
     )
 
 
-M_ROLLOUT_TRAJECTORY_DURATION = "verl.rollout.trajectory.duration"
-M_ROLLOUT_LLM_CALL_DURATION = "verl.rollout.llm_call.duration"
-# the GenAI client metrics (gen-ai-metrics.md), once per LLM call beside verl.rollout.llm_call.duration
-M_GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
-M_GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
+# on the GenAI client metrics (gen-ai-metrics.md), recorded once per LLM call
 GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # on gen_ai.client.token.usage: input | output
 GEN_AI_TOKEN_TYPE_INPUT = "input"
 GEN_AI_TOKEN_TYPE_OUTPUT = "output"
-M_ROLLOUT_RESPONSE_TOKENS = "verl.rollout.response.tokens"
-M_ROLLOUT_TAIL_RATIO = "verl.rollout.tail_ratio"
-M_ROLLOUT_DEGENERATE_RATIO = "verl.rollout.degenerate_ratio"  # a step's share of each degenerate kind
-# the replica's own view (hooks/rollout/server.py): seconds with >= 1 request in its generate
-M_ROLLOUT_REPLICA_BUSY_TIME = "verl.rollout.replica.busy_time"
+# the replica's own view (hooks/rollout/server.py: verl.rollout.replica.busy_time)
 ATTR_ROLLOUT_REPLICA = "verl.rollout.replica"  # the replica rank (RolloutReplica.replica_rank)
 # the rollout engine's own request span and its attributes (vLLM's names: vllm/tracing/utils.py)
 SPAN_ENGINE_REQUEST = "llm_request"  # vLLM: one per request, a child of the LLM call's span
@@ -297,23 +329,8 @@ GEN_AI_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"  # s from schedu
 GEN_AI_LATENCY_DECODE = "gen_ai.latency.time_in_model_decode"  # s from first to last token
 GEN_AI_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
 GEN_AI_LATENCY_E2E = "gen_ai.latency.e2e"
-# vLLM's own metrics as the engine bridge names them (otel_verl/hooks/rollout/engine_metrics.py: ``:`` -> ``.``);
-# the ones the collector/ kit queries
-M_VLLM_KV_CACHE_USAGE = "vllm.kv_cache_usage_perc"
-M_VLLM_REQUESTS_RUNNING = "vllm.num_requests_running"
-M_VLLM_REQUESTS_WAITING = "vllm.num_requests_waiting"
-M_VLLM_PREEMPTIONS = "vllm.num_preemptions"
-M_VLLM_TTFT = "vllm.time_to_first_token_seconds"  # a histogram, with the engine's own buckets
 
 # ---------------------------------------------------------------- GPU (hardware semconv: hardware/gpu.md, common.md)
-M_GPU_MEMORY_USAGE = "hw.gpu.memory.usage"
-M_GPU_MEMORY_LIMIT = "hw.gpu.memory.limit"
-M_GPU_MEMORY_UTILIZATION = "hw.gpu.memory.utilization"
-M_GPU_UTILIZATION = "hw.gpu.utilization"
-M_HW_POWER = "hw.power"  # generic hardware metrics, with hw.type=gpu
-M_HW_ENERGY = "hw.energy"
-M_HW_TEMPERATURE = "hw.temperature"
-M_PROCESS_GPU_MEMORY_USAGE = "verl.process.gpu.memory.usage"  # this rank's own process on the device
 ATTR_HW_ID = "hw.id"  # required: the GPU UUID
 ATTR_HW_TYPE = "hw.type"
 HW_TYPE_GPU = "gpu"
@@ -354,9 +371,6 @@ CONFIG_TRUNCATED_KEY = "_otel_verl_dropped"  # in the JSON when entries had to b
 SPAN_GEN = SPAN_STAGE_PREFIX + "gen"  # the stage span v1 trajectory spans link to (link attribute verl.step)
 
 # ---------------------------------------------------------------- guard (rules over verl's per-step values)
-M_STEP_TIME = "verl.step.time"  # seconds of a step by verl.time.category (hooks/accounting.py)
-M_TRAINER_IDLE_RATIO = "verl.trainer.idle_ratio"  # waiting / step time of the trainer
-M_TRAINER_POLL_LAG = "verl.trainer.poll_lag"  # s the v1 trainer waited after its rollouts were done
 ATTR_TIME_CATEGORY = "verl.time.category"
 ATTR_TIME_PREFIX = "verl.time."  # + category: on the verl.step span
 SPAN_REPLICAS_PREFIX = "verl.replicas."  # + sleep, abort, update_weights, ... (hooks/replicas.py)
@@ -383,14 +397,10 @@ ATTR_WAIT_OLDEST_STATES = "verl.wait.oldest.states"  # pending | running, per ui
 ATTR_WAIT_OLDEST_STEPS = "verl.wait.oldest.steps"  # the step each was sampled for
 ATTR_WAIT_OLDEST_AGES = "verl.wait.oldest.ages"  # s each has been running (0: pending)
 ATTR_WAIT_OLDEST_SCANNED = "verl.wait.oldest.scanned"  # in-flight groups looked at to pick them
-M_POOL_TIME = "verl.pool.time"  # seconds of a step per pool role and state (hooks/accounting.py)
-M_ROLLOUT_IDLE_RATIO = "verl.rollout.idle_ratio"  # the rollout role's idle / step time
 ATTR_POOL_ROLE = "verl.pool.role"  # actor | rollout | ref | critic | reward
 ATTR_POOL_STATE = "verl.pool.state"  # busy | waiting | idle
 ATTR_POOL_PREFIX = "verl.pool."  # + role.state: on the verl.step span
 # goodput: each step's seconds per role in four buckets (hooks/goodput.py, docs/time.md)
-M_GOODPUT_TIME = "verl.goodput.time"  # counter: seconds of steps per verl.goodput.role and verl.goodput.bucket
-M_GOODPUT_DROPPED_GROUPS = "verl.goodput.dropped_groups"  # counter: prompt groups generated, not trained on
 ATTR_GOODPUT_ROLE = "verl.goodput.role"  # trainer | rollout
 ATTR_GOODPUT_BUCKET = "verl.goodput.bucket"  # productive | overhead | idle | wasted
 GOODPUT_TRAINER = "trainer"
@@ -411,7 +421,6 @@ DROPPED_GROUP_KEYS = (
 ABORTED_RATIO_KEY = "response/aborted_ratio"  # verl's share of the trained batch's samples with no response
 SPAN_GUARD = "verl.guard"  # child of the step's span: verl logs a step's values after that span ended
 EVENT_GUARD_TRIGGERED = "verl.guard.triggered"  # span event and log record event name
-M_GUARD_TRIGGERED = "verl.guard.triggered"  # counter, attributes ATTR_GUARD_RULE, ATTR_GUARD_ACTION
 ATTR_GUARD_RULE = "verl.guard.rule"
 ATTR_GUARD_ACTION = "verl.guard.action"  # record | alert | checkpoint | stop (config.GUARD_RULE_ACTIONS)
 ATTR_GUARD_VALUE = "verl.guard.value"
@@ -420,7 +429,6 @@ ATTR_GUARD_BASELINE = "verl.guard.baseline"
 ATTR_GUARD_CHECKPOINT = "verl.guard.checkpoint"  # the folder verl saved to, when the action saved one
 
 # ---------------------------------------------------------------- stall doctor
-M_TRAINING_STALLED = "verl.training.stalled"  # gauge: 1 while no step has finished for OTEL_VERL_STALL_AFTER
 EVENT_TRAINING_STALLED = "verl.training.stalled"  # log record (TaskRunner) when a stall starts
 EVENT_TRAINING_RESUMED = "verl.training.resumed"  # log record when a step finishes again
 EVENT_STALL_STACKS = "verl.stall.stacks"  # log record per process: body = the stacks of all its threads
@@ -433,7 +441,6 @@ ATTR_RAY_ACTOR_CLASS = "ray.actor.class"  # the Ray actor class of the reporting
 ATTR_EVENT_NAME = "event.name"
 
 # ---------------------------------------------------------------- otel-verl's own cost (process.overhead)
-M_OVERHEAD_CPU_TIME = "otel_verl.overhead.cpu_time"  # observable counter, attribute ATTR_OVERHEAD_COMPONENT
 ATTR_OVERHEAD_COMPONENT = "otel_verl.component"
 COMPONENT_RECORDER = "recorder"  # otel-verl-record: recording a step's values into the SDK, collecting
 COMPONENT_EXPORTER = "exporter"  # otel-verl-metrics, -export-* and the SDK's batch span/log processors: exporting
@@ -456,7 +463,6 @@ OVERHEAD_COMPONENTS = (
 DEFERRED_RECORDER = "otel_verl.deferred_records"
 
 # ---------------------------------------------------------------- what otel-verl had to drop (instruments.drops)
-M_TELEMETRY_DROPPED = "otel_verl.telemetry.dropped"  # observable counter, attribute ATTR_DROPPED_KIND
 ATTR_DROPPED_KIND = "otel_verl.dropped.kind"
 DROPPED_STEP = "step"  # a step's logged values, never recorded (the recorder queue was full)
 DROPPED_METRIC_EXPORT = "metric_export"  # a collected metric batch, never exported (the export queue was full)
@@ -465,8 +471,6 @@ DROPPED_SPOOL = "spool"  # a spooled export batch, dropped from the full on-disk
 DROPPED_KINDS = (DROPPED_STEP, DROPPED_METRIC_EXPORT, DROPPED_SPAN_TREE, DROPPED_SPOOL)
 
 # ---------------------------------------------------------------- the on-disk spool (spool.store)
-M_SPOOL_BATCHES = "otel_verl.spool.batches"  # observable counter, attributes ATTR_SIGNAL, ATTR_SPOOL_OUTCOME
-M_SPOOL_BYTES = "otel_verl.spool.bytes"  # observable counter, same attributes
 ATTR_SIGNAL = "otel_verl.signal"  # traces | metrics | logs
 ATTR_SPOOL_OUTCOME = "otel_verl.spool.outcome"
 SPOOL_SPOOLED = "spooled"  # an export batch the endpoint did not take, written to the spool

@@ -1,6 +1,8 @@
-"""Every span, event and attribute otel-verl emits: where it is made, its kind, and what it means.
+"""Every span, event and attribute otel-verl emits: where it is made, its kind, and what it means;
+and where each metric's values come from (``SOURCES``).
 
-The reference page (``docs/reference.md``) is written from this module, ``instruments.catalog``
+The documentation's text, off the runtime path: no module a verl process imports imports this one.
+The reference pages (``docs/generated``) are written from this module, ``instruments.catalog``
 (the metrics) and ``instruments.prometheus`` (their names in Prometheus) by ``scripts/gen_docs.py``;
 ``tests/unit/test_telemetry_catalog.py`` fails when a name in ``otel_verl.semconv`` is not here.
 Nothing here is read while a job runs.
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from otel_verl import semconv as s
 from otel_verl.hooks import waiting_for as wf
+from otel_verl.instruments import catalog as c
 from otel_verl.process.resource import FROM_ENV
 
 
@@ -724,6 +727,158 @@ EVENTS: tuple[EventDoc, ...] = (
         "A step finished again after a stall.",
     ),
 )
+
+
+# Where each metric's values come from, for the metrics page (an instrument's own ``description``,
+# exported with it, is in ``instruments.catalog``).
+_BRIDGED_SOURCE = (
+    "vLLM's `vllm:{}` in the rollout server actor's Prometheus registry, read at each export with the engine's "
+    "own labels and `verl.rollout.replica` (`otel_verl/hooks/rollout/engine_metrics.py`; every other `vllm:*` and "
+    "`sglang:*` family is bridged the same way)."
+)
+SOURCES: dict[c.InstrumentSpec, str] = {
+    c.TRAINING_STEP: (
+        "verl's global step, exported with the step's other values (the offline tools read the step from it)."
+    ),
+    c.TRAINING_STEPS: "Steps completed (TaskRunner).",
+    c.LAST_STEP_TIMESTAMP: "Unix time the last step ended: the heartbeat of the training-stalled alerts.",
+    c.STAGE_DURATION: (
+        "Every timed stage, once per step: verl's own `timing_s/<stage>`. The agent loop's per-sample figures v0 logs "
+        "under the same prefix (`timing_s/agent_loop/*`) are not stages and stay generic gauges."
+    ),
+    c.KL: "`actor/kl_loss`, `actor/ppo_kl`, `actor/reward_kl_penalty`.",
+    c.REWARD: "`critic/score/mean` (before the KL penalty), `critic/rewards/mean` (after).",
+    c.THROUGHPUT: "`perf/throughput` (tokens/s per GPU).",
+    c.ROLLOUT_PROBS_DIFF: (
+        "`training/rollout_probs_diff_{mean,max,std}`: verl's |p_trainer - p_rollout| over the batch's response "
+        "tokens (probabilities, not log-probs), `verl.stat` = `mean`, `max`, `std`."
+    ),
+    c.ROLLOUT_PROBS_CORRELATION: (
+        "`training/rollout_actor_probs_pearson_corr`: near 1 while the rollout engine samples from the policy the "
+        "trainer trains (a broken weight sync or diverging numerics pull it down)."
+    ),
+    c.ROLLOUT_MISMATCH: (
+        "`rollout_corr/<measure>` (`actor/rollout_corr/<measure>` in bypass mode), `verl.mismatch.measure` = "
+        + ", ".join(f"`{m}`" for m in s.MISMATCH_MEASURES)
+        + ": KL(rollout || trainer) and its k3 estimate, the mean absolute log-perplexity difference, "
+        "token and sequence chi-squared."
+    ),
+    c.OFF_POLICY_STALENESS: (
+        "v1 driver: `training/off_policy/trajectory_staleness/{mean,max,min}` (`verl.staleness.bound` = `lower`: "
+        "from the newest weights a trajectory used) and `.../trajectory_staleness_worst/*` (`worst`: from the "
+        "oldest); 0 in synchronous training."
+    ),
+    c.NONFINITE: (
+        "NaN/inf values verl logged: the SDK refuses non-finite measurements, so such a value leaves its gauge at the "
+        "last finite value and is counted here."
+    ),
+    c.TRAINING_STALLED: (
+        "1 while no training step has finished for `OTEL_VERL_STALL_AFTER`, 0 after it resumed ([Stall "
+        "doctor](stall-doctor.md))."
+    ),
+    c.GUARD_TRIGGERED: "Guard rules that fired, with the action each got (TaskRunner; [Guard](guard.md)).",
+    c.STEP_TIME: (
+        "Where the last step's time went (TaskRunner, from its stage and `verl.wait` spans: "
+        "`otel_verl/hooks/accounting.py`); the categories add up to the step; the same figures are the "
+        "`verl.time.<category>` attributes of `verl.step` ([Where the time goes](time.md))."
+    ),
+    c.TRAINER_IDLE_RATIO: (
+        "(`waiting` + `poll_lag`) / step time: the share of the last step the trainer waited for rollouts "
+        "(v1's replay buffer)."
+    ),
+    c.TRAINER_POLL_LAG: (
+        "v1: seconds of the last step the trainer kept waiting after the rollouts it trains on were all done, "
+        "until the replay buffer polled TransferQueue again (every 2 s: `otel_verl/hooks/poll_lag.py`; "
+        "[Where the time goes](time.md))."
+    ),
+    c.POOL_TIME: (
+        "The last step per pool role (TaskRunner): busy = the stages that hold the role, waiting = the trainer roles' "
+        "wait for rollouts, idle = the rest; they add up to the step for each role; `ref`/`critic`/`reward` appear once"
+        " a stage of theirs ran; the same figures are `verl.pool.<role>.<state>` attributes of `verl.step`."
+    ),
+    c.GOODPUT_TIME: (
+        "Each step's seconds, per role (`trainer`, `rollout`), as `productive`, `overhead`, `idle` or `wasted` "
+        "(TaskRunner, from the step's `verl.step.time` categories and verl's own counts of the step's dropped "
+        "groups and aborted samples: `otel_verl/hooks/goodput.py`); the four add up to the step for each role "
+        "([Where the time goes](time.md#goodput-by-role))."
+    ),
+    c.GOODPUT_DROPPED_GROUPS: (
+        "The sum of the step's " + ", ".join(f"`{k}`" for k in s.DROPPED_GROUP_KEYS) + " (verl's v1 replay "
+        "buffer logs them only in the steps that had some), added at each step (TaskRunner)."
+    ),
+    c.ROLLOUT_IDLE_RATIO: (
+        "The rollout role's idle / step time: the share of the last step the trainer did not hold the rollout replicas "
+        "(`gen`, `update_weights`, `testing`). On the sync drivers the replicas' own idle share "
+        "(`otel_verl/offline/pools.py`) is at least this; v1 `colocate_async`'s replicas also generate during training."
+    ),
+    c.LOGGED_VALUE: (
+        "Every numeric key verl logs (`Tracking.log`): `/` becomes `.`, other characters outside `[A-Za-z0-9_.-]` "
+        "become `_` (`actor/kl_loss` -> `verl.actor.kl_loss`, `val-core/gsm8k/reward/mean@4` -> "
+        "`verl.val-core.gsm8k.reward.mean_4`)."
+    ),
+    c.ROLLOUT_TRAJECTORY_DURATION: "Every trajectory (agent-loop workers), sampled for spans or not.",
+    c.ROLLOUT_LLM_CALL_DURATION: "Every engine call (agent-loop workers).",
+    c.GEN_AI_CLIENT_OPERATION_DURATION: (
+        "Every engine call (agent-loop workers), training and validation, by the GenAI conventions "
+        "([gen-ai-metrics](https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/)): the same "
+        "seconds as `verl.rollout.llm_call.duration`, with the conventions' buckets (to 81.92 s); `error.type` on a "
+        "failed or cancelled call (the exception's class) ([Rollouts](rollouts.md#genai-client-metrics))."
+    ),
+    c.GEN_AI_CLIENT_TOKEN_USAGE: (
+        "Every engine call that returned (agent-loop workers): `gen_ai.token.type` = `input` (the prompt's token "
+        "ids, cached prefix included) and `output` (the tokens generated), as on the LLM-call span; a failed call "
+        "records none."
+    ),
+    c.ROLLOUT_RESPONSE_TOKENS: "Every trajectory's response length.",
+    c.ROLLOUT_TAIL_RATIO: "Slowest / median trajectory duration of the last step in that worker.",
+    c.ROLLOUT_DEGENERATE_RATIO: (
+        "The last step's responses in that worker, measured on their token ids (never their text): `length_limit` = as "
+        "long as `rollout.response_length`, `empty` = no token but end-of-sequence/padding, `repetitive` = seq-rep-4 "
+        "(the share of repeated 4-grams over the last 256 tokens) at least 0.5 ([Rollouts](rollouts.md#degenerate-"
+        "generations))."
+    ),
+    c.ROLLOUT_REPLICA_BUSY_TIME: (
+        "Seconds this replica had at least one request in its server's `generate`, counted in the rollout server actor "
+        "(any backend); busy share `rate(verl_rollout_replica_busy_time_seconds_total[5m])`; exported when the replica "
+        "goes idle."
+    ),
+    c.GPU_MEMORY_USAGE: (
+        "NVML `nvmlDeviceGetMemoryInfo().used`; without NVML `torch.cuda.mem_get_info` (total - free) of the device the"
+        " process uses ([GPU and process metrics](gpu.md))."
+    ),
+    c.GPU_MEMORY_LIMIT: "NVML / torch total memory.",
+    c.GPU_MEMORY_UTILIZATION: "usage / limit.",
+    c.GPU_UTILIZATION: (
+        "NVML `nvmlDeviceGetUtilizationRates().gpu / 100` (fraction of time a kernel ran); encoder/decoder where the "
+        "GPU reports them (NVML only)."
+    ),
+    c.HW_POWER: "NVML `nvmlDeviceGetPowerUsage` (mW / 1000).",
+    c.HW_ENERGY: "NVML `nvmlDeviceGetTotalEnergyConsumption` (mJ / 1000, since the driver loaded).",
+    c.HW_TEMPERATURE: "NVML `nvmlDeviceGetTemperature` (GPU die).",
+    c.PROCESS_GPU_MEMORY_USAGE: (
+        "The memory this rank's own process holds on the device: its entry in NVML's compute process list, else "
+        "`torch.cuda.memory_reserved` (which rank leaks)."
+    ),
+    c.OVERHEAD_CPU_TIME: (
+        "otel-verl's own CPU time in each process that has a pipeline (read at every export): its threads by their "
+        "kernel thread CPU clocks, `hooks` = its wrappers' work on verl's threads ([Overhead](overhead.md))."
+    ),
+    c.TELEMETRY_DROPPED: (
+        "Telemetry dropped because a bounded queue was full (a slow or unreachable metrics exporter): `step` = a step's"
+        " logged values never recorded, `metric_export` = a collected metric batch never exported, `spool` = a spooled "
+        "export batch dropped, oldest first, from the full on-disk spool; the first drop of each kind also logs one "
+        "warning."
+    ),
+    c.SPOOL_BATCHES: (
+        "The on-disk spool of each process with an OTLP exporter ([Faults](faults.md#the-on-disk-spool)), read at "
+        "every export: `spooled` = the endpoint did not take the batch (written to disk), `resent` = taken later "
+        "(this process's or an ended process's it adopted), `dropped` = lost (the spool was full, oldest first; "
+        "unwritable or unreadable), `rejected` = refused for good when re-sent; only outcomes that happened are "
+        "reported."
+    ),
+    c.SPOOL_BYTES: "The bytes of the batches `otel_verl.spool.batches` counts (OTLP protobuf requests).",
+    **{spec: _BRIDGED_SOURCE.format(spec.name.removeprefix("vllm.").split(".")[0]) for spec in c.ENGINE},
+}
 
 
 def attribute(name: str) -> AttributeDoc:

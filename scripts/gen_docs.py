@@ -1,6 +1,6 @@
 """Write the generated parts of the documentation from the code that defines them.
 
-    python scripts/gen_docs.py            # (re)write docs/generated/*.md
+    python scripts/gen_docs.py            # (re)write docs/generated/*.md and the generated blocks
     python scripts/gen_docs.py --check    # exit 1, naming them, when a committed file is out of date
 
 Each page of ``docs/`` that holds a reference includes one of these files (``--8<--``), so the
@@ -8,12 +8,15 @@ settings, the built-in guard rules, and every span, event, attribute and metric 
 kind and Prometheus name come from ``otel_verl.config``, ``otel_verl.hooks.guard``,
 ``otel_verl.telemetry_catalog``, ``otel_verl.instruments.catalog`` and
 ``otel_verl.instruments.prometheus``; every hooked verl/Ray name with its mechanism, since when and
-expected shape from ``otel_verl.hooks.targets``. ``tests/docs/test_docs_generated.py`` runs the check.
+expected shape from ``otel_verl.hooks.targets``. It also writes ``semconv``'s ``M_*`` metric-name
+constants (``BLOCKS``) from ``otel_verl.instruments.catalog``, where each name is declared with its
+instrument. ``tests/docs/test_docs_generated.py`` runs the check.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -114,9 +117,9 @@ def guard_rules_page() -> str:
 
 
 def _hardware(spec) -> bool:
-    from otel_verl import semconv
+    from otel_verl.instruments import catalog
 
-    return spec.name.startswith("hw.") or spec.name == semconv.M_PROCESS_GPU_MEMORY_USAGE
+    return spec.name.startswith("hw.") or spec is catalog.PROCESS_GPU_MEMORY_USAGE
 
 
 def gpu_metrics_page() -> str:
@@ -124,6 +127,7 @@ def gpu_metrics_page() -> str:
 
 
 def metrics_page(only: Callable[[object], bool] | None = None) -> str:
+    from otel_verl import telemetry_catalog as t
     from otel_verl.instruments import catalog
     from otel_verl.instruments.prometheus import prometheus_name
 
@@ -143,12 +147,15 @@ def metrics_page(only: Callable[[object], bool] | None = None) -> str:
             f"`{spec.unit}`" if spec.unit else "",
             _code(spec.attributes),
             prom(spec),
-            spec.source,
+            t.SOURCES[spec],
         )
         for spec in (catalog.LOGGED_VALUE, *catalog.ALL, *catalog.ENGINE)
         if only is None or only(spec)
     ]
-    head = HEAD.format(source="otel_verl/instruments/catalog.py and otel_verl/instruments/prometheus.py")
+    head = HEAD.format(
+        source="otel_verl/instruments/catalog.py, otel_verl/telemetry_catalog.py (SOURCES) and "
+        "otel_verl/instruments/prometheus.py"
+    )
     return head + _table(("Instrument", "Kind", "Unit", "Attributes", "In Prometheus 3", "Source"), rows)
 
 
@@ -236,14 +243,51 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+def metric_names() -> str:
+    """``semconv``'s ``M_*`` constants: each named instrument's name, from its one declaration in
+    ``instruments.catalog`` (the constant is ``M_`` + the instrument's name there)."""
+    from otel_verl.instruments import catalog
+
+    const = {id(v): k for k, v in vars(catalog).items() if isinstance(v, catalog.InstrumentSpec)}
+    return "".join(f'M_{const[id(spec)]} = "{spec.name}"\n' for spec in (*catalog.ALL, *catalog.ENGINE))
+
+
+# Blocks of code generated in place: file -> (the block's first line, its last line, what goes between).
+BLOCKS: dict[str, tuple[str, str, Callable[[], str]]] = {
+    "otel_verl/semconv.py": ("# BEGIN generated metric names\n", "# END generated metric names\n", metric_names),
+}
+
+
+def _with_block(text: str, begin: str, end: str, body: str) -> str:
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[:start] + body + text[stop:]
+
+
 def render() -> dict[str, str]:
     """File name -> its content, as this tree's code says."""
     return {name: make() for name, make in PAGES.items()}
 
 
+def render_blocks() -> dict[Path, str]:
+    """Each file holding a generated block -> its content with that block as this tree's code says."""
+    out = {}
+    for name, (begin, end, make) in BLOCKS.items():
+        path = REPO / name
+        out[path] = _with_block(path.read_text(encoding="utf-8"), begin, end, make())
+    return out
+
+
+def stale_blocks() -> list[str]:
+    """The files whose generated block differs from what ``render_blocks`` makes."""
+    return [str(p.relative_to(REPO)) for p, text in render_blocks().items() if p.read_text(encoding="utf-8") != text]
+
+
 def stale(out: Path = OUT) -> list[str]:
-    """The generated files that differ from what ``render`` makes (or are missing)."""
-    found = []
+    """The generated blocks, then the generated files, that differ from what this tree's code makes
+    (or are missing); a stale block alone (the pages are made by the code it is part of)."""
+    found = stale_blocks()
+    if found:
+        return found
     for name, text in render().items():
         path = out / name
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
@@ -258,9 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         old = stale()
         if old:
-            print(f"out of date in docs/generated: {', '.join(old)}; run: python scripts/gen_docs.py", file=sys.stderr)
+            print(f"out of date: {', '.join(old)}; run: python scripts/gen_docs.py", file=sys.stderr)
             return 1
         return 0
+    if stale_blocks():  # first the code, then the pages in a fresh interpreter that imports it
+        for path, text in render_blocks().items():
+            path.write_text(text, encoding="utf-8")
+        print(f"wrote the generated blocks of {', '.join(BLOCKS)}")
+        return subprocess.run([sys.executable, __file__], check=False).returncode
     OUT.mkdir(parents=True, exist_ok=True)
     for name, text in render().items():
         (OUT / name).write_text(text, encoding="utf-8")

@@ -12,13 +12,13 @@ from otel_verl.instruments.deferred import Deferred
 
 class RolloutMetrics:
     def __init__(self, meter: Meter) -> None:
-        self.trajectory = catalog.create(meter, catalog.TRAJECTORY_DURATION)
-        self.llm_call = catalog.create(meter, catalog.LLM_CALL_DURATION)
+        self.trajectory = catalog.create(meter, catalog.ROLLOUT_TRAJECTORY_DURATION)
+        self.llm_call = catalog.create(meter, catalog.ROLLOUT_LLM_CALL_DURATION)
         # the GenAI conventions' client metrics of the same calls (hooks/rollout/llm.py)
         self.gen_ai_duration = catalog.create(meter, catalog.GEN_AI_CLIENT_OPERATION_DURATION)
         self.gen_ai_tokens = catalog.create(meter, catalog.GEN_AI_CLIENT_TOKEN_USAGE)
-        self.response_tokens = catalog.create(meter, catalog.RESPONSE_TOKENS)
-        self.tail_ratio = catalog.create(meter, catalog.TAIL_RATIO)
-        self.degenerate_ratio = catalog.create(meter, catalog.DEGENERATE_RATIO)
+        self.response_tokens = catalog.create(meter, catalog.ROLLOUT_RESPONSE_TOKENS)
+        self.tail_ratio = catalog.create(meter, catalog.ROLLOUT_TAIL_RATIO)
+        self.degenerate_ratio = catalog.create(meter, catalog.ROLLOUT_DEGENERATE_RATIO)
         # the histograms' values, queued on the event loop and recorded at collection
         self.deferred = Deferred(meter)

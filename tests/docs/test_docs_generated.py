@@ -42,6 +42,24 @@ def test_check_mode_fails_on_a_stale_file(tmp_path):
     assert done.returncode == 0, done.stderr  # the committed ones
 
 
+def test_semconvs_metric_names_are_generated_from_the_catalog(tmp_path, monkeypatch):
+    """Each ``semconv.M_*`` constant is its instrument's name in ``instruments.catalog`` (the one
+    declaration), and a constant missing, added or changed by hand is out of date."""
+    from otel_verl import semconv
+
+    specs = {k: v for k, v in vars(catalog).items() if isinstance(v, catalog.InstrumentSpec)}
+    names = {k: v for k, v in vars(semconv).items() if k.startswith("M_")}
+    assert names == {f"M_{k}": s.name for k, s in specs.items() if s is not catalog.LOGGED_VALUE}
+    gen = _gen()
+    copy = tmp_path / "otel_verl" / "semconv.py"
+    copy.parent.mkdir()
+    text = (REPO / "otel_verl" / "semconv.py").read_text(encoding="utf-8")
+    monkeypatch.setattr(gen, "REPO", tmp_path)
+    for stale in ("", text.replace('M_KL = "verl.training.kl"\n', ""), text.replace('"verl.training.kl"', '"kl"')):
+        copy.write_text(stale or text, encoding="utf-8")
+        assert gen.stale_blocks() == ([] if not stale else ["otel_verl/semconv.py"])
+
+
 def _rows(text: str, name: str) -> list[list[str]]:
     rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
     return [[c.strip() for c in row.strip("|").split(" | ")] for row in rows]

@@ -117,3 +117,30 @@ def test_the_shared_rooms_import_none_of_their_users():
     assert not _importers("otel_verl.hooks", "otel_verl.job_board")
     assert not _importers("otel_verl.stall", "otel_verl.hooks.guard")
     assert not _importers("otel_verl.hooks", "otel_verl.stall")
+
+
+def _reachable(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += GRAPH[name]
+    return seen
+
+
+def test_the_documentation_text_is_off_every_process_runtime_path():
+    """What a verl process may import (from the instrumentor, lazy imports included) holds no reference
+    documentation: the metrics' sources and the spans', events' and attributes' text are in
+    ``telemetry_catalog``, read by ``scripts/gen_docs.py`` only."""
+    runtime = _reachable("otel_verl.instrumentor")
+    assert "otel_verl.hooks.spans" in runtime and "otel_verl.instruments.catalog" in runtime  # it is the runtime
+    assert "otel_verl.telemetry_catalog" not in runtime
+    from otel_verl import telemetry_catalog
+
+    texts = [d.doc for d in (*telemetry_catalog.SPANS, *telemetry_catalog.ATTRIBUTES)]
+    texts += list(telemetry_catalog.SOURCES.values())
+    starts = {t[:60] for t in texts if len(t) >= 30}  # a sentence or its start, as a module would spell it
+    for name in runtime:
+        code = MODULES[name].read_text(encoding="utf-8")
+        assert not [t for t in starts if t in code], name

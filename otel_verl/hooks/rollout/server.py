@@ -109,7 +109,7 @@ def _start(instance: Any) -> bool:
             PROCESS.identify(role=semconv.ROLE_ROLLOUT_SERVER)
         rank = getattr(instance, "replica_rank", None)
         _STATE.clock.rank = rank if isinstance(rank, int) else None
-        catalog.create_observable(PROCESS.telemetry.meter, catalog.REPLICA_BUSY_TIME, [_observe])
+        catalog.create_observable(PROCESS.telemetry.meter, catalog.ROLLOUT_REPLICA_BUSY_TIME, [_observe])
     # and the families an engine registered late (at most once a minute)
     engine_metrics.bridge(PROCESS.telemetry.meter, _STATE.clock.rank)
     _STATE.clock.begin()

@@ -47,7 +47,7 @@ def test_generic_key_mapping():
 
 
 def test_catalog_names_in_prometheus():
-    assert prometheus_name(catalog.TAIL_RATIO) == "verl_rollout_tail_ratio"
+    assert prometheus_name(catalog.ROLLOUT_TAIL_RATIO) == "verl_rollout_tail_ratio"
     assert prometheus_name(catalog.GPU_MEMORY_USAGE) == "hw_gpu_memory_usage_bytes"
     assert series_names(catalog.STAGE_DURATION) == {
         "verl_stage_duration_seconds_bucket",
