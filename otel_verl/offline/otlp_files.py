@@ -625,7 +625,7 @@ def file_records(
         return True
 
     quiet = Skipped()  # a second reading's problems were the first's to name
-    fast = _fast_metrics if signal == "metrics" else None
+    fast = _FAST.get(signal)
     for number, _, batch in iter_lines(path, quiet if again else skipped, mark[2] if again else None, opened, fast):  # type: ignore[index]
         if again and (path, number) in reading.bad:
             continue
@@ -648,6 +648,19 @@ def _fast_metrics(text: str) -> Decoded | None:
     """A metrics line's records by ``otlp_typed`` when it is of the usual shape (else None)."""
     records = otlp_typed.points(text, _without_identity, MetricPoint)
     return None if records is None else Decoded(records)
+
+
+def _fast_spans(text: str) -> Decoded | None:
+    """A traces line's records by ``otlp_typed`` when it is of the usual shape (else None); its
+    status, events and links read by the general path's functions."""
+    try:
+        records = otlp_typed.spans(text, SpanRecord, _status, _events, _link)
+    except _MALFORMED:  # the general path names why
+        return None
+    return None if records is None else Decoded(records)
+
+
+_FAST: dict[str, Callable[[str], Decoded | None]] = {"metrics": _fast_metrics, "traces": _fast_spans}
 
 
 def read_log_records(folder: str | Path, skipped: Skipped | None = None) -> list[LogEntry]:

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from otel_verl.offline.otlp_fields import I32
+from otel_verl.offline.otlp_fields import I32, SPAN_ID, TRACE_ID
 from otel_verl.semconv import RES_SERIES_IDENTITY
 
 _UNSET = msgspec.UNSET
@@ -33,11 +33,19 @@ Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info
 Enum32 = Annotated[int, msgspec.Meta(ge=I32[0], le=I32[1])]
 
 
-class _Value(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class _Scalar(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     stringValue: str | Unset = _UNSET  # noqa: N815 (OTLP JSON's names)
     intValue: IntText | Unset = _UNSET  # noqa: N815
     doubleValue: Finite | Unset = _UNSET  # noqa: N815
     boolValue: bool | Unset = _UNSET  # noqa: N815
+
+
+class _Array(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    values: tuple[_Scalar, ...] = ()
+
+
+class _Value(_Scalar, forbid_unknown_fields=True, frozen=True):
+    arrayValue: _Array | Unset = _UNSET  # noqa: N815 (of scalars: a nested array is the general path's)
 
 
 class _KeyValue(msgspec.Struct, frozen=True):
@@ -138,10 +146,36 @@ def _point_attributes(
     return found
 
 
+def _scalar(v: _Scalar) -> Any:
+    """One value of the four kinds (exactly one set)."""
+    if v.stringValue is not _UNSET:
+        if v.intValue is not _UNSET or v.doubleValue is not _UNSET or v.boolValue is not _UNSET:
+            raise _Other
+        return v.stringValue
+    if v.intValue is not _UNSET:
+        if v.doubleValue is not _UNSET or v.boolValue is not _UNSET:
+            raise _Other
+        return _int64(v.intValue)
+    if v.doubleValue is not _UNSET:
+        if v.boolValue is not _UNSET:
+            raise _Other
+        return v.doubleValue
+    if v.boolValue is not _UNSET:
+        return v.boolValue
+    raise _Other  # an empty value
+
+
 def _attributes(entries: tuple[_KeyValue, ...] | list[_KeyValue]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in entries:
         v = kv.value
+        if v.arrayValue is not _UNSET:
+            if v.stringValue is not _UNSET or v.intValue is not _UNSET or v.doubleValue is not _UNSET:
+                raise _Other
+            if v.boolValue is not _UNSET:
+                raise _Other
+            out[kv.key] = tuple(_scalar(x) for x in v.arrayValue.values)
+            continue
         if v.stringValue is not _UNSET:
             value: Any = v.stringValue
             if v.intValue is not _UNSET or v.doubleValue is not _UNSET or v.boolValue is not _UNSET:
@@ -223,4 +257,78 @@ def _points(request: _Request, own_attrs: Any, point: Any) -> list[Any]:
                             temporality,
                         )
                     )
+    return out
+
+
+class _Span(msgspec.Struct):
+    name: str
+    traceId: str  # noqa: N815
+    spanId: str  # noqa: N815
+    startTimeUnixNano: str  # noqa: N815
+    endTimeUnixNano: str  # noqa: N815
+    parentSpanId: str = ""  # noqa: N815
+    attributes: tuple[_KeyValue, ...] | Unset = _UNSET
+    status: dict[str, Any] | Unset = _UNSET
+    events: list[Any] | Unset = _UNSET  # kept as OTLP JSON: checked by the general path's ``events``
+    links: list[Any] | Unset = _UNSET
+
+
+class _ScopeSpans(msgspec.Struct):
+    spans: list[_Span] = []
+
+
+class _ResourceSpans(msgspec.Struct):
+    resource: _Resource = msgspec.field(default_factory=_Resource)
+    scopeSpans: list[_ScopeSpans] = []  # noqa: N815
+
+
+class _TraceRequest(msgspec.Struct):
+    resourceSpans: list[_ResourceSpans]  # noqa: N815
+
+
+_TRACE_DECODER = msgspec.json.Decoder(_TraceRequest)
+
+
+def spans(text: str, record: Any, status: Any, events: Any, link: Any) -> list[Any] | None:
+    """The records of a traces line of the usual shape; None for any other line. ``record``
+    (``SpanRecord``), ``status``, ``events`` and ``link`` are the general path's (``otlp_files``)."""
+    try:
+        request = _TRACE_DECODER.decode(text)
+        return _spans(request, record, status, events, link)
+    except (msgspec.DecodeError, _Other):
+        return None
+
+
+def _id(text: str, pattern: Any, optional: bool = False) -> str:
+    """An id as the exporter writes it: lowercase hex of its length (``""``: none, when ``optional``)."""
+    if pattern.fullmatch(text) or (optional and not text):
+        return text
+    raise _Other
+
+
+def _spans(request: _TraceRequest, record: Any, status: Any, events: Any, link: Any) -> list[Any]:
+    out: list[Any] = []
+    for rs in request.resourceSpans:
+        resource = _attributes(rs.resource.attributes)
+        for scope in rs.scopeSpans:
+            for s in scope.spans:
+                start, end = _digits(s.startTimeUnixNano), _digits(s.endTimeUnixNano)
+                if end < start:
+                    raise _Other
+                attrs = s.attributes
+                out.append(
+                    record(
+                        name=s.name,
+                        trace_id=_id(s.traceId, TRACE_ID),
+                        span_id=_id(s.spanId, SPAN_ID),
+                        parent_id=_id(s.parentSpanId, SPAN_ID, optional=True),
+                        start_ns=start,
+                        end_ns=end,
+                        attributes=_attributes(attrs) if attrs is not _UNSET else {},
+                        resource=resource,
+                        status=status(None if s.status is _UNSET else s.status),
+                        events=[] if s.events is _UNSET else events({"events": s.events}),
+                        links=[] if s.links is _UNSET else [link(lk) for lk in s.links],
+                    )
+                )
     return out
