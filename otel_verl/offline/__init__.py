@@ -8,8 +8,8 @@ things (``doctor``, ``stack``) is ``otel_verl.live``; what every command shares,
 * ``replay``: ``otel-verl replay DIR``, the stored OTLP JSON sent to an OTLP/HTTP endpoint
   (``http_post``: how it talks to an endpoint it does not trust);
 * ``otlp_files``: reads the OTLP JSON-lines files the ``otlp_json_file`` exporters write, each
-  field it uses checked as ``json_format`` reads it (``otlp_fields``); a metrics line of the usual
-  shape decoded into typed structs (``otlp_typed``);
+  field it uses checked as ``json_format`` reads it (``otlp_fields``); a traces or metrics line of
+  the usual shape decoded into typed structs (``otlp_typed``);
 * ``run_reader``: a run folder read at any size, what it holds bounded (``bounded``: per-step
   series, samples, picked steps);
 * ``run_facts``: what summary and report both state (the slowest trajectory, values per step);

@@ -6,7 +6,9 @@ is used only when it is an OTLP export request of its signal whose every field t
 as protobuf's ``json_format`` reads it into the opentelemetry-proto message (of the right type,
 text that is UTF-8), whose ids are hex of their length, whose numbers are numbers and whose spans
 end at or after their start (``otlp_fields``: each field checked once, where it is read). Replay
-checks a line whole with ``json_format`` before it sends it (``check_request``).
+checks a line whole with ``json_format`` before it sends it (``check_request``). A traces or
+metrics line of the usual shape is decoded into typed structs first (``otlp_typed``: the same
+records, fewer checks in Python); any other line goes the general way.
 
 Whatever cannot be used is left out and noted in a ``Skipped`` (pass one to the readers): a line
 that is not JSON (the last line of a process killed while writing is cut short), not UTF-8 text,

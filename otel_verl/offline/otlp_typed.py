@@ -1,16 +1,17 @@
-"""A stored metrics line of the usual shape, decoded by ``msgspec`` into typed structs in one step
-(the types checked as it parses), then made into ``MetricPoint`` records: the fast path of
-``otlp_files.file_records``.
+"""A stored traces or metrics line of the usual shape, decoded by ``msgspec`` into typed structs in
+one step (the types checked as it parses), then made into ``SpanRecord`` or ``MetricPoint``
+records: the fast path of ``otlp_files.file_records``.
 
-The structs take only what the ``otlp_json_file`` exporter writes and the readers use, spelled as
-it spells it: ids and times as strings of digits, an attribute's value one of a string, an integer
-as a string, a finite double or a bool, a metric one of a gauge, a sum or a histogram. A line of
-any other shape (a field of another type, an unknown member of an attribute's value, a number that
-is not finite, ``snake_case`` names where the readers read ``camelCase``, two values where a
-``oneof`` takes one) is refused here (``points`` returns None) and read by the general path
-(``otlp_files.decode``, every field as ``json_format`` reads it), which names why when it refuses
-it. So a line gives the same records whichever path reads it; this one only reads the usual line
-without a check per field in Python.
+The structs take only what the ``otlp_json_file`` exporters write and the readers use, spelled as
+they spell it: ids as lowercase hex, times as strings of digits, an attribute's value one of a
+string, an integer as a string, a finite double or a bool, or an array of those, a metric one of a
+gauge, a sum or a histogram (a span's status, events and links are read by the general path's
+functions). A line of any other shape (a field of another type, an unknown member of an
+attribute's value, a number that is not finite, ``snake_case`` names where the readers read
+``camelCase``, ids in capitals, two values where a ``oneof`` takes one) is refused here (``spans``
+and ``points`` return None) and read by the general path (``otlp_files.decode``, every field as
+``json_format`` reads it), which names why when it refuses it. So a line gives the same records
+whichever path reads it; this one only reads the usual line without a check per field in Python.
 """
 
 from __future__ import annotations
