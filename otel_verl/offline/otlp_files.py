@@ -627,7 +627,9 @@ def file_records(
         return True
 
     quiet = Skipped()  # a second reading's problems were the first's to name
-    fast = _FAST.get(signal)
+    general, fast = _FAST.get(signal, (None, None))
+    if _DECODERS[signal] is not general:  # another decoder put in the general one's place: every line to it
+        fast = None
     for number, _, batch in iter_lines(path, quiet if again else skipped, mark[2] if again else None, opened, fast):  # type: ignore[index]
         if again and (path, number) in reading.bad:
             continue
@@ -662,7 +664,11 @@ def _fast_spans(text: str) -> Decoded | None:
     return None if records is None else Decoded(records)
 
 
-_FAST: dict[str, Callable[[str], Decoded | None]] = {"metrics": _fast_metrics, "traces": _fast_spans}
+# signal -> (the general decoder, the fast path that makes its records from the usual line)
+_FAST: dict[str, tuple[Callable[[dict[str, Any]], list[Any]], Callable[[str], Decoded | None]]] = {
+    "metrics": (_points, _fast_metrics),
+    "traces": (_spans, _fast_spans),
+}
 
 
 def read_log_records(folder: str | Path, skipped: Skipped | None = None) -> list[LogEntry]:
