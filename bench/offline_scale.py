@@ -8,13 +8,15 @@ going on from the last one's values and its trace and span ids changed (a differ
 copy), the processes kept: one long run of the same processes. The
 copies are written line by line, so making the folder holds one line at a time.
 
-Each tool then runs in a fresh process per variant, side by side in one run: this tree, and with
-``--before-src DIR`` an older ``otel_verl`` first on the path (``git archive <commit> otel_verl |
-tar -x -C DIR``). Measured per process: CPU seconds (user + system, ``wait4``), wall seconds and the
-peak resident memory; a process whose memory passes ``--limit-mb`` is stopped and shown as such.
+Each tool then runs in a fresh process per variant, side by side in one run: this tree, and the
+code it is compared with: ``--before REF`` (a commit, e.g. ``main``: its ``otel_verl`` taken out
+with ``git archive REF otel_verl | tar -x`` into the run's scratch folder) or ``--before-src DIR``
+(an ``otel_verl`` already there), first on the path. Measured per process: CPU seconds (user +
+system, ``wait4``), wall seconds and the peak resident memory; a process whose memory passes
+``--limit-mb`` is stopped and shown as such. The last table puts both side by side per tool.
 
-``python bench/offline_scale.py --source DIR [--steps 1000] [--before-src DIR] [--limit-mb 3072]
-[--tools summary,report]``
+``python bench/offline_scale.py --source DIR [--steps 1000] [--before REF | --before-src DIR]
+[--limit-mb 3072] [--tools summary,report] [--keep DIR]``
 """
 
 from __future__ import annotations
@@ -103,19 +105,23 @@ class Copy:
                             self.attributes(p.get("attributes"))
                             grown = self.counters.get(_counter_key(m, kind, p))
                             if grown is not None:
-                                for key in ("asDouble", "asInt"):
-                                    if key in p:
-                                        p[key] = type(p[key])(float(p[key]) + self.k * grown)
+                                _add(p, self.k * grown)
                             if m.get("name") == STEP_GAUGE:
-                                for key in ("asDouble", "asInt"):
-                                    if key in p:
-                                        p[key] = type(p[key])(float(p[key]) + self.k * self.steps)
+                                _add(p, self.k * self.steps)
         for rl in batch.get("resourceLogs", []):
             for sl in rl.get("scopeLogs", []):
                 for r in sl.get("logRecords", []):
                     self.time(r, "timeUnixNano", "observedTimeUnixNano")
                     r["traceId"], r["spanId"] = self.id(r.get("traceId", "")), self.id(r.get("spanId", ""))
                     self.attributes(r.get("attributes"))
+
+
+def _add(point: dict[str, Any], grown: float) -> None:
+    """``grown`` added to a point's value, written as the exporter writes it (``asInt``: int64 digits)."""
+    if "asDouble" in point:
+        point["asDouble"] = float(point["asDouble"]) + grown
+    if "asInt" in point:
+        point["asInt"] = str(int(point["asInt"]) + round(grown))
 
 
 def _counter_key(metric: dict[str, Any], kind: str, point: dict[str, Any]) -> tuple | None:
@@ -221,7 +227,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", type=Path, required=True, help="a real run's telemetry folder")
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--before-src", type=Path, default=None)
+    ap.add_argument("--before-src", type=Path, default=None, help="an older otel_verl's parent folder")
+    ap.add_argument("--before", default=None, help="a git commit whose otel_verl is compared (e.g. main)")
     ap.add_argument("--limit-mb", type=int, default=3072, help="stop a tool whose memory passes this")
     ap.add_argument("--tools", default=",".join(TOOLS), help="summary,report (default: both)")
     ap.add_argument("--keep", type=Path, default=None, help="make the run folder here and keep it")
@@ -233,9 +240,18 @@ def main() -> None:
             t0 = time.monotonic()
             copies, written = make_run(args.source, folder, args.steps)
             print(f"made {folder}: {copies} copies, {written / 2**20:.0f} MiB in {time.monotonic() - t0:.0f} s")
+        before, label = args.before_src, "before"
+        if args.before:
+            before, label = work / "before", f"before ({args.before})"
+            before.mkdir()
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", args.before, "otel_verl"], check=True, capture_output=True
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
         print(f"# offline_scale.py, {machine()}, load average {os.getloadavg()[0]:.1f}")
-        variants = [("after (this tree)", None)] + ([("before", args.before_src)] if args.before_src else [])
+        variants = [("after (this tree)", None)] + ([(label, before)] if before else [])
         rows = []
+        results: dict[tuple[str, str], dict[str, Any]] = {}
         for name, src in variants:  # which otel_verl each variant runs
             code = "import otel_verl, sys; print(otel_verl.__file__)"
             where = subprocess.run(
@@ -248,12 +264,22 @@ def main() -> None:
             print(f"{name}: {where}")
         for tool in args.tools.split(","):
             for name, src in variants:
-                r = run_tool(tool, folder, src, args.limit_mb, work)
+                r = results[(tool, name)] = run_tool(tool, folder, src, args.limit_mb, work)
                 peak = f"> {args.limit_mb} (stopped)" if r["stopped"] else f"{r['peak_mb']:.0f}"
                 rc = "stopped" if r["stopped"] else r["rc"]
                 rows.append((tool, name, f"{r['cpu']:.1f}", f"{r['wall']:.1f}", peak, rc))
                 print(" ".join(map(str, rows[-1])), r["err"], flush=True)
         print(table(("tool", "variant", "CPU s", "wall s", "peak MiB", "rc"), rows))
+        if len(variants) == 2:
+            (new, _), (old, _) = variants
+            side = []
+            for tool in args.tools.split(","):
+                a, b = results[(tool, old)], results[(tool, new)]
+                side.append(
+                    (tool, f"{a['cpu']:.1f}", f"{b['cpu']:.1f}", f"{a['cpu'] / max(b['cpu'], 1e-9):.1f}x")
+                    + (f"{a['peak_mb']:.0f}", f"{b['peak_mb']:.0f}")
+                )
+            print(table(("tool", f"CPU s {old}", "CPU s this tree", "less", "peak MiB before", "peak MiB now"), side))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

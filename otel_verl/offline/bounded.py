@@ -65,6 +65,10 @@ class _Runs:
         self._filled = bytearray()
 
     def add(self, step: int, value: float) -> None:
+        slot = step // self.width - self._base
+        if 0 <= slot < len(self._filled):  # a run already held: the runs span no more than before
+            self._put(slot, step, value)
+            return
         if not self._filled:
             self._base = step // self.width
         while max(self._top(), step // self.width) - min(self._base, step // self.width) >= self.most:
@@ -87,6 +91,13 @@ class _Runs:
         return self._base + max(len(self._filled), 1) - 1
 
     def _grow(self, n: int, front: bool = False) -> None:
+        if n == 1 and not front:  # the usual case, the next step's run: no arrays made
+            self._lo_step.append(0)
+            self._lo.append(0.0)
+            self._hi_step.append(0)
+            self._hi.append(0.0)
+            self._filled.append(0)
+            return
         for part, empty in (
             (self._lo_step, array("q", [0]) * n),
             (self._lo, array("d", [0.0]) * n),
@@ -139,37 +150,46 @@ class _Runs:
 class StepSeries:
     """One series folded a value at a time (see the module's docstring); ``close`` gives the ``Series``."""
 
-    __slots__ = ("_first", "_folded", "_keep", "_kept", "_recent", "_runs")
+    __slots__ = ("_first", "_first_top", "_folded", "_in_order", "_keep", "_kept", "_recent", "_runs")
 
     def __init__(self, keep: Collection[int] = ()) -> None:
         self._keep = keep  # steps kept exactly (shared by every series of a run: not copied)
         self._kept: dict[int, float] = {}
         self._first: dict[int, float] = {}  # the first EDGE steps folded
+        self._first_top = 0  # the highest step in ``_first`` once it is full
         self._recent: dict[int, tuple[int, float]] = {}  # the last EDGE steps: step -> (time, value)
+        self._in_order = True  # ``_recent``'s steps came in increasing order: its first key is its lowest
         self._runs = _Runs(MAX_RUNS)
         self._folded = 0
 
     def add(self, step: int, value: float, time: int = 0) -> None:
         """``value`` at ``step``, exported at ``time`` (the later of two values of a recent step wins)."""
-        old = self._recent.get(step)
+        recent = self._recent
+        old = recent.get(step)
         if old is not None:
             if time >= old[0]:
-                self._recent[step] = (time, value)
+                recent[step] = (time, value)
             return
-        self._recent[step] = (time, value)
-        if len(self._recent) > EDGE:
-            oldest = min(self._recent)
-            self._fold(oldest, self._recent.pop(oldest)[1])
+        if self._in_order and recent and step < next(reversed(recent)):
+            self._in_order = False  # a step read late: from now on the lowest is looked for
+        recent[step] = (time, value)
+        if len(recent) > EDGE:
+            oldest = next(iter(recent)) if self._in_order else min(recent)
+            self._fold(oldest, recent.pop(oldest)[1])
 
     def _fold(self, step: int, value: float) -> None:
         self._folded += 1
         if step in self._keep:
             self._kept[step] = value
-        if len(self._first) < EDGE:
-            self._first[step] = value
-        elif step < max(self._first):  # an old step read late: the first ones are the lowest
-            del self._first[max(self._first)]
-            self._first[step] = value
+        first = self._first
+        if len(first) < EDGE:
+            first[step] = value
+            if len(first) == EDGE:
+                self._first_top = max(first)
+        elif step < self._first_top:  # an old step read late: the first ones are the lowest
+            del first[self._first_top]
+            first[step] = value
+            self._first_top = max(first)
         self._runs.add(step, value)
 
     def close(self) -> Series:

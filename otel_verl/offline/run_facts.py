@@ -170,11 +170,16 @@ class StepGauges:
         self._tabled = tabled
         self._listeners = listeners
         self.holding = 0  # points not yet placed
+        self._resource: tuple[dict[str, Any] | None, str] = (None, "")  # the last resource and its process
 
     def add(self, p: MetricPoint) -> None:
         if p.value is None or not (p.kind == "gauge" or (p.kind == "sum" and p.name in GROUPED_SUMS)):
             return
-        who = exporter(p.resource)
+        if self._resource[0] is p.resource:  # a request's points share their resource
+            who = self._resource[1]
+        else:
+            who = exporter(p.resource)
+            self._resource = (p.resource, who)
         group = self._open.get((who, p.time_ns))
         if group is None:
             for key in [k for k in self._open if k[0] == who and k[1] < p.time_ns]:

@@ -423,14 +423,16 @@ class MetricFold:
     def add(self, p: MetricPoint) -> None:
         self.points += 1
         self.senders.add(p.resource)
-        if p.name in LAST_ONLY:
+        if p.name not in KEPT_METRICS:
+            pass
+        elif p.name in LAST_ONLY:
             self._keep_last(p, (exporter(p.resource), p.name, attr_key(p.attributes), p.kind))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
             # cumulative: its latest point per series is the whole count (``report.model.trajectory_histogram``)
             self._keep_last(p, (p.name, p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram":
             self._add_delta(p)
-        elif p.name in KEPT_METRICS:
+        else:
             self.kept.append(self._shared(p))
         self.gauges.add(p)
         self.overhead.add(p)

@@ -75,6 +75,18 @@ def test_a_folded_series_keeps_its_spikes_and_the_steps_it_is_told_to():
     assert list(out) == sorted(out)
 
 
+def test_steps_read_late_are_folded_as_the_oldest_and_the_first_and_last_steps_stay_exact():
+    """Steps come in order until the first ones are read again at the end (another process's
+    exports of old steps): the series still keeps its first and last steps exactly."""
+    n = 100 * MAX_RUNS
+    series = StepSeries()
+    for s in [*range(EDGE + 1, n + 1), *range(1, EDGE + 1)]:
+        series.add(s, math.sin(s / 50), s)
+    out = series.close()
+    assert thinned(out) and len(out) <= 2 * MAX_RUNS + 4 * EDGE
+    assert all(out[s] == math.sin(s / 50) for s in [*range(1, EDGE + 1), *range(n - EDGE + 1, n + 1)])
+
+
 def test_the_latest_export_of_a_recent_step_wins():
     series = StepSeries()
     series.add(1, 1.0, 10)

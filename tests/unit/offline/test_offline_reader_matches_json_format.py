@@ -225,6 +225,63 @@ def test_the_reader_keeps_and_refuses_what_json_format_did_of_what_it_reads(sign
     assert stricter < refused / 4
 
 
+def test_the_fast_metrics_path_makes_the_general_paths_records_or_leaves_the_line_to_it():
+    """``otlp_typed`` (the metrics lines' fast path): the exporter's line is read by it; of every
+    hostile variant, the ones it reads give the records the general path gives, to the bit (so it
+    never reads a line the general path refuses), and the rest are left to the general path."""
+    lines = _metrics()
+    assert all(otlp_files._fast_metrics(line) is not None for line in lines)
+    base = json.loads(lines[0])
+    metrics = base["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+    point = ("resourceMetrics", 0, "scopeMetrics", 0, "metrics", 0, "sum", "dataPoints", 0)
+    added = [  # a member added where the corpus only replaces: two of a oneof, another kind, another value
+        _replaced(base, (*point, "asDouble"), 1.5),
+        _replaced(base, (*point, "asInt"), "12.0"),
+        _replaced(base, (*point, "attributes", 0, "value", "intValue"), "4"),
+        _replaced(base, (*point, "attributes", 0, "value", "arrayValue"), {"values": []}),
+        _replaced(base, ("resourceMetrics", 0, "scopeMetrics", 0, "metrics", 0, "gauge"), metrics[0]["sum"]),
+        _replaced(base, ("resourceMetrics", 0, "scopeMetrics", 0, "metrics", 0, "summary"), {}),
+        _replaced(base, ("resourceMetrics", 0, "scopeMetrics", 0, "metrics", 0, "exponentialHistogram"), None),
+    ]
+    fast = left = 0
+    for _, _, _, text in [*_cases("metrics", lines), *(((), None, None, json.dumps(b)) for b in added)]:
+        records = otlp_files._fast_metrics(text)
+        if records is None:
+            left += 1
+            continue
+        fast += 1
+        assert _outcome(list(records)) == _new("metrics", text), text
+    assert fast > 50 and left > 100  # both paths are taken by the corpus
+
+
+def test_the_fast_traces_path_makes_the_general_paths_records_or_leaves_the_line_to_it():
+    """``otlp_typed`` for traces, as for metrics: the exporter's lines are read by it; of every
+    hostile variant of the child span (an event, a link, a status, arrays) and of a few added
+    members, the ones it reads give the general path's records, the rest are left to it."""
+    lines = _spans()
+    assert all(otlp_files._fast_spans(line) is not None for line in lines)
+    base = json.loads(lines[0])
+    span = ("resourceSpans", 0, "scopeSpans", 0, "spans", 0)
+    added = [
+        _replaced(base, (*span, "attributes", 0, "value", "intValue"), "4"),
+        _replaced(base, (*span, "attributes", 0, "value", "arrayValue"), {"values": []}),
+        _replaced(base, (*span, "attributes", 0, "value"), {"arrayValue": {"values": [{"arrayValue": {}}]}}),
+        _replaced(base, (*span, "attributes", 0, "value"), {"arrayValue": {"values": [{}]}}),
+        _replaced(base, (*span, "attributes", 0, "value"), {"arrayValue": {}}),
+        _replaced(base, (*span, "parentSpanId"), ""),
+        _replaced(base, (*span, "endTimeUnixNano"), "1"),
+    ]
+    fast = left = 0
+    for _, _, _, text in [*_cases("traces", lines), *(((), None, None, json.dumps(b)) for b in added)]:
+        records = otlp_files._fast_spans(text)
+        if records is None:
+            left += 1
+            continue
+        fast += 1
+        assert _outcome(list(records)) == _new("traces", text), text
+    assert fast > 50 and left > 100
+
+
 def test_odd_but_valid_spellings_are_read_as_json_format_read_them():
     """Ids in capitals, int64 as JSON numbers, doubles as strings, enums by name, a bare NaN (a
     line only ``json.loads`` parses): each is read as it was; each refusal for the same reason."""
