@@ -7,8 +7,8 @@ things is ``otel_verl.live`` and ``otel_verl.stack``; how every command ends, ``
 * ``report``: ``otel-verl report DIR``, the run as one self-contained HTML page;
 * ``replay``: ``otel-verl replay DIR``, the stored OTLP JSON sent to an OTLP/HTTP endpoint
   (``http_post``: how it talks to an endpoint it does not trust); ``replay_spool``:
-  ``otel-verl replay --spool DIR``, the batches dead processes left in a spool folder, each to
-  the endpoint its own process would have sent it to;
+  ``otel-verl replay --spool DIR``, the batches dead processes left in a spool folder, sent only
+  to the endpoint their own process recorded;
 * ``otlp_files``: reads the OTLP JSON-lines files the ``otlp_json_file`` exporters write, each
   field it uses checked as ``json_format`` reads it (``otlp_fields``); a traces or metrics line of
   the usual shape decoded into typed structs (``otlp_typed``);
