@@ -170,6 +170,9 @@ class HookReport:
             if not self._exit_registered:
                 self._exit_registered = True
                 atexit.register(self.say)
+                from otel_verl.process.state import PROCESS  # lazily: the offline tools read this module
+
+                PROCESS.on_built(self.say)  # said when this process's telemetry starts
 
     def record(self, hook: _HookLike, status: str, why: str = "") -> None:
         key = _key(hook)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
@@ -32,6 +33,7 @@ class ProcessState:
         self._given_logs: Any = None  # a LoggerProvider given to instrument()
         self._instruments: Instruments | None = None
         self._trainer: weakref.ReferenceType[Any] | None = None
+        self._on_built: list[Callable[[], None]] = []  # said once the pipeline is first built (on_built)
         # (id of the step's timing dict, the step span's context): stages verl times outside
         # the ``step`` timer (``testing``) join that step's trace.
         self.last_step: tuple[int, SpanContext] | None = None
@@ -61,6 +63,14 @@ class ProcessState:
                 if value is not None:
                     setattr(self.identity, key, value)
 
+    def on_built(self, call: Callable[[], None]) -> None:
+        """Call ``call`` (once per registration, never raising) when this process's telemetry is
+        first built; nothing when it is built already. How a hook-side report is said at the
+        pipeline's start without the pipeline importing hooks."""
+        with self._lock:
+            if call not in self._on_built:
+                self._on_built.append(call)
+
     # -- access --------------------------------------------------------------------
     @property
     def built(self) -> bool:
@@ -76,10 +86,12 @@ class ProcessState:
                 if built:
                     self._telemetry = self._build()
                 tel = self._telemetry
-            if built:  # this process's telemetry starts: say which hooks make it (once, never raises)
-                from otel_verl.hooks.compat import REPORT
-
-                REPORT.say()
+            if built:  # this process's telemetry starts: e.g. the hook table is said (hooks.compat)
+                for call in list(self._on_built):
+                    try:
+                        call()
+                    except Exception:  # noqa: BLE001 - a report must never break the process
+                        warn_once("on built", "a call at the telemetry's start failed", exc_info=True)
         return tel
 
     def _build(self) -> Telemetry:
