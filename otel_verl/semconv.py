@@ -372,6 +372,27 @@ SPAN_GEN = SPAN_STAGE_PREFIX + "gen"  # the stage span v1 trajectory spans link 
 
 # ---------------------------------------------------------------- guard (rules over verl's per-step values)
 ATTR_TIME_CATEGORY = "verl.time.category"
+# its values: where a step's time went (hooks/accounting.py), each second of the step in one
+TIME_ROLLOUT = "rollout"
+TIME_WAITING = "waiting"
+TIME_POLL_LAG = "poll_lag"
+TIME_TRAINING = "training"
+TIME_WEIGHT_SYNC = "weight_sync"
+TIME_CHECKPOINT = "checkpoint"
+TIME_VALIDATION = "validation"
+TIME_DRIVER = "driver"
+TIME_OTHER = "other"
+TIME_CATEGORIES = (
+    TIME_ROLLOUT,
+    TIME_WAITING,
+    TIME_POLL_LAG,
+    TIME_TRAINING,
+    TIME_WEIGHT_SYNC,
+    TIME_CHECKPOINT,
+    TIME_VALIDATION,
+    TIME_DRIVER,
+    TIME_OTHER,
+)
 ATTR_TIME_PREFIX = "verl.time."  # + category: on the verl.step span
 SPAN_REPLICAS_PREFIX = "verl.replicas."  # + sleep, abort, update_weights, ... (hooks/replicas.py)
 ATTR_REPLICAS_COUNT = "verl.replicas.count"  # rollout replicas the call drives
@@ -400,7 +421,7 @@ ATTR_WAIT_OLDEST_SCANNED = "verl.wait.oldest.scanned"  # in-flight groups looked
 ATTR_POOL_ROLE = "verl.pool.role"  # actor | rollout | ref | critic | reward
 ATTR_POOL_STATE = "verl.pool.state"  # busy | waiting | idle
 ATTR_POOL_PREFIX = "verl.pool."  # + role.state: on the verl.step span
-# goodput: each step's seconds per role in four buckets (hooks/goodput.py, docs/time.md)
+# goodput: each step's seconds per role in four buckets (instruments/goodput.py, docs/time.md)
 ATTR_GOODPUT_ROLE = "verl.goodput.role"  # trainer | rollout
 ATTR_GOODPUT_BUCKET = "verl.goodput.bucket"  # productive | overhead | idle | wasted
 GOODPUT_TRAINER = "trainer"

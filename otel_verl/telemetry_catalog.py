@@ -799,7 +799,7 @@ SOURCES: dict[c.InstrumentSpec, str] = {
     c.GOODPUT_TIME: (
         "Each step's seconds, per role (`trainer`, `rollout`), as `productive`, `overhead`, `idle` or `wasted` "
         "(TaskRunner, from the step's `verl.step.time` categories and verl's own counts of the step's dropped "
-        "groups and aborted samples: `otel_verl/hooks/goodput.py`); the four add up to the step for each role "
+        "groups and aborted samples: `otel_verl/instruments/goodput.py`); the four add up to the step for each role "
         "([Where the time goes](time.md#goodput-by-role))."
     ),
     c.GOODPUT_DROPPED_GROUPS: (

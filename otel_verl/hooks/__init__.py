@@ -9,8 +9,8 @@ Where things are made (the full list of names: docs/reference.md):
 * ``rollout/``: trajectory, LLM-call, reward and tool spans in the agent-loop workers;
 * ``waits``: ``verl.wait`` spans where the trainer waits (v1 replay buffer); ``waiting_for`` what
   such a wait waits for (the prompt groups in flight), ``poll_lag`` how long it waited after they were done;
-* ``accounting``: where a step's time went, from its stage and wait spans; ``goodput`` that time per
-  role in goodput buckets;
+* ``accounting``: where a step's time went, from its stage and wait spans (per role in goodput
+  buckets: ``otel_verl.instruments.goodput``);
 * ``replicas``: ``verl.replicas.*`` spans where the trainer sleeps, wakes, syncs and resumes the replicas;
 * ``samples``: opt-in sampled generations as log records;
 * ``callbacks``: verl's documented v1 hooks (checkpoint callback, step callbacks), attached to

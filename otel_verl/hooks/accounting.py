@@ -49,16 +49,10 @@ from otel_verl import semconv
 # it adds up): one seam, so that tests can drive it.
 clock: Callable[[], float] = time.perf_counter
 
-ROLLOUT = "rollout"
-WAITING = "waiting"
-POLL_LAG = "poll_lag"
-TRAINING = "training"
-WEIGHT_SYNC = "weight_sync"
-CHECKPOINT = "checkpoint"
-VALIDATION = "validation"
-DRIVER = "driver"
-OTHER = "other"
-CATEGORIES = (ROLLOUT, WAITING, POLL_LAG, TRAINING, WEIGHT_SYNC, CHECKPOINT, VALIDATION, DRIVER, OTHER)
+# the categories by their short names here; their values are declared once, in semconv
+CATEGORIES = semconv.TIME_CATEGORIES
+ROLLOUT, WAITING, POLL_LAG, TRAINING, WEIGHT_SYNC, CHECKPOINT, VALIDATION, DRIVER, OTHER = CATEGORIES
+
 
 CATEGORY_OF_STAGE = {
     "gen": ROLLOUT,

@@ -20,7 +20,7 @@ and any other ``marked_timer``/``simple_timer`` name) goes through one generator
 * where the step's time went (``accounting``): ``verl.step.time`` by category, ``verl.time.*``
   attributes on the step span, ``verl.trainer.idle_ratio``, v1's ``verl.trainer.poll_lag``; per
   pool role ``verl.pool.time``, ``verl.pool.*`` span attributes, ``verl.rollout.idle_ratio``; per
-  role the goodput buckets (``goodput``: ``verl.goodput.time``, with verl's values of the step);
+  role the goodput buckets (``instruments.goodput``: ``verl.goodput.time``, with verl's values of the step);
 * at the end of each step: ``verl.training.step``, ``verl.training.steps`` and the
   ``verl.training.last_step.timestamp`` heartbeat.
 
@@ -39,7 +39,7 @@ from opentelemetry import trace
 
 from otel_verl import semconv
 from otel_verl._safe import safe
-from otel_verl.hooks import accounting, goodput, targets
+from otel_verl.hooks import accounting, targets
 from otel_verl.hooks.accounting import ACCOUNT
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.per_trainer import PerTrainer
@@ -99,6 +99,15 @@ def _start(name: Any, timing_raw: Any) -> SpanState | None:
 _profiler_on = PerTrainer(lambda trainer: bool(trainer.config.global_profiler.steps), True)
 
 
+def _train_batch_size(trainer: Any) -> int | None:
+    value = trainer.config.data.train_batch_size
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# the prompt groups a step of the trainer trains on (``data.train_batch_size``; goodput's ``B``); None when unknown
+batch_groups = PerTrainer(_train_batch_size, None)
+
+
 @safe("stage span end")
 def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | None) -> None:
     span_id = state[0].get_span_context().span_id
@@ -123,7 +132,7 @@ def _end(state: SpanState, name: str, timing_raw: Any, error: BaseException | No
         # in the same ordered background queue as the step's Tracking.log values
         # the pipeline of now, not of when the background thread gets to it
         telemetry, training = PROCESS.telemetry, PROCESS.instruments.training
-        batch = goodput.batch_groups(PROCESS.trainer) if seconds is not None else None
+        batch = batch_groups(PROCESS.trainer) if seconds is not None else None
         telemetry.submit(lambda: _step_end(training, step, ended, seconds, pools, lag, batch))
 
 

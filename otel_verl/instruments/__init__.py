@@ -1,7 +1,8 @@
 """Instruments: defined once (``catalog``), built once per process (``Instruments``).
 
 * ``catalog``: every named instrument (name, kind, unit, buckets, description);
-* ``training``: what ``Tracking.log`` values become (TaskRunner);
+* ``training``: what ``Tracking.log`` values become (TaskRunner); ``goodput``: a step's seconds per
+  role in productive / overhead / idle / wasted, from its time categories and verl's drops;
 * ``rollout``: trajectory / LLM-call histograms and the tail ratio (agent-loop workers);
 * ``gpu``: ``hw.gpu.*`` observable gauges from NVML or torch (worker ranks);
 * ``system``: ``process.*`` through the system-metrics instrumentation (every verl process);

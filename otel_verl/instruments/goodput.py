@@ -1,6 +1,6 @@
 """Goodput: each step's seconds per role in four buckets, from the step's time categories.
 
-The step's account (``accounting``: every second of the step in one ``verl.time.category``) is
+The step's account (``hooks.accounting``: every second of the step in one ``verl.time.category``) is
 read per role, the same seconds for each role (a role's wall time is the step's):
 
 * ``trainer`` (the actor, critic and ref worker pools, as the TaskRunner drives them):
@@ -37,8 +37,14 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl._values import as_float
-from otel_verl.hooks import accounting as a
-from otel_verl.hooks.per_trainer import PerTrainer
+from otel_verl.semconv import (
+    TIME_POLL_LAG,
+    TIME_ROLLOUT,
+    TIME_TRAINING,
+    TIME_VALIDATION,
+    TIME_WAITING,
+    TIME_WEIGHT_SYNC,
+)
 
 TRAINER, ROLLOUT = semconv.GOODPUT_TRAINER, semconv.GOODPUT_ROLLOUT
 PRODUCTIVE, OVERHEAD, IDLE, WASTED = (
@@ -53,16 +59,16 @@ BUCKETS = (PRODUCTIVE, OVERHEAD, IDLE, WASTED)
 # category -> its bucket per role; the rollout role's GENERATION is split by the wasted share.
 GENERATION = "generation"
 TRAINER_BUCKET = {
-    a.TRAINING: PRODUCTIVE,
-    a.ROLLOUT: IDLE,
-    a.WAITING: IDLE,
-    a.POLL_LAG: IDLE,
+    TIME_TRAINING: PRODUCTIVE,
+    TIME_ROLLOUT: IDLE,
+    TIME_WAITING: IDLE,
+    TIME_POLL_LAG: IDLE,
 }  # the rest: OVERHEAD
 ROLLOUT_BUCKET = {
-    a.ROLLOUT: GENERATION,
-    a.WAITING: GENERATION,
-    a.WEIGHT_SYNC: OVERHEAD,
-    a.VALIDATION: OVERHEAD,
+    TIME_ROLLOUT: GENERATION,
+    TIME_WAITING: GENERATION,
+    TIME_WEIGHT_SYNC: OVERHEAD,
+    TIME_VALIDATION: OVERHEAD,
 }  # the rest: IDLE
 
 
@@ -110,12 +116,3 @@ def step_waste(data: Mapping[str, Any], batch_groups: int | None) -> tuple[float
     """(dropped groups, wasted share) of the step whose ``Tracking.log`` values are ``data``."""
     dropped = dropped_groups(data)
     return dropped, wasted_share(dropped, as_float(data.get(semconv.ABORTED_RATIO_KEY)), batch_groups)
-
-
-def _train_batch_size(trainer: Any) -> int | None:
-    value = trainer.config.data.train_batch_size
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-# the prompt groups a step of the trainer trains on (``data.train_batch_size``); None when unknown
-batch_groups = PerTrainer(_train_batch_size, None)

@@ -23,8 +23,7 @@ from opentelemetry.trace import SpanContext
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl._values import as_float
-from otel_verl.hooks import goodput
-from otel_verl.instruments import catalog
+from otel_verl.instruments import catalog, goodput
 
 
 def _span_context(span: SpanContext | None) -> otel_context.Context:
@@ -132,7 +131,7 @@ class TrainingMetrics:
         batch_groups: int | None = None,
     ) -> None:
         """The end of a step; ``seconds`` / ``idle_ratio`` / ``pools`` / ``poll_lag``: where its time
-        went (``hooks.accounting``). Its goodput (``hooks.goodput``) is recorded with the step's
+        went (``hooks.accounting``). Its goodput (``instruments.goodput``) is recorded with the step's
         values verl logs next (``record_log``: its dropped groups and aborted samples; ``batch_groups``:
         the prompt groups it trains on)."""
         if self._goodput_pending is not None:  # verl logged nothing after the last step: no drops known

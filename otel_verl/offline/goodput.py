@@ -1,6 +1,6 @@
 """Goodput by role over a run, for ``summary`` and ``report``: where each role's time went, as
 productive / overhead / idle / wasted seconds, from the TaskRunner's ``verl.goodput.time`` counter
-(``hooks/goodput.py`` defines the buckets; docs/time.md).
+(``instruments/goodput.py`` defines the buckets; docs/time.md).
 
 Each export of the TaskRunner names its step (``run_facts.StepGauges``): a counter's growth since
 the same series' previous point (its value, for a delta point) is that step's seconds. The run's
@@ -21,7 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from otel_verl import semconv
-from otel_verl.hooks.goodput import BUCKETS, OVERHEAD, ROLES, WASTED
+from otel_verl.instruments.goodput import BUCKETS, OVERHEAD, ROLES, WASTED
 from otel_verl.offline.run_facts import GroupPoint
 
 NAMES = frozenset({semconv.M_GOODPUT_TIME, semconv.M_GOODPUT_DROPPED_GROUPS})

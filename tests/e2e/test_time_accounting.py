@@ -231,13 +231,14 @@ def test_each_replicas_own_clock_agrees_with_the_llm_call_spans(run):
 
 
 def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(run):
-    """``verl.goodput.time`` (``hooks/goodput.py``): for every step each role's four buckets add up
+    """``verl.goodput.time`` (``instruments/goodput.py``): for every step each role's four buckets add up
     to the step; checked against the raw spans: the trainer is productive in its training stages,
     idle in ``gen`` and the waits for rollouts (their union), and the rollout role's overhead is the
     weight sync; verl logged no dropped groups or aborted samples here, so nothing is wasted. The
     report's account (``offline.goodput``) adds the run's time outside its steps as overhead and
     summary's health line gives each role's shares."""
-    from otel_verl.hooks import accounting, goodput
+    from otel_verl.hooks import accounting
+    from otel_verl.instruments import goodput
     from otel_verl.offline.goodput import GoodputFold, percent
     from otel_verl.offline.report.model import build
     from otel_verl.offline.run_facts import StepGauges

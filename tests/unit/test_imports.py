@@ -117,6 +117,10 @@ def test_the_shared_rooms_import_none_of_their_users():
     assert not _importers("otel_verl.hooks", "otel_verl.job_board")
     assert not _importers("otel_verl.stall", "otel_verl.hooks.guard")
     assert not _importers("otel_verl.hooks", "otel_verl.stall")
+    # the pipeline and the instruments sit below every hook: the hook table is said through
+    # ``PROCESS.on_built``, goodput is an instrument's arithmetic (``instruments.goodput``)
+    assert not _importers("otel_verl.hooks", "otel_verl.process")
+    assert not _importers("otel_verl.hooks", "otel_verl.instruments")
 
 
 def _reachable(start: str) -> set[str]:

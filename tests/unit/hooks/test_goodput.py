@@ -1,4 +1,4 @@
-"""Goodput by role (``otel_verl.hooks.goodput``): each step's seconds per role in productive /
+"""Goodput by role (``otel_verl.instruments.goodput``): each step's seconds per role in productive /
 overhead / idle / wasted, from the step's categories and verl's own counts of what it dropped.
 
 The account's clock is a fake one (``FakeClock``) and the seconds exact binary fractions, so the
@@ -12,8 +12,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from support.clock import FakeClock
 
 from otel_verl import semconv
-from otel_verl.hooks import accounting, goodput
-from otel_verl.instruments import Instruments
+from otel_verl.hooks import accounting
+from otel_verl.instruments import Instruments, goodput
 
 ROLE, BUCKET = semconv.ATTR_GOODPUT_ROLE, semconv.ATTR_GOODPUT_BUCKET
 
