@@ -298,7 +298,8 @@ def iter_lines(
     Only a regular file is read, and only as far as it was long when opened (or ``upto`` bytes, if
     fewer): a file another job keeps writing, a FIFO or a link to ``/dev/zero`` cannot make a reader
     run forever. ``on_open`` sees the opened file's status first; False: read nothing. ``fast``: a
-    line's records (``Decoded``, given in place of the object) or None, tried before the JSON parser.
+    line's records (``Decoded``, given in place of the object, its line as read, whitespace and all)
+    or None, tried before the JSON parser.
     """
     skipped = Skipped() if skipped is None else skipped
     try:
@@ -326,17 +327,18 @@ def iter_lines(
                 continue
             complete = raw.endswith(b"\n")
             try:
-                text = raw.decode("utf-8").strip()
+                text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 skipped.line(path, number, "not UTF-8 text")
                 continue
-            if not text:
+            if not text or text.isspace():
                 continue
-            if fast is not None:
+            if fast is not None:  # JSON's own whitespace around the line is the fast path's (no copy made)
                 records = fast(text)
                 if records is not None:
                     yield number, text, records  # type: ignore[misc]
                     continue
+            text = text.strip()
             try:
                 batch = fields.parse(text)
             except (ValueError, RecursionError):
