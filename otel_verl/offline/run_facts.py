@@ -146,7 +146,27 @@ GroupPoint = tuple[str, tuple, float, str, int]
 GROUPED_SUMS = frozenset({semconv.M_NONFINITE, semconv.M_GOODPUT_TIME, semconv.M_GOODPUT_DROPPED_GROUPS})
 
 
-MAX_ATTR_KEYS = 4096  # attribute sets whose ``attr_key`` a ``StepGauges`` remembers (a run has a few hundred)
+MAX_ATTR_KEYS = 4096  # attribute sets whose ``attr_key`` an ``AttrKeys`` remembers (a run has a few hundred)
+
+
+class AttrKeys:
+    """``attr_key`` of a point's attributes, made once per dict: the reader hands equal attribute
+    sets over as one dict (each dict is held, so its id names no other)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[int, tuple[dict[str, Any], tuple]] = {}  # id of attributes -> (them, attr_key)
+
+    def __call__(self, attributes: dict[str, Any]) -> tuple:
+        if not attributes:
+            return ()
+        found = self._keys.get(id(attributes))
+        if found is not None and found[0] is attributes:
+            return found[1]
+        if len(self._keys) >= MAX_ATTR_KEYS:
+            self._keys.clear()
+        key = attr_key(attributes)
+        self._keys[id(attributes)] = (attributes, key)
+        return key
 
 
 class StepGauges:
@@ -175,7 +195,7 @@ class StepGauges:
         self._listeners = [(listener, getattr(listener, "READS", None)) for listener in listeners]
         self.holding = 0  # points not yet placed
         self._resource: tuple[dict[str, Any] | None, str] = (None, "")  # the last resource and its process
-        self._attr_keys: dict[int, tuple[dict[str, Any], tuple]] = {}  # id of attributes -> (them, attr_key)
+        self._attr_key = AttrKeys()
 
     def add(self, p: MetricPoint) -> None:
         self.add_request((p,))
@@ -213,18 +233,6 @@ class StepGauges:
                 self._place(key)
             group = self._open[(who, time_ns)] = []
         return group
-
-    def _attr_key(self, attributes: dict[str, Any]) -> tuple:
-        """``attr_key`` of a point's attributes, made once per dict: the reader hands equal
-        attribute sets over as one dict (the dict is held, so its id names no other)."""
-        found = self._attr_keys.get(id(attributes))
-        if found is not None and found[0] is attributes:
-            return found[1]
-        if len(self._attr_keys) >= MAX_ATTR_KEYS:
-            self._attr_keys.clear()
-        key = attr_key(attributes)
-        self._attr_keys[id(attributes)] = (attributes, key)
-        return key
 
     def _place(self, key: tuple[str, int]) -> None:
         group = self._open.pop(key)

@@ -57,6 +57,7 @@ from otel_verl.offline.otlp_files import (
 from otel_verl.offline.run_facts import (
     INSTANCE,
     OVERHEAD_METRICS,
+    AttrKeys,
     OverheadFold,
     StepGauges,
     StepTails,
@@ -444,6 +445,7 @@ class MetricFold:
     _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources and attributes
     _last: dict[tuple, MetricPoint] = field(default_factory=dict)  # LAST_ONLY: the latest point per series
     _deltas: dict[tuple, MetricPoint] = field(default_factory=dict)  # delta trajectory histograms, added up
+    _attr_key: AttrKeys = field(default_factory=AttrKeys)
 
     def __post_init__(self) -> None:
         self.gauges = StepGauges(self.keep, (self.health, self.generation, self.goodput), self.tabled)
@@ -476,10 +478,10 @@ class MetricFold:
 
     def _keep(self, p: MetricPoint) -> None:
         if p.name in LAST_ONLY:
-            self._keep_last(p, (exporter(p.resource), p.name, attr_key(p.attributes), p.kind))
+            self._keep_last(p, (exporter(p.resource), p.name, self._attr_key(p.attributes), p.kind))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
             # cumulative: its latest point per series is the whole count (``report.model.trajectory_histogram``)
-            self._keep_last(p, (p.name, p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns))
+            self._keep_last(p, (p.name, p.resource.get(INSTANCE), self._attr_key(p.attributes), p.start_ns))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram":
             self._add_delta(p)
         else:
@@ -508,11 +510,11 @@ class MetricFold:
         (``run_facts.spool_facts``), the cumulative trajectory histograms."""
         old = self._last.get(key)
         if old is None or p.time_ns >= old.time_ns:
-            self._last[key] = self._shared(p)
+            self._last[key] = p  # shared at ``close``: most are replaced by the next export
 
     def close(self) -> dict[tuple[str, tuple], Series]:
         """Every export placed: the per-step series (``run_facts.StepGauges``)."""
-        self.kept += self._last.values()
+        self.kept += map(self._shared, self._last.values())
         self.kept += self._deltas.values()
         self._last.clear()
         self._deltas.clear()
