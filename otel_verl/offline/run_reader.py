@@ -381,8 +381,8 @@ def index_spans(folder: Path, skipped: Skipped, include_validation: bool = False
 class Held:
     """The most records held at once by the second reading and the metric fold (bounded by a step)."""
 
-    spans: int = 0
-    points: int = 0
+    spans: int = 0  # after each span read
+    points: int = 0  # after each stored request folded
 
 
 def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iterator[tuple[int, list[SpanRecord]]]:
