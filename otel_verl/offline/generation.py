@@ -88,6 +88,8 @@ class GenerationFold:
     ``run_facts.StepGauges``); ``steps``: (step, span start, span end) in ns, as the first reading of
     the spans found them."""
 
+    READS = frozenset({semconv.M_ROLLOUT_DEGENERATE_RATIO})  # the points of an export it is handed
+
     def __init__(self, steps: Sequence[tuple[int, int, int]] = ()) -> None:
         ordered = sorted(steps, key=lambda s: (s[1], s[0]))
         self._starts = array("q", (start for _, start, _ in ordered))

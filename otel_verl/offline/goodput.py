@@ -89,6 +89,8 @@ class GoodputFold:
     listener of ``run_facts.StepGauges``, which hands it the export's sums of ``NAMES``); ``keep``:
     the steps whose own figures are kept."""
 
+    READS = NAMES  # the points of an export it is handed (``run_facts.ExportListener``)
+
     def __init__(self, keep: Collection[int] = ()) -> None:
         self._keep = keep
         self._last: dict[tuple[str, str, str], float] = {}  # (process, role, bucket) -> cumulative value

@@ -40,6 +40,8 @@ OK, WARN, INFO = "ok", "warn", "info"
 VALIDATION_PREFIX = semconv.metric_name("val-core/")  # verl's core validation keys
 MAX_SHOWN = 3  # rules, keys or series named in one finding; the section has the rest
 STALL_ALERT = "VerlTrainingStalled"
+MAX_NAMES = 65_536  # metric names whose verl key a ``HealthFold`` remembers
+_UNKNOWN = object()
 _NAMED = frozenset(spec.name for spec in catalog.ALL)  # otel-verl's own instruments, not verl's keys
 
 
@@ -122,6 +124,15 @@ class HealthFold:
         self._evaluator = Evaluator(tuple(r for r in (load_rules() if rules is None else rules) if r.alert))
         self._pending: dict[int, dict[str, float]] = {}  # step -> values not yet evaluated
         self._first: dict[str, Firing] = {}  # alert -> its first firing
+        self._verl_keys: dict[str, str | None] = {}  # metric name -> ``_verl_key``
+
+    def _verl_key(self, name: str) -> str | None:
+        """The verl key a gauge of verl's carries (``logged_key``); None for otel-verl's own and
+        other metrics. Remembered per name (a run has a few hundred; a hostile file's are bounded)."""
+        key = logged_key(name) if name not in _NAMED and name.startswith(semconv.METRIC_PREFIX) else None
+        if len(self._verl_keys) < MAX_NAMES:
+            self._verl_keys[name] = key
+        return key
 
     def export(self, who: str, time_ns: int, step: int | None, group: list[GroupPoint]) -> None:
         values: dict[str, float] = {}
@@ -138,8 +149,12 @@ class HealthFold:
                 elif self.first_step_ns is None or time_ns <= self.first_step_ns:
                     self.validation[logged_key(name)].add(0, value, time_ns)
                 # else: an export between steps that names none: not placeable
-            if name not in _NAMED and name.startswith(semconv.METRIC_PREFIX) and step is not None:
-                values[logged_key(name)] = value
+            if step is not None:
+                key = self._verl_keys.get(name, _UNKNOWN)
+                if key is _UNKNOWN:
+                    key = self._verl_key(name)
+                if key is not None:
+                    values[key] = value
         if step is None or not (values or bad):
             return
         pending = self._pending.setdefault(step, {})

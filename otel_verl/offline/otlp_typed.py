@@ -55,7 +55,7 @@ class _KeyValue(msgspec.Struct, frozen=True):
 
 
 class _Resource(msgspec.Struct):
-    attributes: list[_KeyValue] = []
+    attributes: tuple[_KeyValue, ...] = ()
 
 
 class _Point(msgspec.Struct):
@@ -147,6 +147,24 @@ def _point_attributes(
     return found
 
 
+MAX_RESOURCES = 256  # resources remembered decoded (a run has one per process)
+_resources: dict[tuple[_KeyValue, ...], dict[str, Any]] = {}
+
+
+def _resource(entries: tuple[_KeyValue, ...]) -> dict[str, Any]:
+    """A request's resource: the dict made for an equal one before when there is one (a process
+    sends the same resource with every request; the readers change none). One holding a double is
+    made anew (``0.0`` and ``-0.0`` are equal keys)."""
+    found = _resources.get(entries)
+    if found is None:
+        found = _attributes(entries)
+        if not any(type(v) is float or type(v) is tuple for v in found.values()):
+            if len(_resources) >= MAX_RESOURCES:
+                _resources.clear()
+            _resources[entries] = found
+    return found
+
+
 def _scalar(v: _Scalar) -> Any:
     """One value of the four kinds (exactly one set)."""
     if v.stringValue is not _UNSET:
@@ -170,30 +188,35 @@ def _attributes(entries: tuple[_KeyValue, ...] | list[_KeyValue]) -> dict[str, A
     out: dict[str, Any] = {}
     for kv in entries:
         v = kv.value
+        string, integer, double, boolean = v.stringValue, v.intValue, v.doubleValue, v.boolValue
         if v.arrayValue is not _UNSET:
-            if v.stringValue is not _UNSET or v.intValue is not _UNSET or v.doubleValue is not _UNSET:
-                raise _Other
-            if v.boolValue is not _UNSET:
+            if string is not _UNSET or integer is not _UNSET or double is not _UNSET or boolean is not _UNSET:
                 raise _Other
             out[kv.key] = tuple(_scalar(x) for x in v.arrayValue.values)
-            continue
-        if v.stringValue is not _UNSET:
-            value: Any = v.stringValue
-            if v.intValue is not _UNSET or v.doubleValue is not _UNSET or v.boolValue is not _UNSET:
+        elif string is not _UNSET:
+            if integer is not _UNSET or double is not _UNSET or boolean is not _UNSET:
                 raise _Other
-        elif v.intValue is not _UNSET:
-            value = _int64(v.intValue)
-            if v.doubleValue is not _UNSET or v.boolValue is not _UNSET:
+            out[kv.key] = string
+        elif integer is not _UNSET:
+            if double is not _UNSET or boolean is not _UNSET:
                 raise _Other
-        elif v.doubleValue is not _UNSET:
-            value = v.doubleValue
-            if v.boolValue is not _UNSET:
+            # ``_int64``, inline: an attribute's value is the most common int64 of a line
+            if (
+                len(integer) < 19
+                and integer.isascii()
+                and (integer.isdigit() or (integer[:1] == "-" and integer[1:].isdigit()))
+            ):
+                out[kv.key] = int(integer)
+            else:
                 raise _Other
-        elif v.boolValue is not _UNSET:
-            value = v.boolValue
+        elif double is not _UNSET:
+            if boolean is not _UNSET:
+                raise _Other
+            out[kv.key] = double
+        elif boolean is not _UNSET:
+            out[kv.key] = boolean
         else:  # an empty value
             raise _Other
-        out[kv.key] = value
     return out
 
 
@@ -210,8 +233,10 @@ def points(text: str, own_attrs: Any, point: Any) -> list[Any] | None:
 
 def _points(request: _Request, own_attrs: Any, point: Any) -> list[Any]:
     out: list[Any] = []
+    append = out.append
+    times: dict[str, int] = {}  # a request's points share a few times: each string checked once
     for rm in request.resourceMetrics:
-        resource = _attributes(rm.resource.attributes)
+        resource = _resource(rm.resource.attributes)
         identity = tuple(resource.get(k) for k in RES_SERIES_IDENTITY)
         for scope in rm.scopeMetrics:
             for m in scope.metrics:
@@ -226,8 +251,10 @@ def _points(request: _Request, own_attrs: Any, point: Any) -> list[Any]:
                 kind = kinds[0]
                 data: _Data = getattr(m, kind)
                 temporality = data.aggregationTemporality
+                name = m.name
+                histogram = kind == "histogram"
                 for p in data.dataPoints:
-                    if kind == "histogram":
+                    if histogram:
                         value: float | None = None if p.sum is _UNSET else float(p.sum)
                         count: int | None = 0 if p.count is _UNSET else _digits(p.count)
                         bounds: list[float] | None = [float(b) for b in p.explicitBounds]
@@ -238,23 +265,38 @@ def _points(request: _Request, own_attrs: Any, point: Any) -> list[Any]:
                             if p.asInt is not _UNSET:
                                 raise _Other
                             value = float(p.asDouble)
+                        elif p.asInt is _UNSET:
+                            value = None
                         else:
-                            value = (
-                                None if p.asInt is _UNSET or _int64(p.asInt) is None else float(p.asInt)
-                            )  # "-0": -0.0
+                            _int64(p.asInt)
+                            value = float(p.asInt)  # "-0": -0.0
                     attrs = p.attributes
-                    out.append(
+                    text = p.timeUnixNano
+                    if text is _UNSET:
+                        time_ns = 0
+                    else:
+                        time_ns = times.get(text)  # type: ignore[assignment]
+                        if time_ns is None:
+                            time_ns = times[text] = _digits(text)
+                    text = p.startTimeUnixNano
+                    if text is _UNSET:
+                        start_ns = 0
+                    else:
+                        start_ns = times.get(text)  # type: ignore[assignment]
+                        if start_ns is None:
+                            start_ns = times[text] = _digits(text)
+                    append(
                         point(
-                            m.name,
+                            name,
                             kind,
                             value,
                             count,
                             _point_attributes(attrs, resource, identity, own_attrs) if attrs else {},
                             resource,
-                            0 if p.timeUnixNano is _UNSET else _digits(p.timeUnixNano),
+                            time_ns,
                             bounds,
                             buckets,
-                            0 if p.startTimeUnixNano is _UNSET else _digits(p.startTimeUnixNano),
+                            start_ns,
                             temporality,
                         )
                     )
@@ -300,36 +342,40 @@ def spans(text: str, record: Any, status: Any, events: Any, link: Any) -> list[A
         return None
 
 
-def _id(text: str, pattern: Any, optional: bool = False) -> str:
-    """An id as the exporter writes it: lowercase hex of its length (``""``: none, when ``optional``)."""
-    if pattern.fullmatch(text) or (optional and not text):
-        return text
-    raise _Other
-
-
 def _spans(request: _TraceRequest, record: Any, status: Any, events: Any, link: Any) -> list[Any]:
     out: list[Any] = []
+    append = out.append
+    unset = status(None)  # the status of a span that has none (most)
+    trace_id, span_id = TRACE_ID.fullmatch, SPAN_ID.fullmatch
     for rs in request.resourceSpans:
-        resource = _attributes(rs.resource.attributes)
+        resource = _resource(rs.resource.attributes)
         for scope in rs.scopeSpans:
             for s in scope.spans:
-                start, end = _digits(s.startTimeUnixNano), _digits(s.endTimeUnixNano)
+                start, end = s.startTimeUnixNano, s.endTimeUnixNano  # ``_digits``, inline
+                if not (
+                    0 < len(start) < 20 and 0 < len(end) < 20 and (start + end).isascii() and (start + end).isdigit()
+                ):
+                    raise _Other
+                start, end = int(start), int(end)  # type: ignore[assignment]
                 if end < start:
                     raise _Other
+                parent = s.parentSpanId
+                if not (trace_id(s.traceId) and span_id(s.spanId) and (not parent or span_id(parent))):
+                    raise _Other  # not lowercase hex of its length
                 attrs = s.attributes
-                out.append(
+                append(
                     record(
-                        name=s.name,
-                        trace_id=_id(s.traceId, TRACE_ID),
-                        span_id=_id(s.spanId, SPAN_ID),
-                        parent_id=_id(s.parentSpanId, SPAN_ID, optional=True),
-                        start_ns=start,
-                        end_ns=end,
-                        attributes=_attributes(attrs) if attrs is not _UNSET else {},
-                        resource=resource,
-                        status=status(None if s.status is _UNSET else s.status),
-                        events=[] if s.events is _UNSET else events({"events": s.events}),
-                        links=[] if s.links is _UNSET else [link(lk) for lk in s.links],
+                        s.name,
+                        s.traceId,
+                        s.spanId,
+                        parent,
+                        start,
+                        end,
+                        _attributes(attrs) if attrs is not _UNSET else {},
+                        resource,
+                        unset if s.status is _UNSET else status(s.status),
+                        [] if s.events is _UNSET else events({"events": s.events}),
+                        [] if s.links is _UNSET else [link(lk) for lk in s.links],
                     )
                 )
     return out

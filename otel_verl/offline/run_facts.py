@@ -134,7 +134,8 @@ def exporter(resource: dict[str, Any]) -> str:
 
 
 class ExportListener(Protocol):
-    """What else folds each placed export (``health.HealthFold``)."""
+    """What else folds each placed export (``health.HealthFold``). One with a ``READS`` attribute
+    (the metric names it reads) is handed only those points of an export, and no export without them."""
 
     def export(self, who: str, time_ns: int, step: int | None, group: list[GroupPoint]) -> None: ...
 
@@ -145,8 +146,31 @@ GroupPoint = tuple[str, tuple, float, str, int]
 GROUPED_SUMS = frozenset({semconv.M_NONFINITE, semconv.M_GOODPUT_TIME, semconv.M_GOODPUT_DROPPED_GROUPS})
 
 
+MAX_ATTR_KEYS = 4096  # attribute sets whose ``attr_key`` an ``AttrKeys`` remembers (a run has a few hundred)
+
+
+class AttrKeys:
+    """``attr_key`` of a point's attributes, made once per dict: the reader hands equal attribute
+    sets over as one dict (each dict is held, so its id names no other)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[int, tuple[dict[str, Any], tuple]] = {}  # id of attributes -> (them, attr_key)
+
+    def __call__(self, attributes: dict[str, Any]) -> tuple:
+        if not attributes:
+            return ()
+        found = self._keys.get(id(attributes))
+        if found is not None and found[0] is attributes:
+            return found[1]
+        if len(self._keys) >= MAX_ATTR_KEYS:
+            self._keys.clear()
+        key = attr_key(attributes)
+        self._keys[id(attributes)] = (attributes, key)
+        return key
+
+
 class StepGauges:
-    """Gauge values per training step, folded one point at a time: (name, attributes) -> its
+    """Gauge values per training step, folded a stored request at a time: (name, attributes) -> its
     ``bounded.StepSeries`` (bounded whatever the run's length).
 
     A process exports all its gauges at each step boundary with one timestamp; the
@@ -168,26 +192,47 @@ class StepGauges:
         self._series: dict[tuple[str, tuple], StepSeries] = {}
         self._keep = keep
         self._tabled = tabled
-        self._listeners = listeners
+        self._listeners = [(listener, getattr(listener, "READS", None)) for listener in listeners]
         self.holding = 0  # points not yet placed
         self._resource: tuple[dict[str, Any] | None, str] = (None, "")  # the last resource and its process
+        self._attr_key = AttrKeys()
 
     def add(self, p: MetricPoint) -> None:
-        if p.value is None or not (p.kind == "gauge" or (p.kind == "sum" and p.name in GROUPED_SUMS)):
-            return
-        if self._resource[0] is p.resource:  # a request's points share their resource
+        self.add_request((p,))
+
+    def add_request(self, points: Iterable[MetricPoint]) -> None:
+        """The points of one stored request, in its order (``add`` of each, the request's run of
+        points of one process and time going into one group without a look-up per point)."""
+        last: tuple[Any, int] = (None, -1)  # the resource and time of ``group``
+        group: list[GroupPoint] = []
+        added = 0
+        for p in points:
+            kind = p.kind
+            if p.value is None or not (kind == "gauge" or (kind == "sum" and p.name in GROUPED_SUMS)):
+                continue
+            if last[0] is not p.resource or last[1] != p.time_ns:
+                last = (p.resource, p.time_ns)
+                group = self._group(p.resource, p.time_ns)
+            attributes = p.attributes
+            group.append(
+                (p.name, self._attr_key(attributes) if attributes else (), float(p.value), kind, p.temporality)
+            )
+            added += 1
+        self.holding += added
+
+    def _group(self, resource: dict[str, Any], time_ns: int) -> list[GroupPoint]:
+        """The open export of ``resource``'s process at ``time_ns``; its earlier ones placed first."""
+        if self._resource[0] is resource:  # a request's points share their resource
             who = self._resource[1]
         else:
-            who = exporter(p.resource)
-            self._resource = (p.resource, who)
-        group = self._open.get((who, p.time_ns))
+            who = exporter(resource)
+            self._resource = (resource, who)
+        group = self._open.get((who, time_ns))
         if group is None:
-            for key in [k for k in self._open if k[0] == who and k[1] < p.time_ns]:
+            for key in [k for k in self._open if k[0] == who and k[1] < time_ns]:
                 self._place(key)
-            group = self._open[(who, p.time_ns)] = []
-        attrs = attr_key(p.attributes) if p.attributes else ()
-        group.append((p.name, attrs, float(p.value), p.kind, p.temporality))
-        self.holding += 1
+            group = self._open[(who, time_ns)] = []
+        return group
 
     def _place(self, key: tuple[str, int]) -> None:
         group = self._open.pop(key)
@@ -201,8 +246,13 @@ class StepGauges:
             None,
         )
         n = int(step) if step is not None and math.isfinite(step) else None
-        for listener in self._listeners:
-            listener.export(key[0], key[1], n, group)
+        for listener, reads in self._listeners:
+            if reads is None:
+                listener.export(key[0], key[1], n, group)
+                continue
+            read = [point for point in group if point[0] in reads]
+            if read:
+                listener.export(key[0], key[1], n, read)
         if n is None:
             return
         for name, attrs, value, kind, _ in group:
@@ -320,6 +370,10 @@ class Overhead:
 
     def median(self) -> float:
         return statistics.median(self.per_step.values()) if self.per_step else 0.0
+
+
+# the metrics ``OverheadFold`` reads (any other point it leaves as it is)
+OVERHEAD_METRICS = frozenset({semconv.M_TRAINING_STEP, semconv.M_OVERHEAD_CPU_TIME, "process.cpu.time"})
 
 
 class OverheadFold:

@@ -32,10 +32,11 @@ all as records takes gigabytes. So:
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -55,6 +56,8 @@ from otel_verl.offline.otlp_files import (
 )
 from otel_verl.offline.run_facts import (
     INSTANCE,
+    OVERHEAD_METRICS,
+    AttrKeys,
     OverheadFold,
     StepGauges,
     StepTails,
@@ -96,11 +99,14 @@ class Senders:
 
     counts: Counter[str] = field(default_factory=Counter)  # process name -> items
     meta: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # resource key -> values
-    _last: tuple[int, str] = (0, "")  # the last resource seen and its name: consecutive items share one
+    _last: tuple[dict[str, Any] | None, str] = (
+        None,
+        "",
+    )  # the last resource seen and its name (held: its id names no other)
 
     def add(self, resource: dict[str, Any], items: int = 1) -> None:
-        if self._last[0] != id(resource):
-            self._last = (id(resource), process_name(resource))
+        if self._last[0] is not resource:
+            self._last = (resource, process_name(resource))
             for key in META_KEYS:
                 if resource.get(key) is not None:
                     self.meta[key].add(str(resource[key]))
@@ -163,8 +169,8 @@ class TraceSteps(Generic[T]):
         self.named: dict[str, TraceKey] = {}  # for a second reading's ``known``
 
     def add(self, s: SpanRecord, item: T) -> tuple[TraceKey, list[T]] | None:
-        step = s.attributes.get(semconv.ATTR_STEP)
-        steps = s.name == semconv.SPAN_STEP and isinstance(step, int) and not isinstance(step, bool)
+        step = s.attributes.get(semconv.ATTR_STEP) if s.name == semconv.SPAN_STEP else None
+        steps = isinstance(step, int) and not isinstance(step, bool)
         if self._known is not None and s.trace_id in self._known:
             key = self._known[s.trace_id]
             if (steps or not s.parent_id) and s.trace_id not in self._decided:
@@ -219,8 +225,8 @@ class TraceSteps(Generic[T]):
 
 def _merged(
     folder: Path, skipped: Skipped, reading: Reading, again: bool, dicts: dict[tuple, dict[str, Any]] | None = None
-) -> Iterator[SpanRecord]:
-    """``folder``'s spans, its files read side by side, each batch in the order of its spans' ends;
+) -> Iterator[list[SpanRecord]]:
+    """``folder``'s spans a batch at a time, its files read side by side, each batch in the order of its spans' ends;
     ``again``: the second reading (the files the first one read, the same lines; each batch's
     resources shared through ``dicts``)."""
     files = signal_files(folder, "traces")
@@ -241,7 +247,7 @@ def _merged(
             yield last, records
 
     for _, records in heapq.merge(*(batches(p) for p in files), key=lambda b: b[0]):
-        yield from records
+        yield records
 
 
 class StepSpan(NamedTuple):
@@ -285,32 +291,53 @@ class SpanIndex:
     dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources (``share``)
 
     def add(self, s: SpanRecord, include_validation: bool) -> None:
-        self.spans += 1
-        decided = self.traces.add(s, None)
-        if decided is not None and decided[0] is not None:
-            self.counts[decided[0]] += len(decided[1])
-        self.senders.add(s.resource)
-        self.start_ns = s.start_ns if self.start_ns is None else min(self.start_ns, s.start_ns)
-        self.end_ns = s.end_ns if self.end_ns is None else max(self.end_ns, s.end_ns)
-        step = s.attributes.get(semconv.ATTR_STEP)
-        if s.name == semconv.SPAN_STEP and isinstance(step, int) and not isinstance(step, bool):
-            self.step_spans.append(StepSpan(step, s.start_ns, s.end_ns, s.trace_id, s.span_id))
-            if semconv.ATTR_DRIVER in s.attributes:
-                self.drivers.add(str(s.attributes[semconv.ATTR_DRIVER]))
-        elif s.name == semconv.SPAN_GUARD:
-            self.guards.append(s)
-        elif s.name in TAIL_SPANS:
-            self.tails.add(s, include_validation)
-        if is_trajectory(s):
-            if is_validation(s):
-                self.validation_trajectories += 1
-            else:
-                self.trajectory_seconds.add(s.seconds)
-            if include_validation or not is_validation(s):
-                best = self.slowest
-                if best is None or (s.end_ns - s.start_ns, s.span_id) > (best.end_ns - best.start_ns, best.span_id):
-                    s.resource = share(self.dicts, s.resource)
-                    self.slowest = s
+        self.add_batch([s], include_validation)
+
+    def add_batch(self, batch: list[SpanRecord], include_validation: bool) -> None:
+        """The spans of one stored request, in its order."""
+        if not batch:
+            return
+        self.spans += len(batch)
+        lo, hi = min(s.start_ns for s in batch), max(s.end_ns for s in batch)
+        self.start_ns = lo if self.start_ns is None else min(self.start_ns, lo)
+        self.end_ns = hi if self.end_ns is None else max(self.end_ns, hi)
+        resource, items = None, 0  # a request's spans share their resource: one ``Senders.add`` per run
+        traces, counts = self.traces, self.counts
+        for s in batch:
+            if s.resource is not resource:
+                if items:
+                    self.senders.add(resource, items)  # type: ignore[arg-type]
+                resource, items = s.resource, 0
+            items += 1
+            decided = traces.add(s, None)
+            if decided is not None and decided[0] is not None:
+                counts[decided[0]] += len(decided[1])
+            name = s.name
+            if name == semconv.SPAN_STEP:
+                step = s.attributes.get(semconv.ATTR_STEP)
+                if isinstance(step, int) and not isinstance(step, bool):
+                    self.step_spans.append(StepSpan(step, s.start_ns, s.end_ns, s.trace_id, s.span_id))
+                    if semconv.ATTR_DRIVER in s.attributes:
+                        self.drivers.add(str(s.attributes[semconv.ATTR_DRIVER]))
+            elif name == semconv.SPAN_GUARD:
+                self.guards.append(s)
+            elif name in TAIL_SPANS:
+                self.tails.add(s, include_validation)
+            if is_trajectory(s):
+                self._trajectory(s, include_validation)
+        if items:
+            self.senders.add(resource, items)  # type: ignore[arg-type]
+
+    def _trajectory(self, s: SpanRecord, include_validation: bool) -> None:
+        if is_validation(s):
+            self.validation_trajectories += 1
+        else:
+            self.trajectory_seconds.add(s.seconds)
+        if include_validation or not is_validation(s):
+            best = self.slowest
+            if best is None or (s.end_ns - s.start_ns, s.span_id) > (best.end_ns - best.start_ns, best.span_id):
+                s.resource = share(self.dicts, s.resource)
+                self.slowest = s
 
     def resolve(self) -> None:
         """Each step's first ``verl.step`` span and how many spans the step has in all: its own
@@ -344,8 +371,8 @@ class SpanIndex:
 def index_spans(folder: Path, skipped: Skipped, include_validation: bool = False) -> SpanIndex:
     """The first reading of ``folder``'s traces."""
     index = SpanIndex(Reading())
-    for s in _merged(folder, skipped, index.reading, again=False):
-        index.add(s, include_validation)
+    for batch in _merged(folder, skipped, index.reading, again=False):
+        index.add_batch(batch, include_validation)
     index.resolve()
     return index
 
@@ -354,8 +381,8 @@ def index_spans(folder: Path, skipped: Skipped, include_validation: bool = False
 class Held:
     """The most records held at once by the second reading and the metric fold (bounded by a step)."""
 
-    spans: int = 0
-    points: int = 0
+    spans: int = 0  # after each span read
+    points: int = 0  # after each stored request folded
 
 
 def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iterator[tuple[int, list[SpanRecord]]]:
@@ -377,12 +404,14 @@ def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iter
             holding -= len(open_steps.pop(n))
             yield n, members
 
-    for s in _merged(folder, Skipped(), index.reading, again=True, dicts=index.dicts):
-        holding += 1
-        held.spans = max(held.spans, holding)
-        decided = traces.add(s, s)
-        if decided is not None:
-            yield from joined(*decided)
+    for batch in _merged(folder, Skipped(), index.reading, again=True, dicts=index.dicts):
+        for s in batch:
+            holding += 1
+            if holding > held.spans:
+                held.spans = holding
+            decided = traces.add(s, s)
+            if decided is not None:
+                yield from joined(*decided)
     for key, spans in traces.close():
         yield from joined(key, spans)
     for n in sorted(open_steps):
@@ -416,28 +445,47 @@ class MetricFold:
     _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources and attributes
     _last: dict[tuple, MetricPoint] = field(default_factory=dict)  # LAST_ONLY: the latest point per series
     _deltas: dict[tuple, MetricPoint] = field(default_factory=dict)  # delta trajectory histograms, added up
+    _attr_key: AttrKeys = field(default_factory=AttrKeys)
 
     def __post_init__(self) -> None:
         self.gauges = StepGauges(self.keep, (self.health, self.generation, self.goodput), self.tabled)
 
     def add(self, p: MetricPoint) -> None:
-        self.points += 1
-        self.senders.add(p.resource)
-        if p.name not in KEPT_METRICS:
-            pass
-        elif p.name in LAST_ONLY:
-            self._keep_last(p, (exporter(p.resource), p.name, attr_key(p.attributes), p.kind))
+        self.add_request((p,))
+
+    def add_request(self, points: Sequence[MetricPoint]) -> None:
+        """The points of one stored request, in its order: each goes to the folds that read it
+        (the gauges' per request, otel-verl's cost per point of its metrics)."""
+        self.points += len(points)
+        resource, items = None, 0  # a request's points share their resource: one ``Senders.add`` per run
+        overhead = self.overhead
+        for p in points:
+            if p.resource is not resource:
+                if items:
+                    self.senders.add(resource, items)  # type: ignore[arg-type]
+                resource, items = p.resource, 0
+            items += 1
+            name = p.name
+            if name in KEPT_METRICS:
+                self._keep(p)
+            if name in OVERHEAD_METRICS:
+                overhead.add(p)
+        if items:
+            self.senders.add(resource, items)  # type: ignore[arg-type]
+        self.gauges.add_request(points)
+        holding = self.gauges.holding + len(self.kept) + len(self._last) + len(self._deltas) + self.overhead.holding
+        self.held.points = max(self.held.points, holding)
+
+    def _keep(self, p: MetricPoint) -> None:
+        if p.name in LAST_ONLY:
+            self._keep_last(p, (exporter(p.resource), p.name, self._attr_key(p.attributes), p.kind))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
             # cumulative: its latest point per series is the whole count (``report.model.trajectory_histogram``)
-            self._keep_last(p, (p.name, p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns))
+            self._keep_last(p, (p.name, p.resource.get(INSTANCE), self._attr_key(p.attributes), p.start_ns))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram":
             self._add_delta(p)
         else:
             self.kept.append(self._shared(p))
-        self.gauges.add(p)
-        self.overhead.add(p)
-        holding = self.gauges.holding + len(self.kept) + len(self._last) + len(self._deltas) + self.overhead.holding
-        self.held.points = max(self.held.points, holding)
 
     def _shared(self, p: MetricPoint) -> MetricPoint:
         p.resource, p.attributes = share(self._dicts, p.resource), share(self._dicts, p.attributes)
@@ -449,7 +497,9 @@ class MetricFold:
         key = (p.name, attr_key(p.attributes), tuple(p.bounds or ()), len(p.bucket_counts or ()))
         into = self._deltas.get(key)
         if into is None:  # a copy: the sums go into it
-            self._deltas[key] = self._shared(replace(p, bucket_counts=list(p.bucket_counts or ())))
+            copied = copy.copy(p)
+            copied.bucket_counts = list(p.bucket_counts or ())
+            self._deltas[key] = self._shared(copied)
             return
         into.value = (into.value or 0.0) + (p.value or 0.0)
         into.count = (into.count or 0) + (p.count or 0)
@@ -460,11 +510,11 @@ class MetricFold:
         (``run_facts.spool_facts``), the cumulative trajectory histograms."""
         old = self._last.get(key)
         if old is None or p.time_ns >= old.time_ns:
-            self._last[key] = self._shared(p)
+            self._last[key] = p  # shared at ``close``: most are replaced by the next export
 
     def close(self) -> dict[tuple[str, tuple], Series]:
         """Every export placed: the per-step series (``run_facts.StepGauges``)."""
-        self.kept += self._last.values()
+        self.kept += map(self._shared, self._last.values())
         self.kept += self._deltas.values()
         self._last.clear()
         self._deltas.clear()
@@ -489,8 +539,7 @@ def fold_metrics(
     # step boundaries the other processes' cost waits for
     for path in sorted(signal_files(folder, "metrics"), key=lambda p: f"-{semconv.ROLE_TASKRUNNER}-" not in p.name):
         for _, points in file_records(path, "metrics", skipped, reading):
-            for p in points:
-                fold.add(p)
+            fold.add_request(points)
     return fold, fold.close()
 
 

@@ -224,3 +224,15 @@ def test_a_span_that_comes_after_its_trace_was_forgotten_is_counted_alike_by_bot
         assert len(members) == index.expected[n]
     assert sorted(seen) == list(range(1, 7))  # each step once, complete
     assert index.expected == dict.fromkeys(range(1, 7), per_step)  # the late span is of no step in both
+
+
+def test_each_sender_is_named_by_its_own_resource_though_a_freed_ones_id_comes_again():
+    """The readers name a request's process once per run of items sharing its resource; a resource
+    let go before the next arrives may leave its id to that one (CPython reuses the memory), which
+    must not pass the next process's items off as the first's."""
+    from otel_verl.offline.run_reader import Senders
+
+    senders = Senders()
+    senders.add({semconv.RES_ROLE: "taskrunner", "process.pid": 1})  # let go after the call
+    senders.add({semconv.RES_ROLE: "worker", "process.pid": 2}, items=3)
+    assert dict(senders.counts) == {"taskrunner pid 1": 1, "worker pid 2": 3}
