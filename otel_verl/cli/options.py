@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from otel_verl.exits import USAGE
 
@@ -21,41 +22,24 @@ class Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= MAX_TIMEOUT_S:  # also rejects NaN
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0 and up to {MAX_TIMEOUT_S:g}")
-    return value
+def _checked(convert: Callable[[str], Any], bad: Any, ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    """An option's type: ``convert`` (``bad`` when it cannot), then ``ok`` or one line saying ``what``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = bad
+        if not ok(value):  # NaN fails every comparison
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
 
 
-def byte_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1024:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes of at least 1024")
-    return value
-
-
-def hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 24 * 366:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours above 0 and up to a year")
-    return value
-
-
-def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 1_000_000:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 1000000")
-    return value
+seconds = _checked(
+    float, math.nan, lambda v: 0 < v <= MAX_TIMEOUT_S, f"a number of seconds above 0 and up to {MAX_TIMEOUT_S:g}"
+)
+byte_count = _checked(int, 0, lambda v: v >= 1024, "a number of bytes of at least 1024")
+hours = _checked(float, math.nan, lambda v: 0 < v <= 24 * 366, "a number of hours above 0 and up to a year")
+count = _checked(int, 0, lambda v: 1 <= v <= 1_000_000, "a whole number from 1 to 1000000")
