@@ -232,7 +232,7 @@ def run_job(workdir: Path, variant: str, steps: int, driver: str, algo: str, otl
 
 def self_metric(folder: Path) -> float | None:
     """otel-verl's own figure: mean CPU-s per step over all processes (``otel-verl summary``)."""
-    from otel_verl.offline.report.model import build
+    from otel_verl.offline.run.model import build
 
     try:
         rep = build(folder)

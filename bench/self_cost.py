@@ -34,8 +34,8 @@ from _util import machine, table
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import read_metric_points
-from otel_verl.offline.report.model import build
-from otel_verl.offline.run_facts import INSTANCE
+from otel_verl.offline.run.model import build
+from otel_verl.offline.values import INSTANCE
 
 
 def per_process(folder: Path) -> list[list[object]]:

@@ -33,7 +33,7 @@ did not hold the replicas. On the sync drivers every LLM call lies inside those 
 replicas' own idle share is at least this (v1 ``sync`` holds them for the replay buffer's 2 s poll
 while they generate ~0.5 s); v1 ``colocate_async``'s replicas also generate during the training
 stages. The replicas' own busy/idle, from the LLM-call spans of all processes:
-``otel_verl.offline.pools``.
+``otel_verl.offline.facts.pools``.
 """
 
 from __future__ import annotations

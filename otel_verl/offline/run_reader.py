@@ -10,14 +10,14 @@ all as records takes gigabytes. So:
   spans are read (``TraceSteps``), so neither reading holds a map of the run's traces. The first
   reading (``index_spans``) keeps only what the whole run needs: per step its span's times and ids
   and its span count, the guard's spans the health box reads, each step's long tail from the
-  workers' rollout batch and tail spans (folded as they are read: ``run_facts.StepTails``), the
+  workers' rollout batch and tail spans (folded as they are read: ``tails.StepTails``), the
   trajectories' seconds (``bounded.Sample``), the slowest trajectory, the processes and resources.
   The second reading (``step_spans``) hands over each step's spans (its trace and the rollout
   traces joined to it) as soon as the count the first reading found is complete; the step's spans
   are let go after that. Whatever is still open at the end (a file that changed in between) is
   handed over then.
 - **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
-  as its export completes (``run_facts.StepGauges``' rule: the export's ``verl.training.step``
+  as its export completes (``exports.StepGauges``' rule: the export's ``verl.training.step``
   names the step, the latest value for a step wins), each series thinned as it grows
   (``bounded``); the health facts (non-finite counts, validation scores, the alert rules over
   every step) fold per export too (``health.HealthFold``), and so do the degenerate responses'
@@ -25,7 +25,7 @@ all as records takes gigabytes. So:
   goodput account (``goodput.GoodputFold``: a sum per role and bucket, the kept steps'); only the
   histograms of trajectories are kept as points, sharing one copy of each resource, and of the
   spools' and queues' counters and of each cumulative trajectory histogram only the latest point;
-  otel-verl's own cost folds into its per-step sums (``run_facts.OverheadFold``, given the step
+  otel-verl's own cost folds into its per-step sums (``overhead.OverheadFold``, given the step
   spans the first reading found).
 - **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
 """
@@ -42,9 +42,13 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, Series
-from otel_verl.offline.generation import GenerationFold
-from otel_verl.offline.goodput import GoodputFold
-from otel_verl.offline.health import HealthFold
+from otel_verl.offline.exports import StepGauges
+from otel_verl.offline.facts.generation import GenerationFold
+from otel_verl.offline.facts.goodput import GoodputFold
+from otel_verl.offline.facts.health import HealthFold
+from otel_verl.offline.facts.overhead import OVERHEAD_METRICS, OverheadFold
+from otel_verl.offline.facts.slowest import is_trajectory, is_validation
+from otel_verl.offline.facts.tails import StepTails
 from otel_verl.offline.otlp_files import (
     LogEntry,
     MetricPoint,
@@ -54,23 +58,12 @@ from otel_verl.offline.otlp_files import (
     file_records,
     signal_files,
 )
-from otel_verl.offline.run_facts import (
-    INSTANCE,
-    OVERHEAD_METRICS,
-    AttrKeys,
-    OverheadFold,
-    StepGauges,
-    StepTails,
-    attr_key,
-    exporter,
-    is_trajectory,
-    is_validation,
-)
+from otel_verl.offline.values import INSTANCE, AttrKeys, attr_key, exporter
 
 T = TypeVar("T")
-# The spans whose long-tail events the index folds per step (``run_facts.StepTails``).
+# The spans whose long-tail events the index folds per step (``tails.StepTails``).
 TAIL_SPANS = frozenset({semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
-# Metric series kept as points: what run_facts' and health's other facts read.
+# Metric series kept as points: what the other facts read.
 KEPT_METRICS = frozenset(
     {
         semconv.M_ROLLOUT_TRAJECTORY_DURATION,
@@ -277,7 +270,7 @@ class SpanIndex:
     tails: StepTails = field(default_factory=StepTails)  # the workers' long tail per step
     trajectory_seconds: Sample = field(default_factory=Sample)  # training trajectories
     validation_trajectories: int = 0
-    slowest: SpanRecord | None = None  # run_facts.slowest_trajectory over every trajectory span
+    slowest: SpanRecord | None = None  # slowest.slowest_trajectory over every trajectory span
     senders: Senders = field(default_factory=Senders)
     start_ns: int | None = None
     end_ns: int | None = None
@@ -480,7 +473,7 @@ class MetricFold:
         if p.name in LAST_ONLY:
             self._keep_last(p, (exporter(p.resource), p.name, self._attr_key(p.attributes), p.kind))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
-            # cumulative: its latest point per series is the whole count (``report.model.trajectory_histogram``)
+            # cumulative: its latest point per series is the whole count (``run.model.trajectory_histogram``)
             self._keep_last(p, (p.name, p.resource.get(INSTANCE), self._attr_key(p.attributes), p.start_ns))
         elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram":
             self._add_delta(p)
@@ -493,7 +486,7 @@ class MetricFold:
 
     def _add_delta(self, p: MetricPoint) -> None:
         """A delta trajectory histogram point, added into the one point of its attributes and
-        buckets (``report.model.trajectory_histogram`` adds them up the same way)."""
+        buckets (``run.model.trajectory_histogram`` adds them up the same way)."""
         key = (p.name, attr_key(p.attributes), tuple(p.bounds or ()), len(p.bucket_counts or ()))
         into = self._deltas.get(key)
         if into is None:  # a copy: the sums go into it
@@ -507,13 +500,13 @@ class MetricFold:
 
     def _keep_last(self, p: MetricPoint, key: tuple) -> None:
         """The series whose last value is all the other facts read: the spools' and queues' counters
-        (``run_facts.spool_facts``), the cumulative trajectory histograms."""
+        (``spool.spool_facts``), the cumulative trajectory histograms."""
         old = self._last.get(key)
         if old is None or p.time_ns >= old.time_ns:
             self._last[key] = p  # shared at ``close``: most are replaced by the next export
 
     def close(self) -> dict[tuple[str, tuple], Series]:
-        """Every export placed: the per-step series (``run_facts.StepGauges``)."""
+        """Every export placed: the per-step series (``exports.StepGauges``)."""
         self.kept += map(self._shared, self._last.values())
         self.kept += self._deltas.values()
         self._last.clear()
@@ -529,7 +522,7 @@ def fold_metrics(
     tabled: Collection[tuple[str, tuple]] = (),
 ) -> tuple[MetricFold, dict[tuple[str, tuple], Series]]:
     """The one reading of ``folder``'s metric points: the fold and its per-step gauge series;
-    ``steps`` (step, span start, span end) bound otel-verl's cost per step (``run_facts.overhead``)
+    ``steps`` (step, span start, span end) bound otel-verl's cost per step (``overhead.overhead``)
     and place the validation before the first step; ``keep``: the steps whose values the ``tabled``
     series keep exactly."""
     first = steps[0][1] if steps else None

@@ -72,7 +72,7 @@ def test_build_makes_a_complete_wheel_and_sdist(installed):
     _, dist, took = installed
     wheel = zipfile.ZipFile(dist / f"otel_verl-{__version__}-py3-none-any.whl")
     names = set(wheel.namelist())
-    assert {"otel_verl/cli/__init__.py", "otel_verl/offline/report/assets/report.js"} <= names
+    assert {"otel_verl/cli/__init__.py", "otel_verl/offline/run/assets/report.js"} <= names
     # the ops kit, from its one copy (collector/, scripts/backends.sh), as package data
     kit = {f"otel_verl/_ops_kit/{p.relative_to(REPO)}" for p in (REPO / "collector").rglob("*") if p.is_file()}
     assert kit <= names, sorted(kit - names)
@@ -86,7 +86,7 @@ def test_build_makes_a_complete_wheel_and_sdist(installed):
         "pyproject.toml",
         "README.md",
         "otel_verl/cli/__init__.py",
-        "otel_verl/offline/report/assets/report.css",
+        "otel_verl/offline/run/assets/report.css",
     } <= members
     assert {"collector/otelcol-config.yaml", "scripts/backends.sh"} <= members  # what the wheel is built from
     print(f"timings: {', '.join(f'{k} {v:.0f} s' for k, v in took.items())}")

@@ -14,8 +14,8 @@ from collections import defaultdict
 import pytest
 
 from otel_verl import semconv
-from otel_verl.offline.report.model import build
-from otel_verl.offline.run_facts import INSTANCE
+from otel_verl.offline.run.model import build
+from otel_verl.offline.values import INSTANCE
 
 pytestmark = pytest.mark.e2e
 

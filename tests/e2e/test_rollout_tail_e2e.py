@@ -36,9 +36,9 @@ from support.points import latest_count
 from support.shared_runs import STEPS, TAIL_BUDGET, TAIL_SLOW_S, tail_run
 
 from otel_verl import semconv
-from otel_verl.offline.generation import percent
-from otel_verl.offline.report.model import build
-from otel_verl.offline.summary import lines
+from otel_verl.offline.facts.generation import percent
+from otel_verl.offline.run.model import build
+from otel_verl.offline.run.text import lines
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@
 A stage span's time is explained where a child span covers it: worker calls, the v0 rollout
 batch, the v1 replay buffer's ``verl.wait`` for finished rollouts (``otel_verl.hooks.waits``).
 Before the wait span, ~80% of a v1 step (its ``gen``: verl polling every 2 s) had no child span
-in any process; ``otel_verl.offline.run_facts.attributed_seconds`` is the rule summary and report use.
+in any process; ``otel_verl.offline.time_went.attributed_seconds`` is the rule summary and report use.
 The same runs carry the goodput account by role (``verl.goodput.time``), checked against their raw spans.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from otel_verl import semconv
-from otel_verl.offline.run_facts import attributed_seconds, covered_seconds
+from otel_verl.offline.facts.time_went import attributed_seconds, covered_seconds
 
 pytestmark = pytest.mark.e2e
 
@@ -111,7 +111,7 @@ def test_step_time_categories_add_up_and_match_the_raw_spans(run):
     """``verl.step.time`` / ``verl.time.*``: the categories partition each step; the v1 ``waiting``
     and the idle ratio equal what the raw ``verl.wait`` spans give, computed independently."""
     from otel_verl.hooks import accounting
-    from otel_verl.offline.run_facts import step_gauges
+    from otel_verl.offline.exports import step_gauges
 
     gauges = step_gauges(run.points)
     for step in _steps(run):
@@ -143,7 +143,7 @@ def test_pool_time_adds_up_per_role_and_matches_the_raw_spans(run):
     stage spans, the trainer roles' waiting the raw ``verl.wait`` spans, and ``verl.rollout.idle_ratio``
     the rollout role's idle share, each computed here from the raw spans."""
     from otel_verl.hooks import accounting
-    from otel_verl.offline.run_facts import step_gauges
+    from otel_verl.offline.exports import step_gauges
 
     gauges = step_gauges(run.points)
     for step in _steps(run):
@@ -181,12 +181,12 @@ def test_pool_time_adds_up_per_role_and_matches_the_raw_spans(run):
 
 
 def test_rollout_replicas_busy_time_from_the_llm_call_spans(run):
-    """Per replica (``otel_verl.offline.pools``): the union of its in-flight LLM calls. On the sync
+    """Per replica (``otel_verl.offline.facts.pools``): the union of its in-flight LLM calls. On the sync
     drivers all of it lies in the stages that hold the rollout role, so ``verl.pool.time{role=rollout}``
     misses none; colocate_async's replicas run ahead into the training stages, which only the
     replica view shows."""
     from otel_verl.hooks import accounting
-    from otel_verl.offline.pools import replica_busy_seconds, replica_idle_ratio
+    from otel_verl.offline.facts.pools import replica_busy_seconds, replica_idle_ratio
 
     ahead = 0.0
     for step in _steps(run):
@@ -218,7 +218,7 @@ def test_each_replicas_own_clock_agrees_with_the_llm_call_spans(run):
     (``otel_verl.hooks.rollout.server``), against the union of the agent-loop workers' LLM-call
     spans (client side: the Ray call and the load balancer's hand-out around the server's
     ``generate``, so the server's own figure is a little lower), at each export of the counter."""
-    from otel_verl.offline.pools import replica_busy_seconds
+    from otel_verl.offline.facts.pools import replica_busy_seconds
 
     points = sorted((p for p in run.points if p.name == semconv.M_ROLLOUT_REPLICA_BUSY_TIME), key=lambda p: p.time_ns)
     assert len(points) >= 2, points  # exported each time the replica went idle (validation, steps)
@@ -235,14 +235,14 @@ def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(
     to the step; checked against the raw spans: the trainer is productive in its training stages,
     idle in ``gen`` and the waits for rollouts (their union), and the rollout role's overhead is the
     weight sync; verl logged no dropped groups or aborted samples here, so nothing is wasted. The
-    report's account (``offline.goodput``) adds the run's time outside its steps as overhead and
+    report's account (``facts.goodput``) adds the run's time outside its steps as overhead and
     summary's health line gives each role's shares."""
     from otel_verl.hooks import accounting
     from otel_verl.instruments import goodput
-    from otel_verl.offline.goodput import GoodputFold, percent
-    from otel_verl.offline.report.model import build
-    from otel_verl.offline.run_facts import StepGauges
-    from otel_verl.offline.summary import lines
+    from otel_verl.offline.exports import StepGauges
+    from otel_verl.offline.facts.goodput import GoodputFold, percent
+    from otel_verl.offline.run.model import build
+    from otel_verl.offline.run.text import lines
 
     steps = _steps(run)
     fold = GoodputFold(keep={s.attributes[semconv.ATTR_STEP] for s in steps})

@@ -187,7 +187,7 @@ def test_the_rollout_servers_stack_names_where_it_is_stuck(hung):
 
 def test_summary_shows_where_the_rollout_server_is_stuck(hung):
     from otel_verl.offline.report import build
-    from otel_verl.offline.summary import lines
+    from otel_verl.offline.run.text import lines
 
     text = "\n".join(lines(build(hung.run.telemetry_dir)))
     assert "STALLED at step 2" in text
@@ -235,7 +235,7 @@ def test_the_stalled_record_names_the_groups_the_v1_wait_waits_for(hung):
     line = re.search(r"waiting for rollouts \(train\) for \d+ s: 0 of 4 needed groups finished[^\n]*", hung.run.output)
     assert line and f"oldest: {uids[0]} running for " in line.group(0), hung.run.output[-3000:]
     from otel_verl.offline.report import build
-    from otel_verl.offline.summary import lines
+    from otel_verl.offline.run.text import lines
 
     text = "\n".join(lines(build(hung.run.telemetry_dir)))
     assert "the trainer was waiting for rollouts (train)" in text and f"in flight: {uids[0]} (running " in text

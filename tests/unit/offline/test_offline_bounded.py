@@ -19,7 +19,7 @@ from otel_verl.offline.bounded import (
     thin,
     thinned,
 )
-from otel_verl.offline.report.charts import line_svg
+from otel_verl.offline.run.charts import line_svg
 
 
 def test_a_short_series_is_drawn_whole():
@@ -147,7 +147,7 @@ def test_a_drawn_curve_is_bounded_whatever_the_runs_length():
 
 
 def test_the_page_is_the_sections_written_in_turn(tmp_path, monkeypatch):
-    from otel_verl.offline.report import page
+    from otel_verl.offline.run import page
 
     made: list[str] = []
     real = page._curves_section
@@ -157,7 +157,7 @@ def test_the_page_is_the_sections_written_in_turn(tmp_path, monkeypatch):
         return real(report)
 
     monkeypatch.setattr(page, "_curves_section", curves)
-    from otel_verl.offline.report.model import build
+    from otel_verl.offline.run.model import build
 
     rep = build(tmp_path)
     parts = page.render_parts(rep)

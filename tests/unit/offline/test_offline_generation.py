@@ -1,4 +1,4 @@
-"""``otel_verl.offline.generation``: each degenerate kind's share of a run's training responses and
+"""``otel_verl.offline.facts.generation``: each degenerate kind's share of a run's training responses and
 its worst step, in ``summary``'s health box and the report's table; a finding above the alert's
 threshold (the rule's own text holds the same number), never for validation alone."""
 
@@ -15,7 +15,7 @@ import yaml
 from support.otlp_json import T0, gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
-from otel_verl.offline import generation as gen
+from otel_verl.offline.facts import generation as gen
 from otel_verl.offline.otlp_files import read_metric_points, read_spans
 from otel_verl.offline.report import build, render
 from otel_verl.offline.summary import summary

@@ -1,4 +1,4 @@
-"""``otel_verl.offline.goodput``: each role's time over a run as productive / overhead / idle /
+"""``otel_verl.offline.facts.goodput``: each role's time over a run as productive / overhead / idle /
 wasted, from the TaskRunner's ``verl.goodput.time`` counter placed at the steps its exports name,
 the run's time outside its steps as overhead; summary's health line and the report's first screen."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from support.otlp_json import T0, _attrs, gauge, span, traj_hist, write_metrics, write_spans
 
 from otel_verl import semconv
-from otel_verl.offline.goodput import GoodputFold
+from otel_verl.offline.exports import GroupPoint
+from otel_verl.offline.facts.goodput import GoodputFold
 from otel_verl.offline.report import build, render
-from otel_verl.offline.run_facts import GroupPoint
 from otel_verl.offline.summary import summary
 
 ROLE, BUCKET = semconv.ATTR_GOODPUT_ROLE, semconv.ATTR_GOODPUT_BUCKET

@@ -1,4 +1,4 @@
-"""``otel_verl.offline.health``: the run's health first, in ``summary`` and in the report."""
+"""``otel_verl.offline.facts.health``: the run's health first, in ``summary`` and in the report."""
 
 from __future__ import annotations
 

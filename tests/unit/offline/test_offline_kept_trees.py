@@ -9,8 +9,8 @@ from __future__ import annotations
 from support.otlp_json import _attrs, llm_call, span, write_spans
 
 from otel_verl import semconv
-from otel_verl.offline.report import model, page
-from otel_verl.offline.summary import lines
+from otel_verl.offline.run import model, page
+from otel_verl.offline.run.text import lines
 
 T = "ab" * 8  # the step's trace (span() doubles it to 32 hex digits)
 

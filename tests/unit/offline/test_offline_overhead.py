@@ -10,10 +10,10 @@ import pytest
 from support.otlp_json import T0, _attrs, gauge, span, write_metrics, write_spans
 
 from otel_verl import semconv
+from otel_verl.offline.facts.overhead import OverheadFold, overhead
 from otel_verl.offline.otlp_files import read_metric_points
-from otel_verl.offline.report.model import build
-from otel_verl.offline.report.page import render
-from otel_verl.offline.run_facts import OverheadFold, overhead
+from otel_verl.offline.run.model import build
+from otel_verl.offline.run.page import render
 from otel_verl.offline.summary import summary
 
 

@@ -1,12 +1,12 @@
-"""``otel_verl.offline.pools``: a replica is busy while any LLM call is in flight on it."""
+"""``otel_verl.offline.facts.pools``: a replica is busy while any LLM call is in flight on it."""
 
 from __future__ import annotations
 
 import pytest
 
 from otel_verl import semconv
+from otel_verl.offline.facts.pools import replica_busy_seconds, replica_idle_ratio
 from otel_verl.offline.otlp_files import SpanRecord
-from otel_verl.offline.pools import replica_busy_seconds, replica_idle_ratio
 
 S = 1_000_000_000
 

@@ -9,8 +9,8 @@ from support.otlp_json import T0, _attrs, gauge, llm_call, span, write_metrics, 
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import Skipped
-from otel_verl.offline.report.model import build
-from otel_verl.offline.summary import lines
+from otel_verl.offline.run.model import build
+from otel_verl.offline.run.text import lines
 
 TRAJECTORIES = 6  # per step, each its own trace (v1), with two LLM calls
 
@@ -119,8 +119,8 @@ def test_a_long_runs_tables_and_charts_are_bounded_and_its_checks_see_every_step
     """Past the bounds, the tables show the first, the slowest and the last steps, the charts each
     run of steps' extremes; the totals, the health checks and the alert rules still see every step."""
     from otel_verl.offline import bounded
-    from otel_verl.offline.report import model
-    from otel_verl.offline.report.page import render
+    from otel_verl.offline.run import model
+    from otel_verl.offline.run.page import render
 
     monkeypatch.setattr(model, "MAX_ROWS", 20)
     monkeypatch.setattr(model, "MAX_TIMELINE_STEPS", 10)
@@ -160,9 +160,9 @@ def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
     """Each export repeats the whole cumulative count: the latest point per series is all the
     histogram needs, so a long run holds one point per series, not one per export; delta points
     each hold their own part and are added up into one."""
+    from otel_verl.offline.facts.overhead import OverheadFold
     from otel_verl.offline.otlp_files import MetricPoint
-    from otel_verl.offline.report.model import trajectory_histogram
-    from otel_verl.offline.run_facts import OverheadFold
+    from otel_verl.offline.run.model import trajectory_histogram
     from otel_verl.offline.run_reader import MetricFold
 
     def point(i: int, temporality: int, pid: int) -> MetricPoint:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from otel_verl import semconv
+from otel_verl.offline.facts.slowest import slowest_rule, slowest_trajectory, trajectory_pool
+from otel_verl.offline.facts.tails import tail_ratio
 from otel_verl.offline.otlp_files import SpanRecord
-from otel_verl.offline.run_facts import slowest_rule, slowest_trajectory, tail_ratio, trajectory_pool
 
 
 def _traj(span_id: str, seconds: float, validate: bool = False, name: str = semconv.SPAN_ROLLOUT_TRAJECTORY):
@@ -31,13 +32,13 @@ def test_tail_ratio_is_slowest_over_median():
     assert tail_ratio([]) is None and tail_ratio([_traj("a", 0.0)]) is None
 
 
-# -- where a step's time went (run_facts.attributed_seconds) ------------------------------------------
+# -- where a step's time went (time_went.attributed_seconds) ------------------------------------------
 def _span(name: str, span_id: str, parent: str, start_s: float, end_s: float, **attrs) -> SpanRecord:
     return SpanRecord(name, "t", span_id, parent, int(start_s * 1e9), int(end_s * 1e9), attrs, {}, "STATUS_CODE_UNSET")
 
 
 def test_covered_seconds_counts_overlaps_once_and_clips_to_the_parent():
-    from otel_verl.offline.run_facts import covered_seconds
+    from otel_verl.offline.facts.time_went import covered_seconds
 
     parent = _span("verl.gen", "g", "s", 10.0, 14.0)
     children = [
@@ -50,7 +51,7 @@ def test_covered_seconds_counts_overlaps_once_and_clips_to_the_parent():
 
 
 def test_attributed_seconds_is_the_child_covered_part_of_the_stages():
-    from otel_verl.offline.run_facts import attributed_seconds
+    from otel_verl.offline.facts.time_went import attributed_seconds
 
     step = _span(semconv.SPAN_STEP, "s", "", 0.0, 10.0)
     trace = [

@@ -1,14 +1,14 @@
 """A stalled run's stacks in ``summary`` and ``report``: the latest report of each process, its
-threads' innermost frames outside the standard library (one rule: ``run_facts.stall_reports``)."""
+threads' innermost frames outside the standard library (one rule: ``stall.stall_reports``)."""
 
 from __future__ import annotations
 
 from support.otlp_json import log_record, write_logs
 
 from otel_verl import semconv
+from otel_verl.offline.facts.stall import stall_reports
 from otel_verl.offline.report import build, render
-from otel_verl.offline.run_facts import stall_reports
-from otel_verl.offline.summary import lines
+from otel_verl.offline.run.text import lines
 
 STUCK = """Thread "asyncio_0" (ident 1):
   File "/usr/lib/python3.11/threading.py", line 1002, in _bootstrap

@@ -10,7 +10,8 @@ from support.otlp_json import gauge, llm_call, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.exits import CommandError
-from otel_verl.offline.summary import MAX_STEP_COLUMNS, summary
+from otel_verl.offline.run.text import MAX_STEP_COLUMNS
+from otel_verl.offline.summary import summary
 
 
 def _summary(folder, **kwargs) -> tuple[str, str]:
@@ -155,7 +156,7 @@ def test_the_slowest_trajectorys_engine_time_is_split_into_queue_prefill_decode(
         "    step 1: queue 0.400 s (20%), prefill 0.300 s (15%), decode 0.900 s (45%), "
         "outside the engine 0.400 s (20%) of its 2.000 s"
     )
-    from otel_verl.offline.report import model, page
+    from otel_verl.offline.run import model, page
 
     html = page.render(model.build(folder))
     assert '<div id="engine-split">' in html and "step 1: queue 0.400 s (20%)" in html

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from otel_verl.offline.report.charts import OTHER, STAGE_COLORS, duration, esc, nice_ticks, stage_colors
+from otel_verl.offline.run.charts import OTHER, STAGE_COLORS, duration, esc, nice_ticks, stage_colors
 
 
 def test_nice_ticks():
@@ -44,7 +44,7 @@ def test_text_formats_and_stage_colors():
 
 def test_a_curve_leaves_non_finite_values_out():
     """A NaN loss is kept in the record (the guard fires on it) but has no place on an axis."""
-    from otel_verl.offline.report.charts import line_svg
+    from otel_verl.offline.run.charts import line_svg
 
     svg = line_svg("loss", "", [("loss", {1: 0.5, 2: float("nan"), 3: float("inf"), 4: 0.25})])
     assert "nan" not in svg.lower() and "inf" not in svg.lower() and "<polyline" in svg

@@ -15,8 +15,8 @@ from support.otlp_json import gauge, llm_call, log_record, span, write_logs, wri
 from otel_verl import semconv
 from otel_verl.offline import otlp_files
 from otel_verl.offline.report import build, render
-from otel_verl.offline.report.markup import esc
-from otel_verl.offline.report.page import asset
+from otel_verl.offline.run.markup import esc
+from otel_verl.offline.run.page import asset
 from otel_verl.printable import MAX_CHARS
 
 
@@ -58,7 +58,7 @@ def test_stylesheet_and_script_come_from_the_package_assets(v1_run):
 
 
 def test_the_slowest_trajectory_rule_is_stated_and_shared_with_the_summary(v1_run):
-    from otel_verl.offline.summary import lines
+    from otel_verl.offline.run.text import lines
 
     rep = build(v1_run)
     page = render(rep)

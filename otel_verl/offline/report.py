@@ -33,8 +33,8 @@ from typing import TextIO
 from otel_verl.atomic import write_file
 from otel_verl.exits import USAGE, CommandError, say, warn
 from otel_verl.offline.otlp_files import run_folder, signal_files
-from otel_verl.offline.report.model import NO_POINTS_NOTE, Report, build
-from otel_verl.offline.report.page import render, render_parts
+from otel_verl.offline.run.model import NO_POINTS_NOTE, Report, build
+from otel_verl.offline.run.page import render, render_parts
 
 __all__ = ["Report", "build", "render", "report", "write_report"]
 

@@ -2,7 +2,7 @@
 productive / overhead / idle / wasted seconds, from the TaskRunner's ``verl.goodput.time`` counter
 (``instruments/goodput.py`` defines the buckets; docs/time.md).
 
-Each export of the TaskRunner names its step (``run_facts.StepGauges``): a counter's growth since
+Each export of the TaskRunner names its step (``exports.StepGauges``): a counter's growth since
 the same series' previous point (its value, for a delta point) is that step's seconds. The run's
 figures are the steps' sums, plus the run's time outside its steps (start-up after the first span,
 validation outside a step, logging between steps, shutdown), counted ``overhead`` for each role, so
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from otel_verl import semconv
 from otel_verl.instruments.goodput import BUCKETS, OVERHEAD, ROLES, WASTED
-from otel_verl.offline.run_facts import GroupPoint
+from otel_verl.offline.exports import GroupPoint
 
 NAMES = frozenset({semconv.M_GOODPUT_TIME, semconv.M_GOODPUT_DROPPED_GROUPS})
 DROPPED = "dropped"  # the key of the dropped groups' counter among the fold's series
@@ -86,10 +86,10 @@ class Goodput:
 
 class GoodputFold:
     """``verl.goodput.time`` and ``verl.goodput.dropped_groups`` folded one export at a time (a
-    listener of ``run_facts.StepGauges``, which hands it the export's sums of ``NAMES``); ``keep``:
+    listener of ``exports.StepGauges``, which hands it the export's sums of ``NAMES``); ``keep``:
     the steps whose own figures are kept."""
 
-    READS = NAMES  # the points of an export it is handed (``run_facts.ExportListener``)
+    READS = NAMES  # the points of an export it is handed (``exports.ExportListener``)
 
     def __init__(self, keep: Collection[int] = ()) -> None:
         self._keep = keep

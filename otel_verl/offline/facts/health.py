@@ -11,10 +11,10 @@ section that has the details (its ``anchor``):
 4. the validation score over steps (verl's ``val-core/...`` keys, the validation before training
    included);
 5. generation health: each degenerate kind's share of the training responses and its worst step
-   (``offline.generation``), a finding when the repetitive or the empty share is above the alert's
+   (``facts.generation``), a finding when the repetitive or the empty share is above the alert's
    threshold;
 6. goodput: each role's share of the run's time productive, overhead, idle and wasted
-   (``offline.goodput``);
+   (``facts.goodput``);
 7. the slowest step and the slowest trajectory (``run_facts``' rule);
 8. what the ops kit's alert rules would have fired on: the guard's built-in rules (the alerts'
    thresholds, counted in steps) run over the values of every step, and the stall alert.
@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from otel_verl import semconv
 from otel_verl.hooks.guard.rules import Evaluator, Firing, Rule, load_rules
 from otel_verl.instruments import catalog
-from otel_verl.offline import generation as gen
 from otel_verl.offline.bounded import StepSeries, folded
-from otel_verl.offline.goodput import Goodput
+from otel_verl.offline.exports import GroupPoint
+from otel_verl.offline.facts import generation as gen
+from otel_verl.offline.facts.goodput import Goodput
 from otel_verl.offline.otlp_files import LogEntry, SpanRecord
-from otel_verl.offline.run_facts import GroupPoint, as_number
+from otel_verl.offline.values import as_number
 
 OK, WARN, INFO = "ok", "warn", "info"
 VALIDATION_PREFIX = semconv.metric_name("val-core/")  # verl's core validation keys
@@ -102,7 +103,7 @@ def guard_firings(spans: Iterable[SpanRecord], records: Iterable[LogEntry]) -> l
 
 class HealthFold:
     """The health facts of the metric points, folded one export at a time (a listener of
-    ``run_facts.StepGauges``, which places each export at the step its ``verl.training.step`` names):
+    ``exports.StepGauges``, which places each export at the step its ``verl.training.step`` names):
 
     - ``nonfinite``: verl key -> {step -> NaN/inf values logged in that step} from
       ``verl.training.nonfinite`` (cumulative or delta; None: an export that names no step);
@@ -296,7 +297,7 @@ GOODPUT_ANCHOR = "goodput"  # the report's section with the tables
 
 
 def _goodput_finding(g: Goodput | None) -> Finding:
-    """Each role's shares of the run's time (``offline.goodput``): a figure, never a finding."""
+    """Each role's shares of the run's time (``facts.goodput``): a figure, never a finding."""
     if g is None:
         return Finding(GOODPUT, INFO, f"not measured by this run (no {semconv.M_GOODPUT_TIME})", "")
     return Finding(GOODPUT, INFO, g.line(), GOODPUT_ANCHOR)

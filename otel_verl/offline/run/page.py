@@ -13,11 +13,12 @@ from functools import cache
 from importlib import resources
 
 from otel_verl import semconv
-from otel_verl.offline import generation as gen
-from otel_verl.offline import goodput as gp
 from otel_verl.offline.bounded import THINNED, thin, thinned
+from otel_verl.offline.facts import generation as gen
+from otel_verl.offline.facts import goodput as gp
+from otel_verl.offline.facts.time_went import category_words
 from otel_verl.offline.otlp_files import SpanRecord
-from otel_verl.offline.report.charts import (
+from otel_verl.offline.run.charts import (
     OTHER,
     SLOWEST_COLOR,
     duration,
@@ -32,9 +33,8 @@ from otel_verl.offline.report.charts import (
     swatch,
     timeline_svg,
 )
-from otel_verl.offline.report.markup import csp_meta, esc, script_json
-from otel_verl.offline.report.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label, slowest_row
-from otel_verl.offline.run_facts import category_words
+from otel_verl.offline.run.markup import csp_meta, esc, script_json
+from otel_verl.offline.run.model import MAX_TRAJECTORY_ROWS, Report, StepRow, Timeline, series_label, slowest_row
 from otel_verl.printable import printable
 from otel_verl.version import __version__
 
@@ -120,7 +120,7 @@ HEALTH_MARK = {"ok": "ok", "warn": "check", "info": "info"}
 
 
 def _health_section(report: Report) -> str:
-    """The health box: one line per finding (``offline.health``), each linking to its section."""
+    """The health box: one line per finding (``facts.health``), each linking to its section."""
     h = report.health
     if h is None:
         return ""
@@ -169,7 +169,7 @@ def _goodput_cells(account: gp.Account, role: str) -> str:
 
 
 def _goodput_section(report: Report) -> str:
-    """Where each role's time went over the run (``offline.goodput``): the run's seconds and shares
+    """Where each role's time went over the run (``facts.goodput``): the run's seconds and shares
     per bucket (the time outside the steps as overhead), the steps' alone, and each shown step's."""
     g = _goodput(report)
     if g is None:
@@ -212,7 +212,7 @@ def _has_generation(report: Report) -> bool:
 
 def _generation_section(report: Report) -> str:
     """Each degenerate kind's share of the training responses and of the validation ones over the
-    run, and its worst step (``offline.generation``); a training share above the alert's threshold
+    run, and its worst step (``facts.generation``); a training share above the alert's threshold
     marked."""
     g = report.health.generation if report.health is not None else None
     if g is None:
@@ -251,7 +251,7 @@ def _generation_section(report: Report) -> str:
 
 def _guard_section(report: Report) -> str:
     """The guard's firings, the non-finite values verl logged, and the alerts the run's values
-    would have fired (``offline.health``)."""
+    would have fired (``facts.health``)."""
     h = report.health
     if h is None:
         return ""

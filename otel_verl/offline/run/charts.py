@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import thin
-from otel_verl.offline.report.markup import esc
-from otel_verl.offline.report.model import Report, Row, Timeline
+from otel_verl.offline.run.markup import esc
+from otel_verl.offline.run.model import Report, Row, Timeline
 
 # verl's usual stages keep their colour from run to run; other stages take EXTRA_COLORS in order.
 STAGE_COLORS = {

@@ -13,8 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from otel_verl import semconv
+from otel_verl.offline.facts.time_went import union_ns
 from otel_verl.offline.otlp_files import SpanRecord
-from otel_verl.offline.run_facts import union_ns
 
 
 def replica_busy_seconds(spans: Iterable[SpanRecord], start_ns: int, end_ns: int) -> dict[str, float]:

@@ -85,7 +85,7 @@ def _validate_flag(value: str) -> bool | None:
 
 class GenerationFold:
     """The run's ``verl.rollout.degenerate_ratio`` points folded one export at a time (a listener of
-    ``run_facts.StepGauges``); ``steps``: (step, span start, span end) in ns, as the first reading of
+    ``exports.StepGauges``); ``steps``: (step, span start, span end) in ns, as the first reading of
     the spans found them."""
 
     READS = frozenset({semconv.M_ROLLOUT_DEGENERATE_RATIO})  # the points of an export it is handed

@@ -14,33 +14,24 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, SlowestPerRun, pick_steps, picked_text
-from otel_verl.offline.goodput import Goodput
-from otel_verl.offline.health import Finding, Health, health
-from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
-from otel_verl.offline.pools import replica_idle_ratio
-from otel_verl.offline.run_facts import (
-    INSTANCE,
-    EngineSplit,
-    Overhead,
-    PollLag,
-    SpoolFacts,
-    StallReport,
-    StepTail,
-    attr_key,
-    attributed_seconds,
-    category_words,
+from otel_verl.offline.facts.engine import EngineSplit, engine_split
+from otel_verl.offline.facts.goodput import Goodput
+from otel_verl.offline.facts.health import Finding, Health, health
+from otel_verl.offline.facts.overhead import Overhead
+from otel_verl.offline.facts.pools import replica_idle_ratio
+from otel_verl.offline.facts.slowest import (
     children_of,
-    engine_split,
     is_trajectory,
-    poll_lag,
     slowest_rule,
     slowest_trajectory,
-    spool_facts,
-    stall_reports,
-    tail_ratio,
     trajectory_pool,
     tree_below,
 )
+from otel_verl.offline.facts.spool import SpoolFacts, spool_facts
+from otel_verl.offline.facts.stall import StallReport, stall_reports
+from otel_verl.offline.facts.tails import StepTail, tail_ratio
+from otel_verl.offline.facts.time_went import PollLag, attributed_seconds, category_words, poll_lag
+from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
 from otel_verl.offline.run_reader import (
     Held,
     MetricFold,
@@ -51,6 +42,7 @@ from otel_verl.offline.run_reader import (
     log_records,
     step_spans,
 )
+from otel_verl.offline.values import INSTANCE, attr_key
 
 MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (``bounded.pick_steps`` beyond)
 MAX_ROWS = 1000  # steps shown one by one in the tables (``bounded.pick_steps`` beyond)
@@ -82,13 +74,13 @@ class StepRow:
     span: SpanRecord
     stages: dict[str, float]  # top-level stage -> seconds (summed if timed twice), in start order
     other: float  # step time not covered by a top-level stage
-    slowest: SpanRecord | None = None  # the step's slowest trajectory (run_facts.slowest_trajectory)
+    slowest: SpanRecord | None = None  # the step's slowest trajectory (slowest.slowest_trajectory)
     trajectories: int = 0
     error: bool = False
     tail_ratio: float | None = None  # slowest / median of the step's trajectory pool
     spans: int = 0  # in the step's trace, with the rollout traces joined to it
     worker_ranks: list[str] = field(default_factory=list)  # ranks that sent verl.worker.* spans
-    attributed: float = 0.0  # seconds a child span of a stage explains (run_facts.attributed_seconds)
+    attributed: float = 0.0  # seconds a child span of a stage explains (time_went.attributed_seconds)
     time_by: dict[str, float] = field(default_factory=dict)  # category -> seconds (verl.time.* on the step span)
     pools: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> state -> seconds (verl.pool.*)
     replica_idle: dict[str, float] = field(default_factory=dict)  # rollout replica -> idle share (offline.pools)
@@ -97,8 +89,8 @@ class StepRow:
     tree_spans: int = 0  # spans in the kept tree of the step's slowest trajectory
     # those spans, for the step whose slowest trajectory is the run's (the others: their count only)
     tree: list[SpanRecord] = field(default_factory=list)
-    engine: EngineSplit | None = None  # the slowest trajectory's time in the engine (run_facts.engine_split)
-    poll_lag: PollLag | None = None  # v1: the wait after its rollouts were done (run_facts.poll_lag)
+    engine: EngineSplit | None = None  # the slowest trajectory's time in the engine (engine.engine_split)
+    poll_lag: PollLag | None = None  # v1: the wait after its rollouts were done (time_went.poll_lag)
 
     @property
     def slowest_category(self) -> str | None:
@@ -180,8 +172,8 @@ class Report:
     spans: int
     points: int
     skipped: Skipped  # what the reader left out (also in notes)
-    slowest: SpanRecord | None  # the run's slowest trajectory (run_facts.slowest_trajectory)
-    slowest_rule: str  # which trajectories "the slowest" is chosen from (run_facts.slowest_rule)
+    slowest: SpanRecord | None  # the run's slowest trajectory (slowest.slowest_trajectory)
+    slowest_rule: str  # which trajectories "the slowest" is chosen from (slowest.slowest_rule)
     meta: dict[str, str]
     processes: list[tuple[str, int]]  # ("taskrunner pid 870", spans)
     steps: list[StepRow]  # the steps shown one by one: every one, or a long run's picked ones (``totals``)
@@ -197,10 +189,10 @@ class Report:
     notes: list[str]
     stalled: list[LogEntry] = field(default_factory=list)  # verl.training.stalled records (run_facts)
     stall_reports: list[StallReport] = field(default_factory=list)  # each process's latest stacks
-    overhead: Overhead | None = None  # otel-verl's own CPU per step (run_facts.overhead)
+    overhead: Overhead | None = None  # otel-verl's own CPU per step (overhead.overhead)
     health: Health | None = None  # the health box (offline.health), first in both tools
     senders: int = 0  # processes that sent spans or metric points
-    spool: SpoolFacts | None = None  # export outages and losses (run_facts.spool_facts)
+    spool: SpoolFacts | None = None  # export outages and losses (spool.spool_facts)
     held: Held = field(default_factory=Held)  # the most spans and points held at once while reading
     trajectories: Sample = field(default_factory=Sample)  # every training trajectory span's count, sum and max
     source: str | None = None  # where the spans were read, when not from ``folder`` (``live.jaeger_report``)
@@ -349,7 +341,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     most about a step's spans at a time (``offline.run_reader``) and of a long run's steps and
     values a bounded part (``offline.bounded``).
 
-    ``include_validation``: validation trajectories may be "the slowest" (``run_facts.trajectory_pool``).
+    ``include_validation``: validation trajectories may be "the slowest" (``slowest.trajectory_pool``).
     """
     folder = Path(folder)
     skipped = Skipped()
@@ -453,7 +445,7 @@ FAILED_STATUSES = frozenset({semconv.STATUS_ERROR, semconv.STATUS_CANCELLED})
 
 
 def _goodput(fold: MetricFold, index: SpanIndex, totals: StepTotals, points: list[MetricPoint]) -> Goodput | None:
-    """The run's goodput account (``offline.goodput``): its steps' figures, the time its spans cover
+    """The run's goodput account (``facts.goodput``): its steps' figures, the time its spans cover
     outside the steps, and the training trajectories that failed in the agent loop."""
     cover = (index.end_ns - index.start_ns) / 1e9 if index.start_ns is not None and index.end_ns is not None else 0.0
     failed = trajectory_histogram(points, statuses=FAILED_STATUSES)

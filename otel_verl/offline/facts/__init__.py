@@ -1,0 +1,1 @@
+"""What summary and report say about a run: one module per fact."""

@@ -1,0 +1,55 @@
+"""Each step's long tail: the workers' own figures over every trajectory, or the trees' ratio."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from otel_verl import semconv
+from otel_verl.offline.otlp_files import SpanRecord
+from otel_verl.offline.values import as_number
+
+
+@dataclass
+class StepTail:
+    """A step's long tail as its agent-loop workers measured it over every trajectory (their
+    ``verl.rollout.slowest_trajectory`` events), not only the trees they exported."""
+
+    trajectories: int | None  # all of the step's trajectories; None when a worker could not count them
+    ratio: float | None  # slowest / median in the worker that had the step's slowest trajectory
+    seconds: float  # the slowest trajectory's
+
+
+class StepTails(dict[int, StepTail]):
+    """Submit step -> its ``StepTail``, from the workers' long-tail events (training ones, or all),
+    folded one span at a time."""
+
+    def add(self, s: SpanRecord, include_validation: bool = False) -> None:
+        if s.name not in (semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL):
+            return
+        for e in s.event_attributes(semconv.EVENT_SLOWEST_TRAJECTORY):
+            step = e.get(semconv.ATTR_ROLLOUT_SUBMIT_STEP)
+            seconds = as_number(e.get(semconv.ATTR_ROLLOUT_DURATION))
+            if not isinstance(step, int) or seconds is None:
+                continue
+            if e.get(semconv.ATTR_ROLLOUT_VALIDATE) and not include_validation:
+                continue
+            n = e.get(semconv.ATTR_ROLLOUT_TRAJECTORIES)
+            n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+            ratio = as_number(e.get(semconv.ATTR_ROLLOUT_TAIL_RATIO))
+            old = self.get(step)
+            if old is None:
+                self[step] = StepTail(n, ratio, seconds)
+                continue
+            old.trajectories = None if old.trajectories is None or n is None else old.trajectories + n
+            if seconds > old.seconds:
+                old.ratio, old.seconds = ratio, seconds
+
+
+def tail_ratio(pool: Iterable[SpanRecord]) -> float | None:
+    """Slowest / median duration of one step's trajectories (as ``verl.rollout.tail_ratio``); None
+    without a median."""
+    seconds = [s.seconds for s in pool]
+    median = statistics.median(seconds) if seconds else 0.0
+    return max(seconds) / median if median > 0 else None
