@@ -1,5 +1,8 @@
 """A run folder read at any size, for ``summary`` and ``report``: what they hold stays bounded by
-a step's telemetry and a few numbers per step, not by the run's spans and points.
+a step's telemetry and a few numbers per step, not by the run's spans and points. The reader knows
+no fact: it hands each fact's fold (``folds.Fold``, from the list the run's model gives it,
+``facts.folds``) the spans, points and log records the fold names, and keeps only what grouping by
+step needs.
 
 A multi-day run stores hundreds of thousands of spans and millions of metric points; holding them
 all as records takes gigabytes. So:
@@ -8,49 +11,35 @@ all as records takes gigabytes. So:
   spans' ends (``_merged``). Which step a trace belongs to (its own ``verl.step``, or for v1's
   rollout traces of their own the ``verl.rollout.submit_step`` of their root) is decided as its
   spans are read (``TraceSteps``), so neither reading holds a map of the run's traces. The first
-  reading (``index_spans``) keeps only what the whole run needs: per step its span's times and ids
-  and its span count, the guard's spans the health box reads, each step's long tail from the
-  workers' rollout batch and tail spans (folded as they are read: ``tails.StepTails``), the
-  trajectories' seconds (``bounded.Sample``), the slowest trajectory, the processes and resources.
-  The second reading (``step_spans``) hands over each step's spans (its trace and the rollout
-  traces joined to it) as soon as the count the first reading found is complete; the step's spans
-  are let go after that. Whatever is still open at the end (a file that changed in between) is
-  handed over then.
-- **metric points are read once** (``fold_metrics``): every gauge folds into its per-step series
-  as its export completes (``exports.StepGauges``' rule: the export's ``verl.training.step``
-  names the step, the latest value for a step wins), each series thinned as it grows
-  (``bounded``); the health facts (non-finite counts, validation scores, the alert rules over
-  every step) fold per export too (``health.HealthFold``), and so do the degenerate responses'
-  shares (``generation.GenerationFold``, given the step spans the first reading found) and the
-  goodput account (``goodput.GoodputFold``: a sum per role and bucket, the kept steps'); only the
-  histograms of trajectories are kept as points, sharing one copy of each resource, and of the
-  spools' and queues' counters and of each cumulative trajectory histogram only the latest point;
-  otel-verl's own cost folds into its per-step sums (``overhead.OverheadFold``, given the step
-  spans the first reading found).
-- **log records** are kept only for the events the tools show (stalls, stacks, guard firings).
+  reading (``index_spans``) keeps per step its span's times and ids and its span count, and the
+  processes and resources; each span a fold names goes to it (``Fold.on_span``: the guard's spans,
+  the workers' long-tail events, the trajectories). The second reading (``step_spans``) hands over
+  each step's spans (its trace and the rollout traces joined to it) as soon as the count the first
+  reading found is complete; the step's spans are let go after that. Whatever is still open at the
+  end (a file that changed in between) is handed over then.
+- **metric points are read once** (``fold_metrics``), after the folds were told the steps
+  (``Fold.on_steps``): every gauge folds into its per-step series as its export completes
+  (``exports.StepGauges``' rule: the export's ``verl.training.step`` names the step, the latest
+  value for a step wins), each series thinned as it grows (``bounded``); a fold with an ``export``
+  method is handed each placed export (``exports.ExportListener``), and each point a fold names
+  goes to it (``Fold.on_point``).
+- **log records** are read once (``read_logs``), each handed to the folds that name its event.
 """
 
 from __future__ import annotations
 
-import copy
 import heapq
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from otel_verl import semconv
-from otel_verl.offline.bounded import Sample, Series
+from otel_verl.offline.bounded import Series
 from otel_verl.offline.exports import StepGauges
-from otel_verl.offline.facts.generation import GenerationFold
-from otel_verl.offline.facts.goodput import GoodputFold
-from otel_verl.offline.facts.health import HealthFold
-from otel_verl.offline.facts.overhead import OVERHEAD_METRICS, OverheadFold
-from otel_verl.offline.facts.slowest import is_trajectory, is_validation
-from otel_verl.offline.facts.tails import StepTails
+from otel_verl.offline.folds import Fold, Steps
 from otel_verl.offline.otlp_files import (
-    LogEntry,
     MetricPoint,
     Reading,
     Skipped,
@@ -58,23 +47,9 @@ from otel_verl.offline.otlp_files import (
     file_records,
     signal_files,
 )
-from otel_verl.offline.values import INSTANCE, AttrKeys, attr_key, exporter
+from otel_verl.offline.values import share
 
 T = TypeVar("T")
-# The spans whose long-tail events the index folds per step (``tails.StepTails``).
-TAIL_SPANS = frozenset({semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
-# Metric series kept as points: what the other facts read.
-KEPT_METRICS = frozenset(
-    {
-        semconv.M_ROLLOUT_TRAJECTORY_DURATION,
-        semconv.M_SPOOL_BATCHES,
-        semconv.M_SPOOL_BYTES,
-        semconv.M_TELEMETRY_DROPPED,
-    }
-)
-# Of these, only each series' latest point is read (the spools' and queues' final counts).
-LAST_ONLY = frozenset({semconv.M_SPOOL_BATCHES, semconv.M_SPOOL_BYTES, semconv.M_TELEMETRY_DROPPED})
-KEPT_EVENTS = frozenset({semconv.EVENT_TRAINING_STALLED, semconv.EVENT_STALL_STACKS, semconv.EVENT_GUARD_TRIGGERED})
 META_KEYS = (semconv.RES_RUN_ID, semconv.RES_SERVICE_NAME, semconv.RES_PROJECT, semconv.RES_EXPERIMENT)
 
 
@@ -266,11 +241,6 @@ class SpanIndex:
     spans: int = 0
     step_spans: list[StepSpan] = field(default_factory=list)  # verl.step spans with a step number (until ``resolve``)
     drivers: set[str] = field(default_factory=set)  # the step spans' verl.driver values
-    guards: list[SpanRecord] = field(default_factory=list)  # the guard's spans (health's firings)
-    tails: StepTails = field(default_factory=StepTails)  # the workers' long tail per step
-    trajectory_seconds: Sample = field(default_factory=Sample)  # training trajectories
-    validation_trajectories: int = 0
-    slowest: SpanRecord | None = None  # slowest.slowest_trajectory over every trajectory span
     senders: Senders = field(default_factory=Senders)
     start_ns: int | None = None
     end_ns: int | None = None
@@ -282,11 +252,16 @@ class SpanIndex:
     first: dict[int, StepSpan] = field(default_factory=dict)  # step -> its first verl.step span (after ``resolve``)
     duplicate_steps: list[int] = field(default_factory=list)  # steps with more than one verl.step span
     dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources (``share``)
+    folds: Sequence[Fold] = ()  # handed the spans they name (``folds.Fold.SPANS``)
+    _routes: dict[str, list[Fold]] = field(init=False)
 
-    def add(self, s: SpanRecord, include_validation: bool) -> None:
-        self.add_batch([s], include_validation)
+    def __post_init__(self) -> None:
+        self._routes = routes(self.folds, "SPANS")
 
-    def add_batch(self, batch: list[SpanRecord], include_validation: bool) -> None:
+    def add(self, s: SpanRecord) -> None:
+        self.add_batch([s])
+
+    def add_batch(self, batch: list[SpanRecord]) -> None:
         """The spans of one stored request, in its order."""
         if not batch:
             return
@@ -295,7 +270,7 @@ class SpanIndex:
         self.start_ns = lo if self.start_ns is None else min(self.start_ns, lo)
         self.end_ns = hi if self.end_ns is None else max(self.end_ns, hi)
         resource, items = None, 0  # a request's spans share their resource: one ``Senders.add`` per run
-        traces, counts = self.traces, self.counts
+        traces, counts, folds = self.traces, self.counts, self._routes
         for s in batch:
             if s.resource is not resource:
                 if items:
@@ -312,25 +287,12 @@ class SpanIndex:
                     self.step_spans.append(StepSpan(step, s.start_ns, s.end_ns, s.trace_id, s.span_id))
                     if semconv.ATTR_DRIVER in s.attributes:
                         self.drivers.add(str(s.attributes[semconv.ATTR_DRIVER]))
-            elif name == semconv.SPAN_GUARD:
-                self.guards.append(s)
-            elif name in TAIL_SPANS:
-                self.tails.add(s, include_validation)
-            if is_trajectory(s):
-                self._trajectory(s, include_validation)
+            got = folds.get(name)
+            if got:
+                for fold in got:
+                    fold.on_span(s)
         if items:
             self.senders.add(resource, items)  # type: ignore[arg-type]
-
-    def _trajectory(self, s: SpanRecord, include_validation: bool) -> None:
-        if is_validation(s):
-            self.validation_trajectories += 1
-        else:
-            self.trajectory_seconds.add(s.seconds)
-        if include_validation or not is_validation(s):
-            best = self.slowest
-            if best is None or (s.end_ns - s.start_ns, s.span_id) > (best.end_ns - best.start_ns, best.span_id):
-                s.resource = share(self.dicts, s.resource)
-                self.slowest = s
 
     def resolve(self) -> None:
         """Each step's first ``verl.step`` span and how many spans the step has in all: its own
@@ -361,11 +323,20 @@ class SpanIndex:
         return key[0] if st is not None and key[1] in ("", st.span_id) else None
 
 
-def index_spans(folder: Path, skipped: Skipped, include_validation: bool = False) -> SpanIndex:
-    """The first reading of ``folder``'s traces."""
-    index = SpanIndex(Reading())
+def routes(folds: Iterable[Fold], names: str) -> dict[str, list[Fold]]:
+    """Name -> the folds that read it (``names``: which of ``Fold``'s name sets), in their order."""
+    out: dict[str, list[Fold]] = {}
+    for fold in folds:
+        for name in getattr(fold, names):
+            out.setdefault(name, []).append(fold)
+    return out
+
+
+def index_spans(folder: Path, skipped: Skipped, folds: Sequence[Fold] = ()) -> SpanIndex:
+    """The first reading of ``folder``'s traces, each span handed to the ``folds`` that name it."""
+    index = SpanIndex(Reading(), folds=folds)
     for batch in _merged(folder, skipped, index.reading, again=False):
-        index.add_batch(batch, include_validation)
+        index.add_batch(batch)
     index.resolve()
     return index
 
@@ -411,122 +382,67 @@ def step_spans(folder: Path, index: SpanIndex, held: Held | None = None) -> Iter
         yield n, open_steps.pop(n)
 
 
-def share(shared: dict[tuple, dict[str, Any]], value: dict[str, Any]) -> dict[str, Any]:
-    """``value``, or the equal dict already in ``shared``: a long run's many exports of one process
-    hold one copy of its resource."""
-    try:
-        return shared.setdefault(tuple(sorted(value.items())), value)
-    except TypeError:  # an unhashable or unorderable value: kept as it is
-        return value
-
-
 @dataclass
 class MetricFold:
     """What the one reading of the metric points keeps (see the module's docstring)."""
 
-    overhead: OverheadFold
-    health: HealthFold = field(default_factory=HealthFold)
+    folds: Sequence[Fold] = ()  # handed the points they name, and, with an ``export``, each placed export
     keep: Collection[int] = ()  # steps whose values the ``tabled`` series keep exactly (the tables' rows)
     tabled: Collection[tuple[str, tuple]] = ()  # (name, attributes) of the series the tables show
-    generation: GenerationFold = field(default_factory=GenerationFold)
-    goodput: GoodputFold = field(default_factory=GoodputFold)
     points: int = 0
-    kept: list[MetricPoint] = field(default_factory=list)  # KEPT_METRICS
     gauges: StepGauges = field(init=False)
     senders: Senders = field(default_factory=Senders)
     held: Held = field(default_factory=Held)
-    _dicts: dict[tuple, dict[str, Any]] = field(default_factory=dict)  # shared resources and attributes
-    _last: dict[tuple, MetricPoint] = field(default_factory=dict)  # LAST_ONLY: the latest point per series
-    _deltas: dict[tuple, MetricPoint] = field(default_factory=dict)  # delta trajectory histograms, added up
-    _attr_key: AttrKeys = field(default_factory=AttrKeys)
+    _routes: dict[str, list[Fold]] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.gauges = StepGauges(self.keep, (self.health, self.generation, self.goodput), self.tabled)
+        listeners = [f for f in self.folds if hasattr(f, "export")]
+        self.gauges = StepGauges(self.keep, listeners, self.tabled)  # type: ignore[arg-type]
+        self._routes = routes(self.folds, "POINTS")
 
     def add(self, p: MetricPoint) -> None:
         self.add_request((p,))
 
     def add_request(self, points: Sequence[MetricPoint]) -> None:
         """The points of one stored request, in its order: each goes to the folds that read it
-        (the gauges' per request, otel-verl's cost per point of its metrics)."""
+        (the gauges' per request, the facts' per point of the metrics they name)."""
         self.points += len(points)
         resource, items = None, 0  # a request's points share their resource: one ``Senders.add`` per run
-        overhead = self.overhead
+        folds = self._routes
         for p in points:
             if p.resource is not resource:
                 if items:
                     self.senders.add(resource, items)  # type: ignore[arg-type]
                 resource, items = p.resource, 0
             items += 1
-            name = p.name
-            if name in KEPT_METRICS:
-                self._keep(p)
-            if name in OVERHEAD_METRICS:
-                overhead.add(p)
+            got = folds.get(p.name)
+            if got:
+                for fold in got:
+                    fold.on_point(p)
         if items:
             self.senders.add(resource, items)  # type: ignore[arg-type]
         self.gauges.add_request(points)
-        holding = self.gauges.holding + len(self.kept) + len(self._last) + len(self._deltas) + self.overhead.holding
+        holding = self.gauges.holding + sum(f.holding for f in self.folds)
         self.held.points = max(self.held.points, holding)
-
-    def _keep(self, p: MetricPoint) -> None:
-        if p.name in LAST_ONLY:
-            self._keep_last(p, (exporter(p.resource), p.name, self._attr_key(p.attributes), p.kind))
-        elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram" and p.temporality != 1:
-            # cumulative: its latest point per series is the whole count (``run.model.trajectory_histogram``)
-            self._keep_last(p, (p.name, p.resource.get(INSTANCE), self._attr_key(p.attributes), p.start_ns))
-        elif p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION and p.kind == "histogram":
-            self._add_delta(p)
-        else:
-            self.kept.append(self._shared(p))
-
-    def _shared(self, p: MetricPoint) -> MetricPoint:
-        p.resource, p.attributes = share(self._dicts, p.resource), share(self._dicts, p.attributes)
-        return p
-
-    def _add_delta(self, p: MetricPoint) -> None:
-        """A delta trajectory histogram point, added into the one point of its attributes and
-        buckets (``run.model.trajectory_histogram`` adds them up the same way)."""
-        key = (p.name, attr_key(p.attributes), tuple(p.bounds or ()), len(p.bucket_counts or ()))
-        into = self._deltas.get(key)
-        if into is None:  # a copy: the sums go into it
-            copied = copy.copy(p)
-            copied.bucket_counts = list(p.bucket_counts or ())
-            self._deltas[key] = self._shared(copied)
-            return
-        into.value = (into.value or 0.0) + (p.value or 0.0)
-        into.count = (into.count or 0) + (p.count or 0)
-        into.bucket_counts = [a + b for a, b in zip(into.bucket_counts or (), p.bucket_counts or (), strict=True)]
-
-    def _keep_last(self, p: MetricPoint, key: tuple) -> None:
-        """The series whose last value is all the other facts read: the spools' and queues' counters
-        (``spool.spool_facts``), the cumulative trajectory histograms."""
-        old = self._last.get(key)
-        if old is None or p.time_ns >= old.time_ns:
-            self._last[key] = p  # shared at ``close``: most are replaced by the next export
 
     def close(self) -> dict[tuple[str, tuple], Series]:
         """Every export placed: the per-step series (``exports.StepGauges``)."""
-        self.kept += map(self._shared, self._last.values())
-        self.kept += self._deltas.values()
-        self._last.clear()
-        self._deltas.clear()
         return self.gauges.close()
 
 
 def fold_metrics(
     folder: Path,
     skipped: Skipped,
-    steps: list[tuple[int, int, int]],
-    keep: Collection[int] = (),
+    steps: Steps,
+    folds: Sequence[Fold] = (),
     tabled: Collection[tuple[str, tuple]] = (),
 ) -> tuple[MetricFold, dict[tuple[str, tuple], Series]]:
-    """The one reading of ``folder``'s metric points: the fold and its per-step gauge series;
-    ``steps`` (step, span start, span end) bound otel-verl's cost per step (``overhead.overhead``)
-    and place the validation before the first step; ``keep``: the steps whose values the ``tabled``
-    series keep exactly."""
-    first = steps[0][1] if steps else None
-    fold = MetricFold(OverheadFold(steps), HealthFold(first), keep, tabled, GenerationFold(steps), GoodputFold(keep))
+    """The one reading of ``folder``'s metric points: the fold and its per-step gauge series. The
+    ``folds`` are told the ``steps`` first (``Fold.on_steps``); the ``tabled`` series keep the
+    values of ``steps.keep`` exactly."""
+    for fold in folds:
+        fold.on_steps(steps)
+    fold = MetricFold(folds, steps.keep, tabled)
     reading = Reading()
     # the TaskRunner's files first (named by role: ``process.exporters``): its exports set the
     # step boundaries the other processes' cost waits for
@@ -536,11 +452,16 @@ def fold_metrics(
     return fold, fold.close()
 
 
-def log_records(folder: Path, skipped: Skipped) -> list[LogEntry]:
-    """The log records the tools show (``KEPT_EVENTS``)."""
+def read_logs(folder: Path, skipped: Skipped, folds: Sequence[Fold] = ()) -> int:
+    """The one reading of ``folder``'s log records, each handed to the ``folds`` that name its
+    event (``Fold.EVENTS``); the records read."""
     reading = Reading()
-    out: list[LogEntry] = []
+    by_event = routes(folds, "EVENTS")
+    read = 0
     for path in signal_files(folder, "logs"):
         for _, records in file_records(path, "logs", skipped, reading):
-            out.extend(r for r in records if r.event_name in KEPT_EVENTS)
-    return out
+            read += len(records)
+            for r in records:
+                for fold in by_event.get(r.event_name, ()):
+                    fold.on_log(r)
+    return read

@@ -47,3 +47,12 @@ class AttrKeys:
         key = attr_key(attributes)
         self._keys[id(attributes)] = (attributes, key)
         return key
+
+
+def share(shared: dict[tuple, dict[str, Any]], value: dict[str, Any]) -> dict[str, Any]:
+    """``value``, or the equal dict already in ``shared``: a long run's many exports of one process
+    hold one copy of its resource."""
+    try:
+        return shared.setdefault(tuple(sorted(value.items())), value)
+    except TypeError:  # an unhashable or unorderable value: kept as it is
+        return value

@@ -148,3 +148,20 @@ def test_the_documentation_text_is_off_every_process_runtime_path():
     for name in runtime:
         code = MODULES[name].read_text(encoding="utf-8")
         assert not [t for t in starts if t in code], name
+
+
+def test_the_offline_reader_learns_of_a_fact_only_from_the_list_of_facts():
+    """The run reader (``offline.run_reader`` with ``folds``, ``exports``, ``values``) imports no
+    fact, not even through another module: a fact reaches it as a fold, from the one list of them
+    (``offline.facts.folds``), which only the run's model reads. The run's model sits beside its two
+    renderers: the summary reaches nothing of the report's page, the report nothing of the summary's text."""
+    fact_modules = {n for n in MODULES if n.startswith("otel_verl.offline.facts")}
+    assert {"otel_verl.offline.facts", "otel_verl.offline.facts.spool"} <= fact_modules
+    reader = _reachable("otel_verl.offline.run_reader")
+    assert "otel_verl.offline.folds" in reader and "otel_verl.offline.exports" in reader  # it is the reader
+    assert not reader & fact_modules
+    assert {n for n in GRAPH if "otel_verl.offline.facts" in GRAPH[n]} == {"otel_verl.offline.run.model"}
+    summary, report = _reachable("otel_verl.offline.summary"), _reachable("otel_verl.offline.report")
+    assert {"otel_verl.offline.run.model", "otel_verl.offline.run.text"} <= summary
+    assert not summary & {"otel_verl.offline.report", "otel_verl.offline.run.page", "otel_verl.offline.run.charts"}
+    assert "otel_verl.offline.run.page" in report and "otel_verl.offline.run.text" not in report

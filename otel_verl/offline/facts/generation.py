@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from otel_verl import semconv
+from otel_verl.offline.folds import Fold, Steps
 
 ALERT = "VerlRolloutDegenerateResponses"
 ALERT_THRESHOLD = 0.2  # the alert's: a share above it is a finding
@@ -83,7 +84,7 @@ def _validate_flag(value: str) -> bool | None:
     return True if text == "true" else False if text == "false" else None
 
 
-class GenerationFold:
+class GenerationFold(Fold):
     """The run's ``verl.rollout.degenerate_ratio`` points folded one export at a time (a listener of
     ``exports.StepGauges``); ``steps``: (step, span start, span end) in ns, as the first reading of
     the spans found them."""
@@ -97,6 +98,9 @@ class GenerationFold:
         self._sums: dict[tuple[bool, str], array] = {}  # (validate, kind) -> slot -> sum of the workers' shares
         self._counts: dict[tuple[bool, str], array] = {}  # ... -> slot -> workers
         self._latest: dict[tuple[str, bool, str], list] = {}  # (worker, validate, kind) -> [slot, time, share]
+
+    def on_steps(self, steps: Steps) -> None:
+        self.__init__(steps.at)  # type: ignore[misc]
 
     def export(self, who: str, time_ns: int, step: int | None, group: list) -> None:
         for name, attrs, value, kind, _ in group:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from otel_verl import semconv
 from otel_verl.instruments.goodput import BUCKETS, OVERHEAD, ROLES, WASTED
 from otel_verl.offline.exports import GroupPoint
+from otel_verl.offline.folds import Fold, Steps
 
 NAMES = frozenset({semconv.M_GOODPUT_TIME, semconv.M_GOODPUT_DROPPED_GROUPS})
 DROPPED = "dropped"  # the key of the dropped groups' counter among the fold's series
@@ -84,7 +85,7 @@ class Goodput:
         return text
 
 
-class GoodputFold:
+class GoodputFold(Fold):
     """``verl.goodput.time`` and ``verl.goodput.dropped_groups`` folded one export at a time (a
     listener of ``exports.StepGauges``, which hands it the export's sums of ``NAMES``); ``keep``:
     the steps whose own figures are kept."""
@@ -97,6 +98,9 @@ class GoodputFold:
         self.totals: Account = {}
         self.dropped = 0.0
         self.per_step: dict[int, Account] = {}
+
+    def on_steps(self, steps: Steps) -> None:
+        self._keep = steps.keep
 
     def export(self, who: str, time_ns: int, step: int | None, group: list[GroupPoint]) -> None:
         for name, attrs, value, kind, temporality in group:

@@ -15,7 +15,7 @@ section that has the details (its ``anchor``):
    threshold;
 6. goodput: each role's share of the run's time productive, overhead, idle and wasted
    (``facts.goodput``);
-7. the slowest step and the slowest trajectory (``run_facts``' rule);
+7. the slowest step and the slowest trajectory (``slowest``' rule);
 8. what the ops kit's alert rules would have fired on: the guard's built-in rules (the alerts'
    thresholds, counted in steps) run over the values of every step, and the stall alert.
 """
@@ -34,6 +34,7 @@ from otel_verl.offline.bounded import StepSeries, folded
 from otel_verl.offline.exports import GroupPoint
 from otel_verl.offline.facts import generation as gen
 from otel_verl.offline.facts.goodput import Goodput
+from otel_verl.offline.folds import Fold, Steps
 from otel_verl.offline.otlp_files import LogEntry, SpanRecord
 from otel_verl.offline.values import as_number
 
@@ -101,7 +102,7 @@ def guard_firings(spans: Iterable[SpanRecord], records: Iterable[LogEntry]) -> l
     return sorted(seen.values(), key=lambda f: (f.step if f.step is not None else -1, f.rule, f.key))
 
 
-class HealthFold:
+class HealthFold(Fold):
     """The health facts of the metric points, folded one export at a time (a listener of
     ``exports.StepGauges``, which places each export at the step its ``verl.training.step`` names):
 
@@ -116,6 +117,8 @@ class HealthFold:
     """
 
     ALERT_WINDOW = 64
+    SPANS = frozenset({semconv.SPAN_GUARD})  # the guard's spans and records: its firings
+    EVENTS = frozenset({semconv.EVENT_GUARD_TRIGGERED})
 
     def __init__(self, first_step_ns: int | None = None, rules: Sequence[Rule] | None = None) -> None:
         self.first_step_ns = first_step_ns
@@ -126,6 +129,17 @@ class HealthFold:
         self._pending: dict[int, dict[str, float]] = {}  # step -> values not yet evaluated
         self._first: dict[str, Firing] = {}  # alert -> its first firing
         self._verl_keys: dict[str, str | None] = {}  # metric name -> ``_verl_key``
+        self.guards: list[SpanRecord] = []
+        self.guard_records: list[LogEntry] = []
+
+    def on_span(self, s: SpanRecord) -> None:
+        self.guards.append(s)
+
+    def on_log(self, r: LogEntry) -> None:
+        self.guard_records.append(r)
+
+    def on_steps(self, steps: Steps) -> None:
+        self.first_step_ns = steps.first_ns
 
     def _verl_key(self, name: str) -> str | None:
         """The verl key a gauge of verl's carries (``logged_key``); None for otel-verl's own and

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from otel_verl import semconv
+from otel_verl.offline.folds import Fold, Steps
 from otel_verl.offline.otlp_files import MetricPoint
 from otel_verl.offline.values import attr_key, exporter
 
@@ -47,7 +48,7 @@ class Overhead:
 OVERHEAD_METRICS = frozenset({semconv.M_TRAINING_STEP, semconv.M_OVERHEAD_CPU_TIME, "process.cpu.time"})
 
 
-class OverheadFold:
+class OverheadFold(Fold):
     """``overhead`` folded one metric point at a time, for a run of any length.
 
     The counters grow in increments (a cumulative point's growth since the series' last one, a delta
@@ -58,6 +59,8 @@ class OverheadFold:
     almost nothing is held. A point older than its series' last one is left out; a counter that
     goes down adds nothing.
     """
+
+    POINTS = OVERHEAD_METRICS
 
     def __init__(self, steps: list[tuple[int, int, int]]) -> None:
         self.steps = steps
@@ -81,6 +84,12 @@ class OverheadFold:
         self._with_cpu: set[str] = set()
         self.startup = 0.0
         self.holding = 0  # increments waiting for a boundary or for their process's counter
+
+    def on_steps(self, steps: Steps) -> None:
+        self.__init__(steps.at)  # type: ignore[misc]  # the steps bound every increment
+
+    def on_point(self, p: MetricPoint) -> None:
+        self.add(p)
 
     def add(self, p: MetricPoint) -> None:
         if p.name == semconv.M_TRAINING_STEP:
@@ -188,3 +197,26 @@ def overhead(points: Iterable[MetricPoint], steps: list[tuple[int, int, int]]) -
     for p in sorted(points, key=lambda p: p.time_ns):
         fold.add(p)
     return fold.close()
+
+
+def cost_line(o: Overhead | None, steps: int, seconds: float, senders: int) -> str | None:
+    """The "telemetry cost per step" line: otel-verl's own CPU next to the step time (``steps``:
+    the run's, ``seconds`` in them; ``senders``: the processes that sent telemetry)."""
+    if o is None or not o.per_step or not steps:
+        return None
+    step_s = seconds / steps
+    cost = o.mean()
+    line = f"telemetry cost per step: {cost:.4f} CPU-s (mean of {len(o.per_step)} steps; median {o.median():.4f}"
+    line += f", {min(o.per_step.values()):.4f} to {max(o.per_step.values()):.4f})"
+    if step_s > 0:
+        line += f", {100 * cost / step_s:.2f}% of the mean step time {step_s:.2f} s"
+    line += f", from the {o.processes} of the run's {senders} processes that report {semconv.M_OVERHEAD_CPU_TIME}"
+    if o.cpu_share is not None:
+        line += f" ({100 * o.cpu_share:.1f}% of their CPU in the steps)"
+    spent = sum(o.components.values())
+    if spent > 0:
+        parts = sorted(o.components.items(), key=lambda kv: (-round(kv[1], 9), kv[0]))
+        line += "; " + ", ".join(f"{c} {100 * v / spent:.0f}%" for c, v in parts if v > 0)
+    if o.startup > 0:
+        line += f"; plus {o.startup:.3f} CPU-s once, until each process's first export"
+    return line

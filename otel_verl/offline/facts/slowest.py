@@ -6,7 +6,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from otel_verl import semconv
+from otel_verl.offline.bounded import Sample
+from otel_verl.offline.folds import Fold
 from otel_verl.offline.otlp_files import SpanRecord
+from otel_verl.offline.values import share
 
 
 def is_trajectory(span: SpanRecord) -> bool:
@@ -60,3 +63,32 @@ def children_of(spans: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
         if s.parent_id:
             out[s.parent_id].append(s)
     return out
+
+
+class Trajectories(Fold):
+    """The run's trajectory spans, one at a time: their seconds (training ones: every one, or a
+    uniform sample, ``bounded.Sample``), the validation ones' count and the run's slowest
+    (``slowest_trajectory``' rule)."""
+
+    SPANS = frozenset({semconv.SPAN_ROLLOUT_TRAJECTORY})
+
+    def __init__(self, include_validation: bool = False) -> None:
+        self.include_validation = include_validation
+        self.seconds = Sample()  # training trajectories
+        self.validation = 0
+        self.slowest: SpanRecord | None = None
+        self._dicts: dict[tuple, dict] = {}  # the slowest's resource, one copy (``values.share``)
+
+    def on_span(self, s: SpanRecord) -> None:
+        if is_validation(s):
+            self.validation += 1
+        else:
+            self.seconds.add(s.seconds)
+        if self.include_validation or not is_validation(s):
+            best = self.slowest
+            if best is None or (s.end_ns - s.start_ns, s.span_id) > (best.end_ns - best.start_ns, best.span_id):
+                s.resource = share(self._dicts, s.resource)
+                self.slowest = s
+
+    def close(self) -> Trajectories:
+        return self

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_verl import semconv
+from otel_verl.offline.folds import Fold
 from otel_verl.offline.otlp_files import MetricPoint
-from otel_verl.offline.values import exporter
+from otel_verl.offline.values import AttrKeys, exporter, share
 
 DROPPED = semconv.M_TELEMETRY_DROPPED
 
@@ -83,3 +84,29 @@ def spool_facts(points: Iterable[MetricPoint]) -> SpoolFacts | None:
         by_bytes[str(what)] += int(n)
     spooling = {who for (who, what), n in batches.items() if what == semconv.SPOOL_SPOOLED and n > 0}
     return SpoolFacts(dict(by_outcome), dict(by_bytes), len(spooling), int(sum(dropped.values())))
+
+
+class Spool(Fold):
+    """The spools' and queues' counters: of each series only its latest point is read (``spool_facts``)."""
+
+    POINTS = frozenset({semconv.M_SPOOL_BATCHES, semconv.M_SPOOL_BYTES, semconv.M_TELEMETRY_DROPPED})
+
+    def __init__(self) -> None:
+        self._last: dict[tuple, MetricPoint] = {}
+        self._attr_key = AttrKeys()
+
+    @property
+    def holding(self) -> int:  # type: ignore[override]
+        return len(self._last)
+
+    def on_point(self, p: MetricPoint) -> None:
+        key = (exporter(p.resource), p.name, self._attr_key(p.attributes), p.kind)
+        old = self._last.get(key)
+        if old is None or p.time_ns >= old.time_ns:
+            self._last[key] = p
+
+    def close(self) -> SpoolFacts | None:
+        dicts: dict[tuple, dict[str, Any]] = {}
+        for p in self._last.values():
+            p.resource, p.attributes = share(dicts, p.resource), share(dicts, p.attributes)
+        return spool_facts(self._last.values())

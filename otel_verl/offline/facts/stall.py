@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_verl import semconv
+from otel_verl.offline.folds import Fold
 from otel_verl.offline.otlp_files import LogEntry
 from otel_verl.offline.values import as_number
+from otel_verl.printable import printable
 
 
 @dataclass
@@ -77,3 +79,90 @@ def stall_reports(records: Iterable[LogEntry]) -> tuple[list[LogEntry], list[Sta
             )
         )
     return stalled, reports
+
+
+class Stall(Fold):
+    """The stall doctor's records: ``stall_reports`` of them."""
+
+    EVENTS = frozenset({semconv.EVENT_TRAINING_STALLED, semconv.EVENT_STALL_STACKS})
+
+    def __init__(self) -> None:
+        self.records: list[LogEntry] = []
+
+    def on_log(self, r: LogEntry) -> None:
+        self.records.append(r)
+
+    def close(self) -> tuple[list[LogEntry], list[StallReport]]:
+        return stall_reports(self.records)
+
+
+def lines(stalled: list[LogEntry], reports: list[StallReport]) -> list[str]:
+    """The summary's lines on the stall: where each process was when the run stalled (the stall
+    doctor's latest report of each, ``stall_reports``); none when the run did not stall."""
+    if not reports and not stalled:
+        return []
+    first = stalled[0].attributes if stalled else {}
+    step = first.get(semconv.ATTR_STEP, reports[0].step if reports else None)
+    seconds = as_number(first.get(semconv.ATTR_STALL_SECONDS))
+    waited = "?" if seconds is None else f"{seconds:.0f}"
+    out = ["", f"STALLED at step {step}: no training step finished for {waited} s; "]
+    waiting = [line for line in (_waiting(first),) if line]
+    if not reports:
+        out[-1] += "no process's stacks are in these files (the verl.stall.stacks log records)"
+        return out + waiting
+    out[-1] += f"where each of {len(reports)} processes was (each thread's innermost frame outside the"
+    out[-1] += " standard library):"
+    out += waiting
+    for report in reports:
+        out.append(f"  {report.process}:")
+        out += [f"    {line}" for line in report.where()]
+    out.append("  full stacks: log records verl.stall.stacks in logs-*.jsonl, and in otel-verl report")
+    return out
+
+
+def _waiting(stalled: dict) -> str:
+    """The stalled record's v1 wait (``hooks.waiting_for``) in words, or ``""``: ``the trainer was
+    waiting for rollouts (train) for 29 s: 0 of 4 needed groups finished, 4 running; oldest in
+    flight: <uid> running 28 s (step 2), ...``."""
+    if stalled.get(semconv.ATTR_WAIT_FOR) != semconv.WAIT_ROLLOUTS:
+        return ""
+    elapsed, needed = as_number(stalled.get(semconv.ATTR_WAIT_ELAPSED)), stalled.get(semconv.ATTR_WAIT_NEEDED)
+    counts = {
+        k: stalled.get(a)
+        for k, a in (
+            ("finished", semconv.ATTR_WAIT_FINISHED),
+            ("pending", semconv.ATTR_WAIT_PENDING),
+            ("running", semconv.ATTR_WAIT_RUNNING),
+            ("failed", semconv.ATTR_WAIT_FAILED),
+        )
+    }
+    text = f"  the trainer was waiting for rollouts ({printable(stalled.get(semconv.ATTR_WAIT_PARTITION, '?'), 16)})"
+    text += "" if elapsed is None else f" for {elapsed:.0f} s"
+    text += f": {printable(counts['finished'], 12)}" + ("" if needed is None else f" of {printable(needed, 12)} needed")
+    text += " groups finished, " + ", ".join(
+        f"{printable(counts[k], 12)} {k}" for k in ("pending", "running", "failed")
+    )
+    uids = stalled.get(semconv.ATTR_WAIT_OLDEST_UIDS)
+    if isinstance(uids, tuple | list) and uids:
+
+        def at(key: str, i: int) -> object:
+            values = stalled.get(key)
+            return values[i] if isinstance(values, tuple | list) and i < len(values) else None
+
+        named = []
+        for i, uid in enumerate(uids[:8]):
+            state, age, step = (
+                at(k, i)
+                for k in (
+                    semconv.ATTR_WAIT_OLDEST_STATES,
+                    semconv.ATTR_WAIT_OLDEST_AGES,
+                    semconv.ATTR_WAIT_OLDEST_STEPS,
+                )
+            )
+            how = printable(state or "?", 12)
+            age = as_number(age)
+            how += f" {age:.0f} s" if age is not None and state == "running" else ""
+            how += f", step {printable(step, 12)}" if step is not None else ""
+            named.append(f"{printable(uid, 64)} ({how})")
+        text += "; oldest in flight: " + ", ".join(named)
+    return text

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from otel_verl import semconv
+from otel_verl.offline.folds import Fold
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.values import as_number
 
@@ -53,3 +54,19 @@ def tail_ratio(pool: Iterable[SpanRecord]) -> float | None:
     seconds = [s.seconds for s in pool]
     median = statistics.median(seconds) if seconds else 0.0
     return max(seconds) / median if median > 0 else None
+
+
+class Tails(Fold):
+    """``StepTails`` of the run's rollout batch and tail spans, folded as they are read."""
+
+    SPANS = frozenset({semconv.SPAN_ROLLOUT_BATCH, semconv.SPAN_ROLLOUT_TAIL})
+
+    def __init__(self, include_validation: bool = False) -> None:
+        self.include_validation = include_validation
+        self.tails = StepTails()
+
+    def on_span(self, s: SpanRecord) -> None:
+        self.tails.add(s, self.include_validation)
+
+    def close(self) -> StepTails:
+        return self.tails

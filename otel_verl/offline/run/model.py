@@ -1,12 +1,13 @@
-"""What the report shows, computed from a run's OTLP JSON files: steps and their stages, step
-timelines, rollout latency, per-step curves. ``build(folder)`` returns it all as a ``Report``;
-``render`` draws it.
+"""The run's model, what both renderers show (``text``: the summary's lines; ``page``: the report),
+computed from a run's OTLP JSON files in one reading (``run_reader``): steps and their stages, step
+timelines, per-step curves, and each fact of the list (``facts.folds``) under its name. ``build(folder)``
+returns it all as a ``Report``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -14,12 +15,16 @@ from typing import Any
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, SlowestPerRun, pick_steps, picked_text
+from otel_verl.offline.facts import folds as fact_folds
+from otel_verl.offline.facts import overhead
 from otel_verl.offline.facts.engine import EngineSplit, engine_split
-from otel_verl.offline.facts.goodput import Goodput
+from otel_verl.offline.facts.goodput import Goodput, GoodputFold
 from otel_verl.offline.facts.health import Finding, Health, health
+from otel_verl.offline.facts.latency import FAILED_STATUSES, Histogram, trajectory_histogram
 from otel_verl.offline.facts.overhead import Overhead
 from otel_verl.offline.facts.pools import replica_idle_ratio
 from otel_verl.offline.facts.slowest import (
+    Trajectories,
     children_of,
     is_trajectory,
     slowest_rule,
@@ -27,10 +32,11 @@ from otel_verl.offline.facts.slowest import (
     trajectory_pool,
     tree_below,
 )
-from otel_verl.offline.facts.spool import SpoolFacts, spool_facts
-from otel_verl.offline.facts.stall import StallReport, stall_reports
+from otel_verl.offline.facts.spool import SpoolFacts
+from otel_verl.offline.facts.stall import StallReport
 from otel_verl.offline.facts.tails import StepTail, tail_ratio
 from otel_verl.offline.facts.time_went import PollLag, attributed_seconds, category_words, poll_lag
+from otel_verl.offline.folds import Steps
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
 from otel_verl.offline.run_reader import (
     Held,
@@ -39,10 +45,9 @@ from otel_verl.offline.run_reader import (
     StepSpan,
     fold_metrics,
     index_spans,
-    log_records,
+    read_logs,
     step_spans,
 )
-from otel_verl.offline.values import INSTANCE, attr_key
 
 MAX_TIMELINE_STEPS = 100  # steps whose timeline is in the page (``bounded.pick_steps`` beyond)
 MAX_ROWS = 1000  # steps shown one by one in the tables (``bounded.pick_steps`` beyond)
@@ -118,14 +123,6 @@ class Timeline:
     tree: list[SpanRecord] = field(default_factory=list)  # the spans below the slowest one (its kept tree)
 
 
-@dataclass
-class Histogram:
-    bounds: list[float]
-    counts: list[int]
-    count: int
-    total: float
-
-
 @dataclass(frozen=True)
 class Column:
     """One column of the stacked stage chart: a step's stages."""
@@ -187,7 +184,7 @@ class Report:
     curves: list[tuple[str, str, list[tuple[str, dict[int, float]]]]]
     gauges: dict[str, dict[int, float]]  # every per-step gauge series, label -> step -> value
     notes: list[str]
-    stalled: list[LogEntry] = field(default_factory=list)  # verl.training.stalled records (run_facts)
+    stalled: list[LogEntry] = field(default_factory=list)  # verl.training.stalled records (facts.stall)
     stall_reports: list[StallReport] = field(default_factory=list)  # each process's latest stacks
     overhead: Overhead | None = None  # otel-verl's own CPU per step (overhead.overhead)
     health: Health | None = None  # the health box (offline.health), first in both tools
@@ -196,76 +193,21 @@ class Report:
     held: Held = field(default_factory=Held)  # the most spans and points held at once while reading
     trajectories: Sample = field(default_factory=Sample)  # every training trajectory span's count, sum and max
     source: str | None = None  # where the spans were read, when not from ``folder`` (``live.jaeger_report``)
+    facts: dict[str, Any] = field(default_factory=dict)  # each fact's, by its name (``facts.folds``)
 
     def spool_line(self) -> str | None:
         """Whether the run had an export outage, and whether anything was lost (``SpoolFacts.line``)."""
         return self.spool.line() if self.spool is not None else None
 
     def overhead_line(self) -> str | None:
-        """The "telemetry cost per step" line: otel-verl's own CPU next to the step time."""
-        o = self.overhead
-        if o is None or not o.per_step or not self.totals.count:
-            return None
-        step_s = self.totals.seconds / self.totals.count
-        cost = o.mean()
-        line = f"telemetry cost per step: {cost:.4f} CPU-s (mean of {len(o.per_step)} steps; median {o.median():.4f}"
-        line += f", {min(o.per_step.values()):.4f} to {max(o.per_step.values()):.4f})"
-        if step_s > 0:
-            line += f", {100 * cost / step_s:.2f}% of the mean step time {step_s:.2f} s"
-        line += (
-            f", from the {o.processes} of the run's {self.senders} processes that report {semconv.M_OVERHEAD_CPU_TIME}"
-        )
-        if o.cpu_share is not None:
-            line += f" ({100 * o.cpu_share:.1f}% of their CPU in the steps)"
-        spent = sum(o.components.values())
-        if spent > 0:
-            parts = sorted(o.components.items(), key=lambda kv: (-round(kv[1], 9), kv[0]))
-            line += "; " + ", ".join(f"{c} {100 * v / spent:.0f}%" for c, v in parts if v > 0)
-        if o.startup > 0:
-            line += f"; plus {o.startup:.3f} CPU-s once, until each process's first export"
-        return line
+        """The "telemetry cost per step" line (``overhead.cost_line``)."""
+        return overhead.cost_line(self.overhead, self.totals.count, self.totals.seconds, self.senders)
 
 
 def series_label(name: str, attributes: dict[str, Any]) -> str:
     if not attributes:
         return name
     return name + "{" + ",".join(f"{k}={v}" for k, v in sorted(attributes.items())) + "}"
-
-
-def trajectory_histogram(
-    points: Iterable[MetricPoint], validate: bool = False, statuses: Collection[str] | None = None
-) -> Histogram | None:
-    """The ``verl.rollout.trajectory.duration`` histogram summed over processes and attribute sets
-    (``statuses``: of the trajectories that ended so, ``verl.rollout.status``; None: all)."""
-    latest: dict[tuple, MetricPoint] = {}
-    deltas: list[MetricPoint] = []
-    for p in points:
-        if p.name != semconv.M_ROLLOUT_TRAJECTORY_DURATION or p.kind != "histogram" or not p.bucket_counts:
-            continue
-        if bool(p.attributes.get(semconv.ATTR_ROLLOUT_VALIDATE)) != validate:
-            continue
-        if statuses is not None and p.attributes.get(semconv.ATTR_ROLLOUT_STATUS) not in statuses:
-            continue
-        if p.temporality == 1:
-            deltas.append(p)
-            continue
-        key = (p.resource.get(INSTANCE), attr_key(p.attributes), p.start_ns)
-        if key not in latest or p.time_ns >= latest[key].time_ns:
-            latest[key] = p
-    chosen = list(latest.values()) + deltas
-    if not chosen:
-        return None
-    bounds = chosen[0].bounds or []
-    counts = [0] * (len(bounds) + 1)
-    hist = Histogram(bounds, counts, 0, 0.0)
-    for p in chosen:
-        if p.bounds != bounds or len(p.bucket_counts or []) != len(counts):
-            continue  # another bucket layout: cannot be added up
-        for i, c in enumerate(p.bucket_counts or []):
-            counts[i] += c
-        hist.count += p.count or 0
-        hist.total += p.value or 0.0
-    return hist
 
 
 def _row_kind(span: SpanRecord) -> str:
@@ -345,28 +287,31 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     """
     folder = Path(folder)
     skipped = Skipped()
-    index = index_spans(folder, skipped, include_validation)
+    folds = fact_folds(include_validation)
+    index = index_spans(folder, skipped, list(folds.values()))
     first = index.first
     durations = [(n, st.seconds) for n, st in first.items()]
     chosen = pick_steps(durations, MAX_TIMELINE_STEPS)
     shown = pick_steps(durations, MAX_ROWS) | chosen
     at = [(n, st.start_ns, st.end_ns) for n, st in first.items()]
-    fold, series = fold_metrics(folder, skipped, at, shown, CURVE_SERIES)
-    points = fold.kept
-    records = log_records(folder, skipped)
-    stalled, reports = stall_reports(records)  # the stall doctor's, if any
+    fold, series = fold_metrics(folder, skipped, Steps(at, shown), list(folds.values()), CURVE_SERIES)
+    read_logs(folder, skipped, list(folds.values()))
+    facts = {name: f.close() for name, f in folds.items() if name not in COMBINED}
+    trajectories: Trajectories = facts["slowest"]
+    points: list[MetricPoint] = facts["latency"]
+    stalled, reports = facts["stall"]  # the stall doctor's, if any
     notes: list[str] = []
     if skipped:
         notes.append(skipped.describe())
     notes += [f"step {n} has more than one verl.step span; the first is shown" for n in index.duplicate_steps]
     if len(chosen) < len(first):
         notes.append(f"timelines are included for {picked_text(len(chosen), len(first), MAX_TIMELINE_STEPS)}")
-    tails = index.tails  # the workers' figures over every trajectory
+    tails = facts["tails"]  # the workers' figures over every trajectory
     rows: dict[int, StepRow] = {}
     timelines: dict[int, Timeline] = {}
     totals = StepTotals(MAX_ROWS, SlowestPerRun(MAX_COLUMNS))
     held = fold.held
-    run_slowest = index.slowest.span_id if index.slowest is not None else None
+    run_slowest = trajectories.slowest.span_id if trajectories.slowest is not None else None
 
     def add(n: int, members: list[SpanRecord]) -> None:
         st = first[n]
@@ -391,15 +336,15 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
             add(n, [])
     steps = [rows[n] for n in sorted(rows)]
     default_step = slowest_row(steps).step if steps else None
-    account = _goodput(fold, index, totals, points)
+    account = _goodput(folds["goodput"], index, totals, points)  # type: ignore[arg-type]
     checks = health(
-        index.guards,
-        records,
-        fold.health,
+        folds["health"].guards,  # type: ignore[attr-defined]
+        folds["health"].guard_records,  # type: ignore[attr-defined]
+        folds["health"],  # type: ignore[arg-type]
         stalled,
         len(reports),
-        _slowest_findings(steps, index.slowest, include_validation),
-        fold.generation,
+        _slowest_findings(steps, trajectories.slowest, include_validation),
+        folds["generation"],  # type: ignore[arg-type]
         account,
     )
     if not index.spans:
@@ -414,7 +359,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         spans=index.spans,
         points=fold.points,
         skipped=skipped,
-        slowest=index.slowest,
+        slowest=trajectories.slowest,
         slowest_rule=slowest_rule(include_validation),
         meta=_meta(index, fold),
         processes=sorted(index.senders.counts.items()),
@@ -424,32 +369,33 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         stage_order=list(totals.stage_order),
         timelines={n: timelines[n] for n in sorted(timelines)},
         default_step=default_step,
-        trajectory_seconds=index.trajectory_seconds.values,
-        validation_trajectories=index.validation_trajectories,
+        trajectory_seconds=trajectories.seconds.values,
+        validation_trajectories=trajectories.validation,
         trajectory_metric=trajectory_histogram(points),
         curves=_curves(series, checks.validation),
         gauges={series_label(name, dict(attrs)): values for (name, attrs), values in sorted(series.items())},
         notes=notes,
         stalled=stalled,
         stall_reports=reports,
-        overhead=fold.overhead.close(),
-        spool=spool_facts(points),
+        overhead=facts["overhead"],
+        spool=facts["spool"],
         health=checks,
         held=held,
-        trajectories=index.trajectory_seconds,
+        trajectories=trajectories.seconds,
+        facts=facts,
     )
 
 
-# the statuses of trajectories left out of the batch (``hooks.rollout.state.status_of``)
-FAILED_STATUSES = frozenset({semconv.STATUS_ERROR, semconv.STATUS_CANCELLED})
+# the facts that take the steps' figures and the other facts: closed by ``build`` itself
+COMBINED = frozenset({"health", "generation", "goodput"})
 
 
-def _goodput(fold: MetricFold, index: SpanIndex, totals: StepTotals, points: list[MetricPoint]) -> Goodput | None:
+def _goodput(fold: GoodputFold, index: SpanIndex, totals: StepTotals, points: list[MetricPoint]) -> Goodput | None:
     """The run's goodput account (``facts.goodput``): its steps' figures, the time its spans cover
     outside the steps, and the training trajectories that failed in the agent loop."""
     cover = (index.end_ns - index.start_ns) / 1e9 if index.start_ns is not None and index.end_ns is not None else 0.0
     failed = trajectory_histogram(points, statuses=FAILED_STATUSES)
-    return fold.goodput.close(
+    return fold.close(
         totals.count,
         cover - totals.seconds,
         (failed.count, failed.total) if failed is not None else (0, 0.0),

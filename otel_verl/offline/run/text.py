@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 from otel_verl import semconv
 from otel_verl.offline.bounded import Series
+from otel_verl.offline.facts import stall
 from otel_verl.offline.facts.time_went import category_words
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.run.model import VALIDATION_KEYS, Report, StepRow, slowest_row
-from otel_verl.offline.values import as_number
 from otel_verl.printable import printable
 
 MAX_STEP_COLUMNS = 12  # steps shown side by side; longer runs show the first and last half of these
@@ -46,7 +46,7 @@ def lines(rep: Report) -> list[str]:
         if missing:
             out.append(f"  not logged by this run: {', '.join(missing)}")
     out += _slowest(rep)
-    out += _stall(rep)
+    out += stall.lines(rep.stalled, rep.stall_reports)
     out += _telemetry(rep)
     cost = rep.overhead_line()
     if cost:
@@ -95,77 +95,6 @@ def _where_the_time_went(rep: Report) -> list[str]:
         out.append(f"slowest step {slow.step} ({slow.span.seconds:.2f} s): {words}")
     out += [f"step {r.step}: {r.poll_lag.line()}" for r in steps if r.poll_lag is not None]
     return out
-
-
-def _stall(rep: Report) -> list[str]:
-    """Where each process was when the run stalled (the stall doctor's latest report of each)."""
-    if not rep.stall_reports and not rep.stalled:
-        return []
-    first = rep.stalled[0].attributes if rep.stalled else {}
-    step = first.get(semconv.ATTR_STEP, rep.stall_reports[0].step if rep.stall_reports else None)
-    seconds = as_number(first.get(semconv.ATTR_STALL_SECONDS))
-    waited = "?" if seconds is None else f"{seconds:.0f}"
-    out = ["", f"STALLED at step {step}: no training step finished for {waited} s; "]
-    waiting = [line for line in (_waiting(first),) if line]
-    if not rep.stall_reports:
-        out[-1] += "no process's stacks are in these files (the verl.stall.stacks log records)"
-        return out + waiting
-    out[-1] += f"where each of {len(rep.stall_reports)} processes was (each thread's innermost frame outside the"
-    out[-1] += " standard library):"
-    out += waiting
-    for report in rep.stall_reports:
-        out.append(f"  {report.process}:")
-        out += [f"    {line}" for line in report.where()]
-    out.append("  full stacks: log records verl.stall.stacks in logs-*.jsonl, and in otel-verl report")
-    return out
-
-
-def _waiting(stalled: dict) -> str:
-    """The stalled record's v1 wait (``hooks.waiting_for``) in words, or ``""``: ``the trainer was
-    waiting for rollouts (train) for 29 s: 0 of 4 needed groups finished, 4 running; oldest in
-    flight: <uid> running 28 s (step 2), ...``."""
-    if stalled.get(semconv.ATTR_WAIT_FOR) != semconv.WAIT_ROLLOUTS:
-        return ""
-    elapsed, needed = as_number(stalled.get(semconv.ATTR_WAIT_ELAPSED)), stalled.get(semconv.ATTR_WAIT_NEEDED)
-    counts = {
-        k: stalled.get(a)
-        for k, a in (
-            ("finished", semconv.ATTR_WAIT_FINISHED),
-            ("pending", semconv.ATTR_WAIT_PENDING),
-            ("running", semconv.ATTR_WAIT_RUNNING),
-            ("failed", semconv.ATTR_WAIT_FAILED),
-        )
-    }
-    text = f"  the trainer was waiting for rollouts ({printable(stalled.get(semconv.ATTR_WAIT_PARTITION, '?'), 16)})"
-    text += "" if elapsed is None else f" for {elapsed:.0f} s"
-    text += f": {printable(counts['finished'], 12)}" + ("" if needed is None else f" of {printable(needed, 12)} needed")
-    text += " groups finished, " + ", ".join(
-        f"{printable(counts[k], 12)} {k}" for k in ("pending", "running", "failed")
-    )
-    uids = stalled.get(semconv.ATTR_WAIT_OLDEST_UIDS)
-    if isinstance(uids, tuple | list) and uids:
-
-        def at(key: str, i: int) -> object:
-            values = stalled.get(key)
-            return values[i] if isinstance(values, tuple | list) and i < len(values) else None
-
-        named = []
-        for i, uid in enumerate(uids[:8]):
-            state, age, step = (
-                at(k, i)
-                for k in (
-                    semconv.ATTR_WAIT_OLDEST_STATES,
-                    semconv.ATTR_WAIT_OLDEST_AGES,
-                    semconv.ATTR_WAIT_OLDEST_STEPS,
-                )
-            )
-            how = printable(state or "?", 12)
-            age = as_number(age)
-            how += f" {age:.0f} s" if age is not None and state == "running" else ""
-            how += f", step {printable(step, 12)}" if step is not None else ""
-            named.append(f"{printable(uid, 64)} ({how})")
-        text += "; oldest in flight: " + ", ".join(named)
-    return text
 
 
 def _headline(rep: Report) -> str:

@@ -1,4 +1,4 @@
-"""Telemetry cost per step (``otel_verl.overhead.cpu_time``) in ``run_facts``, ``summary`` and the report."""
+"""Telemetry cost per step (``otel_verl.overhead.cpu_time``) in ``facts.overhead``, ``summary`` and the report."""
 
 from __future__ import annotations
 

@@ -160,10 +160,8 @@ def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
     """Each export repeats the whole cumulative count: the latest point per series is all the
     histogram needs, so a long run holds one point per series, not one per export; delta points
     each hold their own part and are added up into one."""
-    from otel_verl.offline.facts.overhead import OverheadFold
+    from otel_verl.offline.facts.latency import Durations, trajectory_histogram
     from otel_verl.offline.otlp_files import MetricPoint
-    from otel_verl.offline.run.model import trajectory_histogram
-    from otel_verl.offline.run_reader import MetricFold
 
     def point(i: int, temporality: int, pid: int) -> MetricPoint:
         counts = [i, 2 * i, 0] if temporality == 2 else [1, 2, 0]
@@ -175,11 +173,10 @@ def test_of_a_cumulative_trajectory_histogram_only_the_latest_point_is_held():
 
     every = [point(i, 2, 1) for i in range(1, 201)] + [point(i, 2, 2) for i in range(1, 101)]
     every += [point(i, 1, 3) for i in range(1, 51)]
-    fold = MetricFold(OverheadFold([]))
+    fold = Durations()
     for p in every:
-        fold.add(p)
-    fold.close()
-    kept = [p for p in fold.kept if p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION]
+        fold.on_point(p)
+    kept = [p for p in fold.close() if p.name == semconv.M_ROLLOUT_TRAJECTORY_DURATION]
     assert len(kept) == 2 + 1  # one per cumulative series, one for the delta points
     assert trajectory_histogram(kept) == trajectory_histogram(every)
     assert trajectory_histogram(kept).counts == [200 + 100 + 50, 400 + 200 + 100, 0]

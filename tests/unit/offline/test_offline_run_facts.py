@@ -1,4 +1,4 @@
-"""``otel_verl.offline.run_facts``: the rules summary and report share."""
+"""``otel_verl.offline.facts.slowest`` and ``facts.time_went``: the rules summary and report share."""
 
 from __future__ import annotations
 

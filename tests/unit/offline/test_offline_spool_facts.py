@@ -1,4 +1,4 @@
-"""An export outage and what it cost, from the spool's counters, in ``run_facts``, ``summary`` and the report."""
+"""An export outage and what it cost, from the spool's counters, in ``facts.spool``, ``summary`` and the report."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``otel_verl.offline.report.model``: what the report shows, from small synthetic OTLP JSON files."""
+"""``otel_verl.offline.run.model``: what the report shows, from small synthetic OTLP JSON files."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from support.otlp_json import span, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline.exports import step_gauges
+from otel_verl.offline.facts.latency import trajectory_histogram
 from otel_verl.offline.otlp_files import MetricPoint
 from otel_verl.offline.report import build, render
-from otel_verl.offline.run.model import MAX_TRAJECTORY_ROWS, trajectory_histogram
+from otel_verl.offline.run.model import MAX_TRAJECTORY_ROWS
 
 
 @pytest.mark.parametrize("files", ["v1_run", "v1_run_legacy"])  # LLM calls as otel-verl names them, and as it did
