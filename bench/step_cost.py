@@ -2,7 +2,8 @@
 
 Per step a dict like a real run's TaskRunner logs (``KEYS``: the 94 keys of the CPU demo's step 1,
 numpy scalars where verl logs them, padded with generic keys to ``--keys``, 140 by default as in a
-GPU run) goes two ways, in one process, alternating, ``--rounds`` times ``--steps`` steps:
+GPU run) goes each way, in one process, alternating in short rounds (``--rounds`` times ``--steps``
+steps: on a loaded machine only cases measured close together compare):
 
 * **sdk**: the floor. One synchronous gauge per key (the name otel-verl gives it), set with the
   attributes otel-verl's exported points carry (the run's identity), then the SDK's own
@@ -12,17 +13,24 @@ GPU run) goes two ways, in one process, alternating, ``--rounds`` times ``--step
   with the pipeline a run builds (``build_own``: the step metric reader, the on-disk spool in front
   of the same OTLP/HTTP exporter and null sink; traces and logs off), until the step's batch is
   encoded.
+* two diagnostics: **otel-verl, no hand-over**, the same work all in the calling thread (the hook's
+  recording, the collection, the identity stamp, the export; what the queues and threads between
+  them cost is the difference), and **sdk, values alone**, the floor without the identity on its
+  points (what those attributes cost the SDK).
 
 The null sink: the exporter's HTTP client answers 200 at once (``_client.export``), so what is
 measured is recording, collecting, encoding and otel-verl's own hand-overs, not a network.
-Measured: the process's CPU time (every thread: ``time.process_time``) per step, median of the
-rounds, and each thread's share (``pthread_getcpuclockid``). Both sides encode the same number of
-points; otel-verl's batches hold a few more (its own named instruments and self-metrics), counted.
+Measured: the process's CPU time (every thread: ``time.process_time``) per step; per case the
+median over the rounds and the ratio to the floor of the same round (median, range); each of
+otel-verl's threads (``pthread_getcpuclockid``). Points and bytes per request are counted in the
+warm-up: otel-verl's batches hold more points than the floor's (its named instruments, stage
+histograms and self-metrics) and a description per metric.
 
-``--before REF``: the same measurement, in child processes alternating, for this tree and for
-``REF``'s ``otel_verl`` (``git archive``), each child measuring its own floor.
+``--before REF``: the same in child processes, ``--runs`` per tree, alternating, for this tree and
+for ``REF``'s ``otel_verl`` (``git archive``), each child measuring its own floor.
 
-``PYTHONPATH=$PWD .venv/bin/python bench/step_cost.py [--steps 200] [--rounds 7] [--keys 140] [--before REF]``
+``PYTHONPATH=$PWD .venv/bin/python bench/step_cost.py [--steps 25] [--rounds 20] [--keys 140]
+[--before REF [--runs 3]]``
 """
 
 from __future__ import annotations
@@ -391,14 +399,15 @@ def _before_tree(ref: str, scratch: Path) -> Path:
 def _child(src: Path, ns: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT / "bench")])}
     args = [sys.executable, str(Path(__file__).resolve()), "--child", f"--steps={ns.steps}", f"--keys={ns.keys}"]
-    out = subprocess.run([*args, "--rounds=1"], env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run([*args, f"--rounds={ns.rounds}"], env=env, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=200, help="steps per side and round")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=25, help="steps per case and round")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per process (cases alternating)")
+    parser.add_argument("--runs", type=int, default=3, help="with --before: processes per tree, alternating")
     parser.add_argument("--keys", type=int, default=BATCH_KEYS, help="values verl logs per step")
     parser.add_argument("--before", metavar="REF", help="also measure REF's otel_verl (child processes, alternating)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -415,13 +424,14 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="step-cost-before-") as scratch:
             before = _before_tree(ns.before, Path(scratch))
             threads = {f"before ({ns.before})": [], "this": []}
-            for _ in range(ns.rounds):
+            for _ in range(ns.runs):
                 threads[f"before ({ns.before})"].append(_child(before, ns))
                 threads["this"].append(_child(ROOT, ns))
         rows = [row for label, results in threads.items() for row in _rows(label, results)]
     print(
         f"# bench/step_cost.py  ({machine()}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} -> "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {ns.keys} keys, {ns.steps} steps x {ns.rounds} rounds)"
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {ns.keys} keys, {ns.steps} steps x {ns.rounds} rounds"
+        f"{f' x {ns.runs} processes per tree' if ns.before else ''})"
     )
     print(table(header, rows))
     names = sorted({t for results in threads.values() for r in results for t in r["threads"]})
