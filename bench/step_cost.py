@@ -358,13 +358,46 @@ def measure(ns: argparse.Namespace) -> dict[str, Any]:
                     for thread, t_ns in after_threads.items():
                         threads.setdefault(thread, []).append((t_ns - before_threads.get(thread, 0)) / ns.steps / 1000)
             first += ns.steps
+        parts = _parts(tel, names)
         tel.shutdown(5)
     return {
+        "parts": parts,
         "cpu_us": cpu,
         "points": points,
         "bytes": nbytes,
         "threads": {t: statistics.median(v) for t, v in threads.items() if statistics.median(v) >= 1},
     }
+
+
+def _parts(tel: Any, names: list[str], rounds: int = 15, n: int = 20) -> dict[str, float]:
+    """CPU us of two parts of otel-verl's work alone, median of ``rounds`` x ``n`` calls: the identity
+    stamp of one step's batch (``point_identity.stamped``) and the recording of one step's values
+    (``TrainingMetrics.record_log``, on a meter of its own)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from otel_verl.instruments.training import TrainingMetrics
+    from otel_verl.process import point_identity
+
+    (reader,) = tel._step_readers  # noqa: SLF001
+    batches: list[Any] = []
+    put, reader._worker.put = reader._worker.put, batches.append  # noqa: SLF001
+    try:
+        reader.collect()
+    finally:
+        reader._worker.put = put  # noqa: SLF001
+    (batch,) = batches
+    training = TrainingMetrics(MeterProvider(shutdown_on_exit=False).get_meter("bench"))
+    data = payloads(names, 1, 1)[0]
+    training.record_log(data)
+    work = {"stamp": lambda: point_identity.stamped(batch), "record": lambda: training.record_log(data)}
+    samples: dict[str, list[float]] = {name: [] for name in work}
+    for _ in range(rounds):
+        for name, fn in work.items():
+            start = time.process_time_ns()
+            for _ in range(n):
+                fn()
+            samples[name].append((time.process_time_ns() - start) / n / 1000)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _rows(label: str, results: list[dict[str, Any]]) -> list[list[str]]:
@@ -386,6 +419,11 @@ def _rows(label: str, results: list[dict[str, Any]]) -> list[list[str]]:
                 f"{last['bytes'][case]:.0f}",
             ]
         )
+    against_bare = [c / s for c, s in zip(cpu["otel-verl"], cpu["bare"], strict=True)]
+    spread = f"({min(against_bare):.2f}..{max(against_bare):.2f})"
+    rows.append(
+        [label, "otel-verl against sdk, values alone", "", f"{statistics.median(against_bare):.2f}x {spread}", "", ""]
+    )
     return rows
 
 
@@ -439,6 +477,20 @@ def main(argv: list[str] | None = None) -> int:
         [t, *(f"{statistics.median(r['threads'].get(t, 0.0) for r in results):.0f}" for results in threads.values())]
         for t in names
     ]
+    print("otel-verl's parts alone, CPU us per call (median of the processes):")
+    parts = {
+        "identity stamp of one step's batch (point_identity.stamped)": "stamp",
+        "recording one step's values (TrainingMetrics.record_log)": "record",
+    }
+    print(
+        table(
+            ["part", *threads],
+            [
+                [title, *(f"{statistics.median(r['parts'][key] for r in results):.0f}" for results in threads.values())]
+                for title, key in parts.items()
+            ],
+        )
+    )
     print("otel-verl's case, CPU us per step by thread (median of the rounds):")
     print(table(["thread", *threads], sorted(per_thread, key=lambda row: -float(row[-1]))))
     return 0
