@@ -8,6 +8,8 @@ from typing import Any
 
 def as_float(value: Any) -> float | None:
     """The number in ``value`` (Python/numpy scalar, one-element tensor), else None."""
+    if type(value) is float:  # most of what verl logs: no further test
+        return value
     if isinstance(value, (str, bytes)):
         return None
     # Any failure means "not a number we can record": an int beyond float range

@@ -25,6 +25,8 @@ from otel_verl._safe import safe
 from otel_verl._values import as_float
 from otel_verl.instruments import catalog, goodput
 
+_UNSET = object()  # a key whose route is not worked out yet
+
 
 def _span_context(span: SpanContext | None) -> otel_context.Context:
     """A context whose current span is ``span`` (an exemplar's link); empty without one."""
@@ -56,6 +58,7 @@ class TrainingMetrics:
     def __init__(self, meter: Meter) -> None:
         self._meter = meter
         self._gauges: dict[str, Any] = {}
+        self._routes: dict[str, tuple[Any, dict[str, str] | None, str | None] | None] = {}  # key -> ``_route``
         self.step = catalog.create(meter, catalog.TRAINING_STEP)
         self.steps = catalog.create(meter, catalog.TRAINING_STEPS)
         self.last_step = catalog.create(meter, catalog.LAST_STEP_TIMESTAMP)
@@ -95,6 +98,7 @@ class TrainingMetrics:
             self._record_goodput(data)
         recorded = 0
         spans = stage_spans or {}
+        routes, gauges = self._routes, self._gauges
         for key, raw in data.items():
             value = as_float(raw)
             if value is None or not isinstance(key, str):
@@ -103,21 +107,36 @@ class TrainingMetrics:
                 self.nonfinite.add(1, {semconv.ATTR_METRIC_KEY: key})
                 continue
             if forward_all and key != semconv.STEP_KEY:  # verl.training.step carries it
-                self._gauge(key).set(value)
-            if key in semconv.KL_KEYS:
-                self.kl.set(value, {semconv.ATTR_KL_SOURCE: semconv.KL_KEYS[key]})
-            elif key in semconv.REWARD_KEYS:
-                self.reward.set(value, {semconv.ATTR_REWARD_SOURCE: semconv.REWARD_KEYS[key]})
-            elif key == semconv.THROUGHPUT_KEY:
-                self.throughput.set(value)
-            elif (named := self._mismatch.get(key)) is not None:
-                named[0].set(value, named[1])
-            elif (stage := semconv.stage_of(key)) is not None and value >= 0:
-                # One value per stage and step, exactly what verl reports: cheaper than a record
-                # per stage call on the training thread, and equal to timing_s by construction.
-                self.stage_duration.record(value, {semconv.ATTR_STAGE: stage}, context=_span_context(spans.get(stage)))
+                gauge = gauges.get(key)
+                (gauge if gauge is not None else self._gauge(key)).set(value)
+            route = routes.get(key, _UNSET)
+            if route is _UNSET:
+                route = routes[key] = self._route(key)
+            if route is not None:
+                instrument, attributes, stage = route
+                if stage is None:
+                    instrument.set(value, attributes)
+                elif value >= 0:
+                    # One value per stage and step, exactly what verl reports: cheaper than a record
+                    # per stage call on the training thread, and equal to timing_s by construction.
+                    instrument.record(value, attributes, context=_span_context(spans.get(stage)))
             recorded += 1
         return recorded
+
+    def _route(self, key: str) -> tuple[Any, dict[str, str] | None, str | None] | None:
+        """The named instrument a logged key also goes to: (instrument, attributes, the stage it times
+        or None), or None; worked out once per key (``record_log`` sees the same keys every step)."""
+        if key in semconv.KL_KEYS:
+            return self.kl, {semconv.ATTR_KL_SOURCE: semconv.KL_KEYS[key]}, None
+        if key in semconv.REWARD_KEYS:
+            return self.reward, {semconv.ATTR_REWARD_SOURCE: semconv.REWARD_KEYS[key]}, None
+        if key == semconv.THROUGHPUT_KEY:
+            return self.throughput, None, None
+        if (named := self._mismatch.get(key)) is not None:
+            return named[0], named[1], None
+        if (stage := semconv.stage_of(key)) is not None:
+            return self.stage_duration, {semconv.ATTR_STAGE: stage}, stage
+        return None
 
     def record_step_end(
         self,

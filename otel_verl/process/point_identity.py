@@ -34,22 +34,41 @@ def identity_of(resource_attributes: Any) -> dict[str, Any]:
 
 def stamped(batch: MetricsData) -> MetricsData:
     """``batch`` with each resource's identity attributes on every one of its data points."""
-    return replace(batch, resource_metrics=[_resource(rm) for rm in batch.resource_metrics])
+    return _copy(batch, "resource_metrics", [_resource(rm) for rm in batch.resource_metrics])
 
 
 def _resource(rm: ResourceMetrics) -> ResourceMetrics:
     identity = identity_of(rm.resource.attributes)
     if not identity:
         return rm
+    bare = dict(identity)  # the attributes of every point without its own (shared: points are read only)
     scopes = [
-        replace(sm, metrics=[replace(m, data=_data(m.data, identity)) for m in sm.metrics]) for sm in rm.scope_metrics
+        _copy(sm, "metrics", [_copy(m, "data", _data(m.data, identity, bare)) for m in sm.metrics])
+        for sm in rm.scope_metrics
     ]
-    return replace(rm, scope_metrics=scopes)
+    return _copy(rm, "scope_metrics", scopes)
 
 
-def _data(data: Any, identity: dict[str, Any]) -> Any:
-    points = [replace(p, attributes={**identity, **(p.attributes or {})}) for p in data.data_points]
-    return replace(data, data_points=points)
+def _data(data: Any, identity: dict[str, Any], bare: dict[str, Any]) -> Any:
+    points = [_copy(p, "attributes", {**identity, **p.attributes} if p.attributes else bare) for p in data.data_points]
+    return _copy(data, "data_points", points)
+
+
+def _copy(obj: Any, field: str, value: Any) -> Any:
+    """``obj`` (one of the SDK's frozen dataclasses) with ``field`` set to ``value``: a shallow copy, as
+    ``copy.copy`` makes it. ``dataclasses.replace`` would run the class's ``__init__`` over every field
+    again, for every point of every step; an object without a ``__dict__`` (slots) still gets that."""
+    state = getattr(obj, "__dict__", None)
+    if state is None:
+        return replace(obj, **{field: value})
+    new = _new(type(obj))
+    attrs = new.__dict__
+    attrs.update(state)
+    attrs[field] = value
+    return new
+
+
+_new = object.__new__
 
 
 _POINT_KINDS = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")

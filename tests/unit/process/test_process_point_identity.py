@@ -94,3 +94,40 @@ def test_a_batch_that_cannot_be_stamped_is_exported_as_it_is(tmp_path, monkeypat
 @pytest.mark.parametrize("attrs", [IDENTITY, {semconv.RES_RUN_ID: "r"}, {}])
 def test_identity_of(attrs):
     assert point_identity.identity_of({**attrs, **OTHER}) == attrs
+
+
+def test_stamping_copies_and_leaves_the_collected_batch_as_it_was():
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(resource=Resource.create({**IDENTITY, **OTHER}), metric_readers=[reader])
+    meter = provider.get_meter("t")
+    meter.create_gauge("g").set(3.0)
+    meter.create_histogram("h").record(0.5, {"verl.stage": "gen"})
+    batch = reader.get_metrics_data()
+    stamped = point_identity.stamped(batch)
+    before = {m.name: m for m in batch.resource_metrics[0].scope_metrics[0].metrics}
+    after = {m.name: m for m in stamped.resource_metrics[0].scope_metrics[0].metrics}
+    assert before["g"].data.data_points[0].attributes == {} and len(before["h"].data.data_points[0].attributes) == 1
+    for name, metric in after.items():
+        (old,), (new,) = before[name].data.data_points, metric.data.data_points
+        assert type(new) is type(old) and type(metric.data) is type(before[name].data)
+        assert new.attributes == {**IDENTITY, **old.attributes}
+        assert {k: v for k, v in vars(new).items() if k != "attributes"} == {
+            k: v for k, v in vars(old).items() if k != "attributes"
+        }
+        assert (metric.name, metric.unit, metric.description) == (name, before[name].unit, before[name].description)
+    provider.shutdown()
+
+
+def test_a_point_type_with_slots_is_copied_through_its_constructor():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, slots=True)
+    class Point:
+        attributes: dict
+        value: float
+
+    point = Point({"a": 1}, 2.0)
+    assert point_identity._copy(point, "attributes", {"b": 2}) == Point({"b": 2}, 2.0)
+    assert point.attributes == {"a": 1}
