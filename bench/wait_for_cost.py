@@ -4,7 +4,9 @@ TransferQueue answer, the RPC itself left out), on verl's real ``ReplayBuffer``:
 
 * every poll: the counts (four ``len``) and the picture the stall doctor reads;
 * at most every few poll intervals: naming the oldest groups in flight (a bounded scan), and the
-  span event with them.
+  span event with them;
+* in the agent-loop workers: the running status's start stamp, and the replica check on every LLM
+  call (one put's own work on a group's first call; the TransferQueue RPC itself left out).
 
     PYTHONPATH=$PWD .venv/bin/python bench/wait_for_cost.py
 """
@@ -105,6 +107,41 @@ def main() -> None:
         per_call_ns(lambda: poll_lag._stamped({"status": "running"}, poll_lag.STARTED_AT), 100_000) for _ in range(5)
     )
     print(f"agent-loop worker, per prompt group: the running status's start stamp {stamp / 1e3:.2f} us")
+    said, first = _replica_costs()
+    print(
+        f"agent-loop worker, per LLM call: the replica check once its group's replica was said {said / 1e3:.2f} us; "
+        f"per prompt group, its first call: the replica put's own work {first / 1e3:.2f} us "
+        "(plus one TransferQueue put, verl makes two per group: its running and terminal statuses)"
+    )
+
+
+def _replica_costs(n: int = 20_000) -> tuple[float, float]:
+    """ns per ``poll_lag.note_replica`` in an event loop: a call whose group said its replica already
+    (every call after a group's first), and a group's first call with a put that does nothing."""
+    import asyncio
+    import time
+
+    async def put(**kwargs) -> None:
+        return None
+
+    async def said() -> float:
+        poll_lag.GROUP.set(poll_lag._Running("uid", "train", put))
+        await poll_lag.note_replica("10.0.0.4:8000")  # the first: sends
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            await poll_lag.note_replica("10.0.0.4:8000")
+        return (time.perf_counter_ns() - start) / n
+
+    async def first() -> float:
+        groups = [poll_lag._Running(f"uid-{i}", "train", put) for i in range(n)]
+        start = time.perf_counter_ns()
+        for g in groups:
+            poll_lag.GROUP.set(g)
+            await poll_lag.note_replica("10.0.0.4:8000")
+        return (time.perf_counter_ns() - start) / n
+
+    runs = [(asyncio.run(said()), asyncio.run(first())) for _ in range(5)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 if __name__ == "__main__":

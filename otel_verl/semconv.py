@@ -417,6 +417,7 @@ ATTR_WAIT_OLDEST_UIDS = "verl.wait.oldest.uids"  # their prompt uids (TransferQu
 ATTR_WAIT_OLDEST_STATES = "verl.wait.oldest.states"  # pending | running, per uid
 ATTR_WAIT_OLDEST_STEPS = "verl.wait.oldest.steps"  # the step each was sampled for
 ATTR_WAIT_OLDEST_AGES = "verl.wait.oldest.ages"  # s each has been running (0: pending)
+ATTR_WAIT_OLDEST_REPLICAS = "verl.wait.oldest.replicas"  # the server id each was sent to ("": not said)
 ATTR_WAIT_OLDEST_SCANNED = "verl.wait.oldest.scanned"  # in-flight groups looked at to pick them
 ATTR_POOL_ROLE = "verl.pool.role"  # actor | rollout | ref | critic | reward
 ATTR_POOL_STATE = "verl.pool.state"  # busy | waiting | idle

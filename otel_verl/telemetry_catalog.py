@@ -195,6 +195,12 @@ ATTRIBUTES: tuple[AttributeDoc, ...] = (
         "Seconds each uid has been running (0 for a pending one); only when the agent-loop workers run otel-verl.",
     ),
     AttributeDoc(
+        s.ATTR_WAIT_OLDEST_REPLICAS,
+        "string[]",
+        'The replica (server id) each running uid\'s first LLM call was sent to, `""` where not said; '
+        "only when the agent-loop workers run otel-verl.",
+    ),
+    AttributeDoc(
         s.ATTR_WAIT_OLDEST_SCANNED, "int", f"In-flight groups looked at to pick the oldest (at most {wf.MAX_SCAN})."
     ),
     AttributeDoc(s.ATTR_REPLICAS_COUNT, "int", "Rollout replicas the call drives."),
@@ -638,6 +644,7 @@ _WAIT_PICTURE = (
     s.ATTR_WAIT_OLDEST_STATES,
     s.ATTR_WAIT_OLDEST_STEPS,
     s.ATTR_WAIT_OLDEST_AGES,
+    s.ATTR_WAIT_OLDEST_REPLICAS,
     s.ATTR_WAIT_OLDEST_SCANNED,
 )
 

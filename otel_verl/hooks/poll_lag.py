@@ -16,7 +16,11 @@ waits up to one interval after its rollouts were done. To measure that, both end
 
 The group's ``running`` status gets ``STARTED_AT`` the same way (when its sessions start), and
 the last poll answer is kept while the sample is open: ``waiting_for`` reads both to say how long
-the groups still in flight have been running.
+the groups still in flight have been running. verl writes that status before any of the group's
+sessions has asked its load balancer for a server, so the replica comes in a second tag-only put
+(``note_replica``, from the LLM call's ``_acquire_server`` hook): ``REPLICA``, the server id the
+group's first LLM call was sent to, once per group, awaited inside that call so that it lands
+before the group's terminal status (verl writes that only once every session has settled).
 
 The lag is None when no selected group carries the entry (an agent-loop process without
 otel-verl, an older TransferQueue). Wall clocks of two processes: on two hosts their offset adds
@@ -25,15 +29,18 @@ to the figure, so ``waits`` clips it to the wait itself.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from otel_verl._safe import safe
+from otel_verl._safe import safe, warn_once
 
 DONE_AT = "otel_verl.done_at"  # the tag entry: unix seconds the group's terminal status was written
 STARTED_AT = "otel_verl.started_at"  # the tag entry: unix seconds the group's running status was written
+REPLICA = "otel_verl.replica"  # the tag entry: the server id the group's first LLM call was sent to
+MAX_REPLICA_CHARS = 128  # a server id is ``host:port`` or an actor name
 TERMINAL = frozenset({"finished", "failure"})
 STAMPS = {"running": STARTED_AT, **dict.fromkeys(TERMINAL, DONE_AT)}  # status -> its stamp
 
@@ -58,6 +65,27 @@ def _stamped(tag: dict[str, Any], stamp: str) -> dict[str, Any]:
     return {**tag, stamp: clock()}  # a new dict: verl's own is left as it was
 
 
+class _Running:
+    """A prompt group whose running status this task wrote: its sessions (tasks verl creates after
+    that put) inherit it through ``GROUP``; the first LLM call among them sends ``REPLICA``."""
+
+    __slots__ = ("key", "partition", "put", "sent")
+
+    def __init__(self, key: Any, partition: Any, put: Any) -> None:
+        self.key, self.partition, self.put = key, partition, put  # put: TransferQueue's own async_kv_put
+        self.sent = False
+
+
+GROUP: contextvars.ContextVar[_Running | None] = contextvars.ContextVar("otel_verl_running_group", default=None)
+
+
+@safe("rollout group's replica")
+def _running(wrapped: Any, kwargs: dict[str, Any]) -> None:
+    key, partition = kwargs.get("key"), kwargs.get("partition_id")
+    if isinstance(key, str) and isinstance(partition, str):
+        GROUP.set(_Running(key, partition, wrapped))  # this task's context: the group's sessions copy it
+
+
 def stamp_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``transfer_queue.async_kv_put``: a group's running and terminal statuses carry the time they
     were written."""
@@ -67,7 +95,30 @@ def stamp_wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
         stamped = _stamped(tag, stamp)
         if stamped is not None:
             kwargs = {**kwargs, "tag": stamped}
+        if stamp == STARTED_AT and not args:
+            _running(wrapped, kwargs)
     return wrapped(*args, **kwargs)
+
+
+def _replica_put(server_id: Any) -> Any:
+    """The put that says which replica this task's group went to, or None (not a v1 group, or said)."""
+    group = GROUP.get()
+    if group is None or group.sent:
+        return None
+    group.sent = True  # once per group, whatever the put does
+    tag = {REPLICA: str(server_id)[:MAX_REPLICA_CHARS]}
+    return group.put(key=group.key, partition_id=group.partition, tag=tag)
+
+
+async def note_replica(server_id: Any) -> None:
+    """The LLM call's server was chosen (``llm.acquire_server_wrapper``): the first of a v1 group's
+    calls adds ``REPLICA`` to its status. Fail-safe: a failed put is said once, never raised."""
+    try:
+        put = _replica_put(server_id)
+        if put is not None:
+            await put
+    except Exception as exc:  # noqa: BLE001 - never the LLM call's error
+        warn_once("rollout group's replica", "could not add the replica to a prompt group's status: %r", exc)
 
 
 def begin() -> None:

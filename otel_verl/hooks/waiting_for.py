@@ -17,7 +17,8 @@ TaskRunner's thread, with the sets of that poll:
   groups in flight (by the step each was sampled for, then by when it started running), picked from
   at most ``MAX_SCAN`` of them (running ones first: a stuck group is a running one). A running
   group's age needs its start time: the agent-loop workers stamp it into the group's ``running``
-  status (``poll_lag.STARTED_AT``) and verl's poll answer carries it here;
+  status (``poll_lag.STARTED_AT``) and verl's poll answer carries it here, with the replica (server
+  id) the group's first LLM call was sent to (``poll_lag.REPLICA``);
 * ``CURRENT``: the last poll's picture, for the stall doctor's thread (``stall.watchdog``, which
   reads it through ``stall_note``, registered at a poll), which says it in its
   ``verl.training.stalled`` record; its names are refreshed at most every ``REFRESH_S``
@@ -79,6 +80,7 @@ class Group:
     state: str  # pending | running
     step: int | None  # the step it was sampled for (verl's prompt_global_steps)
     started_at: float | None  # unix s it started running; None: pending, or no stamp
+    replica: str | None = None  # the server id its first LLM call was sent to; None: not said
 
     def age(self, now_wall: float) -> float | None:
         return None if self.started_at is None else max(0.0, now_wall - self.started_at)
@@ -125,6 +127,8 @@ class Waiting:
                 attrs[semconv.ATTR_WAIT_OLDEST_AGES] = [
                     round(g.age(now_wall) or 0.0, 1) if g.state == RUNNING else 0.0 for g in self.oldest
                 ]
+            if any(g.replica is not None for g in self.oldest):  # "": not sent to one yet, or not said
+                attrs[semconv.ATTR_WAIT_OLDEST_REPLICAS] = [g.replica or "" for g in self.oldest]
         return attrs
 
     def sentence(self, now: float, now_wall: float, named: int = CONSOLE_NAMED) -> str:
@@ -141,6 +145,7 @@ class Waiting:
             for g in self.oldest[:named]:
                 age = g.age(now_wall)
                 how = f"{g.state} for {age:.0f} s" if age is not None else g.state
+                how += f" on {g.replica}" if g.replica is not None else ""
                 parts.append(f"{g.uid} {how}" + (f" (step {g.step})" if g.step is not None else ""))
             more = len(self.oldest) - named
             text += "; oldest: " + ", ".join(parts) + (f", +{more} more named in the record" if more > 0 else "")
@@ -274,7 +279,7 @@ def _oldest(instance: Any, partition: str) -> tuple[tuple[Group, ...], int]:
     tags = poll_lag.listing(partition)  # the tags of verl's last poll answer, while its sample is open
     scanned = 0
 
-    def candidates() -> Iterator[tuple[float, float, str, int, str, int | None, float | None]]:
+    def candidates() -> Iterator[tuple[float, float, str, int, str, int | None, float | None, str | None]]:
         nonlocal scanned
         flight = chain(((k, RUNNING) for k in running), ((k, PENDING) for k in pending))
         for key, state in islice(flight, MAX_SCAN):
@@ -286,6 +291,8 @@ def _oldest(instance: Any, partition: str) -> tuple[tuple[Group, ...], int]:
             tag = tags.get(key) if tags is not None else None
             started = _number(tag.get(poll_lag.STARTED_AT)) if isinstance(tag, Mapping) else None
             started = started if state == RUNNING else None
+            replica = tag.get(poll_lag.REPLICA) if isinstance(tag, Mapping) and state == RUNNING else None
+            replica = replica[: poll_lag.MAX_REPLICA_CHARS] if isinstance(replica, str) else None
             yield (
                 math.inf if step is None else step,
                 math.inf if started is None else started,
@@ -294,10 +301,13 @@ def _oldest(instance: Any, partition: str) -> tuple[tuple[Group, ...], int]:
                 state,
                 step,
                 started,
+                replica,
             )
 
     picked = heapq.nsmallest(MAX_NAMED, candidates())
-    return tuple(Group(uid, state, step, started) for _, _, uid, _, state, step, started in picked), scanned
+    return tuple(
+        Group(uid, state, step, started, replica) for _, _, uid, _, state, step, started, replica in picked
+    ), scanned
 
 
 def _interval(instance: Any) -> float:

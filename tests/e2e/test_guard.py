@@ -2,7 +2,12 @@
 (``VERL_CPU_HARNESS_NAN_REWARD_AFTER``: 8 trajectories per step, so reward call 8 x (N - 1) + 1 on is NaN).
 
 * ``stop`` (both drivers), with verl saving every 2 steps and keeping one checkpoint
-  (``trainer.max_actor_ckpt_to_keep=1``), NaN from step 3: training ends after step 3 with rc 0
+  (``trainer.max_actor_ckpt_to_keep=1``), NaN from step 3, and before it a gradient norm that
+  climbs (``VERL_CPU_HARNESS_REWARD_GROWTH``: the reward x100 each step, GRPO without its division
+  by the group's std), watched by the built-in rules plus a short trend rule (``grad_norm_climb``:
+  ``rise``, window 1, ``action: alert``; the built-in trends need 20 steps): the trend alerts at
+  step 2 and training goes on, as docs/guard.md's "everything stops, the early warnings only page"
+  recipe says (``OTEL_VERL_GUARD_ACTION=stop``); the NaN rule stops it after step 3 with rc 0
   (v1: with ``OTEL_VERL_GUARD_EXIT_CODE=3``, rc 3); verl's good checkpoint of step 2 is still
   whole, the guard's checkpoint of step 3 (through verl's own path) is in its own folder, verl's
   tracker still names step 2, the stop marker says both; the guard's span, log record and
@@ -41,6 +46,14 @@ STEPS = 4
 STOP_NAN_AFTER = "16"  # the stop runs: NaN from step 3, after verl's own checkpoint of step 2
 # verl saves step 2 and keeps 1 checkpoint (disk-saving users): the guard's must not evict it
 STOP_CHECKPOINTS = ["trainer.save_freq=2", "trainer.max_actor_ckpt_to_keep=1", "trainer.max_critic_ckpt_to_keep=1"]
+# the early warning before the NaN: the reward x GROWTH each step (8 reward calls per step); without
+# GRPO's division by the group's std the advantages, and the gradient norm, grow with it
+GROWTH = 100
+TREND = "grad_norm_climb"
+TREND_RULE = (
+    f'  - {{name: {TREND}, kind: rise, keys: ["actor/grad_norm"], factor: 3, window: 1, min_baseline: 1.0e-9,'
+    " action: alert}\n"
+)
 EXIT_CODE = {"v0": 0, "v1": 3}  # v0: the default (rc 0, as a finished run); v1: one asked for
 # v1: the user's own checkpoint callback (verl 0.9.1's trainer.checkpoint_callback_class), which
 # otel-verl's checkpoint hook chains: called once per save, the guard's too (verl's own save path)
@@ -71,11 +84,19 @@ def _records(run) -> list[dict]:
 
 @pytest.fixture(scope="module", params=["v0", "v1"])
 def stopped(request, tmp_path_factory, run_verl_instrumented):
+    from otel_verl.hooks.guard.rules import default_rules_text
+
     workdir = tmp_path_factory.mktemp(f"guard-stop-{request.param}")
-    env = {"VERL_CPU_HARNESS_NAN_REWARD_AFTER": STOP_NAN_AFTER}
+    rules = workdir / "rules.yaml"
+    rules.write_text(default_rules_text().rstrip("\n") + "\n" + TREND_RULE)  # the built-in rules and the trend
+    env = {
+        "VERL_CPU_HARNESS_NAN_REWARD_AFTER": STOP_NAN_AFTER,
+        "VERL_CPU_HARNESS_REWARD_GROWTH": f"8:{GROWTH}",
+        "OTEL_VERL_GUARD_RULES": str(rules),
+    }
     if EXIT_CODE[request.param]:
         env["OTEL_VERL_GUARD_EXIT_CODE"] = str(EXIT_CODE[request.param])
-    extra = [*STOP_CHECKPOINTS, *USER_CALLBACK[request.param]]
+    extra = [*STOP_CHECKPOINTS, *USER_CALLBACK[request.param], "algorithm.norm_adv_by_std_in_grpo=False"]
     run = _guard_run(run_verl_instrumented, workdir, request.param, "stop", env=env, extra=extra)
     return workdir, request.param, run, run_verl_instrumented
 
@@ -111,18 +132,43 @@ def test_stop_ends_after_the_bad_step_with_its_exit_code_and_a_checkpoint(stoppe
 
 def test_stop_exports_the_span_event_log_record_and_counter(stopped):
     _, _, run, _ = stopped
-    (span,) = [s for s in run.spans if s.name == semconv.SPAN_GUARD]
     (step3,) = [s for s in run.spans if s.name == semconv.SPAN_STEP and s.attributes.get(semconv.ATTR_STEP) == 3]
-    assert span.trace_id == step3.trace_id and span.parent_id == step3.span_id  # in that step's trace
+    (span,) = [s for s in run.spans if s.name == semconv.SPAN_GUARD and s.trace_id == step3.trace_id]
+    assert span.parent_id == step3.span_id  # in that step's trace
     events = span.event_attributes(semconv.EVENT_GUARD_TRIGGERED)
     keys = {e[semconv.ATTR_METRIC_KEY] for e in events}
     assert {"actor/pg_loss", "actor/grad_norm", "critic/score/mean"} <= keys
-    assert {e[semconv.ATTR_GUARD_ACTION] for e in events} == {"stop"}
+    assert {(e[semconv.ATTR_GUARD_RULE], e[semconv.ATTR_GUARD_ACTION]) for e in events} == {("nonfinite", "stop")}
     records = [r for r in _records(run) if r.get("eventName") == semconv.EVENT_GUARD_TRIGGERED]
-    assert len(records) == len(events) and all(r["traceId"] == step3.trace_id for r in records)
-    assert all(r["severityText"] == "WARNING" for r in records)
+    records = [r for r in records if r["traceId"] == step3.trace_id]
+    assert len(records) == len(events) and all(r["severityText"] == "WARNING" for r in records)
     counted = [p for p in run.points if p.name == semconv.M_GUARD_TRIGGERED]
-    assert counted and max(p.value for p in counted) == len(events)
+    stops = [p.value for p in counted if p.attributes.get(semconv.ATTR_GUARD_ACTION) == "stop"]
+    assert stops and max(stops) == len(events)
+
+
+def test_a_trend_rule_alerts_a_step_before_the_nan_rule_stops_the_run(stopped):
+    """The early warning: verl's gradient norm climbs at step 2 (the reward x100) and the trend rule
+    alerts there, by its own action, without a checkpoint or a stop; the NaN at step 3 stops."""
+    workdir, _, run, _ = stopped
+    norms = {n: run.console[n]["actor/grad_norm"] for n in (1, 2)}
+    assert norms[2] > 3 * norms[1] > 0, norms  # verl's own values: the climb the rule saw
+    fired = {
+        (e[semconv.ATTR_GUARD_RULE], s.attributes["verl.step"]): e
+        for s in run.spans
+        if s.name == semconv.SPAN_GUARD
+        for e in s.event_attributes(semconv.EVENT_GUARD_TRIGGERED)
+    }
+    assert {k for k in fired if k[0] == TREND} == {(TREND, 2)}, sorted(fired)
+    assert fired[(TREND, 2)][semconv.ATTR_GUARD_ACTION] == "alert"
+    assert semconv.ATTR_GUARD_CHECKPOINT not in fired[(TREND, 2)]
+    assert min(step for rule, step in fired if rule == "nonfinite") == 3  # the trend came a step earlier
+    assert re.search(
+        rf"otel-verl guard: rule {TREND} at step 2: actor/grad_norm's mean over the last 1 steps \S+ is above "
+        r"3x its mean over the 1 before \S+; action: alert",
+        run.output,
+    ), run.output[-3000:]
+    assert not (workdir / "checkpoints" / "otel-verl-guard" / "global_step_2").exists()
 
 
 # The run replayed 60 times slower: its steps of about a second become minutes, as on GPUs.
@@ -137,11 +183,12 @@ def test_the_alerts_fire_on_the_series_this_run_exported(stopped, tmp_path):
     replay = Replay(run_series(run.telemetry_dir), slower=SLOWER)
     run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
     step1 = replay.after("verl_training_step")  # step 1 exported, the next step not yet
-    fired_at = replay.after("verl_guard_triggered_total")  # the NaN step's values and the guard's firing
+    warned_at = replay.after("verl_guard_triggered_total", verl_guard_rule=TREND)  # step 2's early warning
+    fired_at = replay.after("verl_guard_triggered_total", verl_guard_rule="nonfinite")  # the NaN step's firing
     gone = replay.end() + 6 * 60  # the run ended: the heartbeat has not been exported for 5 min
     cleared = replay.end() + 16 * 60  # 10 min without a new NaN, plus the 5 min lookback
     names = ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered", "VerlTrainingTelemetryLost")
-    got = replay.alerts(tmp_path, [(a, t) for a in names for t in (step1, fired_at, gone, cleared)])
+    got = replay.alerts(tmp_path, [(a, t) for a in names for t in (step1, warned_at, fired_at, gone, cleared)])
 
     def fired(alert, t, label):
         alerts = got[(alert, t)]
@@ -158,7 +205,10 @@ def test_the_alerts_fire_on_the_series_this_run_exported(stopped, tmp_path):
         assert not got[(alert, step1)], (alert, got[(alert, step1)])
     assert fired("VerlNonFiniteLossOrGradNorm", fired_at, "verl_metric_key") == {k for k in nan if CRITICAL.match(k)}
     assert fired("VerlNonFiniteMetric", fired_at, "verl_metric_key") == {k for k in nan if not CRITICAL.match(k)}
-    assert fired("VerlGuardTriggered", fired_at, "verl_guard_rule") == {"nonfinite"}
+    assert warned_at < fired_at and fired("VerlGuardTriggered", warned_at, "verl_guard_rule") == {TREND}
+    assert not got[("VerlNonFiniteLossOrGradNorm", warned_at)]  # the page before the NaN: the trend's only
+    paged = fired("VerlGuardTriggered", fired_at, "verl_guard_rule")
+    assert {"nonfinite"} <= paged <= {"nonfinite", TREND}, paged  # the trend's page lasts its 10 min window
     assert fired("VerlTrainingTelemetryLost", gone, "verl_run_id") == {run_id}
     for alert in ("VerlNonFiniteLossOrGradNorm", "VerlNonFiniteMetric", "VerlGuardTriggered"):
         assert not got[(alert, cleared)], alert  # all clear once the run's last NaN is 10 min old

@@ -4,8 +4,12 @@
 A stage span's time is explained where a child span covers it: worker calls, the v0 rollout
 batch, the v1 replay buffer's ``verl.wait`` for finished rollouts (``otel_verl.hooks.waits``).
 Before the wait span, ~80% of a v1 step (its ``gen``: verl polling every 2 s) had no child span
-in any process; ``otel_verl.offline.time_went.attributed_seconds`` is the rule summary and report use.
-The same runs carry the goodput account by role (``verl.goodput.time``), checked against their raw spans.
+in any process; ``otel_verl.offline.facts.time_went.attributed_seconds`` is the rule summary and report use.
+The same runs carry the goodput account by role (``verl.goodput.time``), checked against their raw spans;
+the ``colocate_async`` run also has DAPO's group filter on (``algorithm.filter_groups.enable``) and
+a reward that gives no signal to every prompt whose answer is even (``VERL_CPU_HARNESS_FLAT_REWARD``):
+verl drops those groups and generates others in their place, and the account calls their
+generation ``wasted``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ MIN_EXPLAINED_ASYNC = 0.7
 # tensor preparation before its update_actor call. A missing child span leaves a whole stage.
 MIN_EXPLAINED_EACH = 0.5
 SYNC = semconv.SPAN_REPLICAS_PREFIX + "update_weights"
+BATCH = 4  # the harness's data.train_batch_size: the prompt groups a step trains on
 ABORT = semconv.SPAN_REPLICAS_PREFIX + "abort"
 
 
@@ -33,16 +38,18 @@ ABORT = semconv.SPAN_REPLICAS_PREFIX + "abort"
 # (trainer.v1.trainer_mode). separate_async, one_step_off_policy and fully_async_policy need a
 # checkpoint engine that moves weights between pools (nccl/nixl/mooncake: cupy / CUDA), which
 # the CPU harness cannot provide; see the module's report in the issue 12 notes.
+DAPO = ("algorithm.filter_groups.enable=True",)  # verl drops a group whose rewards are all equal
+FLAT = {"VERL_CPU_HARNESS_FLAT_REWARD": "2"}  # ... every group of a prompt with an even answer
 RUNS = {
-    "v0": ("v0", ()),
-    "v1": ("v1", ()),
-    "v1-colocate_async": ("v1", ("trainer.v1.trainer_mode=colocate_async",)),
+    "v0": ("v0", (), {}),
+    "v1": ("v1", (), {}),
+    "v1-colocate_async": ("v1", ("trainer.v1.trainer_mode=colocate_async", *DAPO), FLAT),
 }
 
 
 def _get(verl_runs, name):
-    driver, extra = RUNS[name]
-    result = verl_runs.get(driver, "grpo", extra=extra) if extra else verl_runs.get(driver, "grpo")
+    driver, extra, env = RUNS[name]
+    result = verl_runs.get(driver, "grpo", extra=extra, env=env) if extra else verl_runs.get(driver, "grpo")
     assert result.returncode == 0, result.output[-4000:]
     return result
 
@@ -156,7 +163,10 @@ def test_pool_time_adds_up_per_role_and_matches_the_raw_spans(run):
         roles = {role for role, _ in pools}
         assert {accounting.POOL_ACTOR, accounting.POOL_ROLLOUT} <= roles <= set(accounting.POOL_ROLES)
         stages = [s for s in run.spans if s.parent_id == step.span_id and semconv.ATTR_STAGE in s.attributes]
-        waited = sum(s.seconds for s in run.spans if s.trace_id == step.trace_id and s.name == semconv.SPAN_WAIT)
+        # their union: DAPO's refills dispatch (a verl.wait for the agent-loop workers) inside the replay
+        # buffer's wait, and a wait inside a wait is no more waiting
+        waits = [s for s in run.spans if s.trace_id == step.trace_id and s.name == semconv.SPAN_WAIT]
+        waited = covered_seconds(step, waits)
         for role in roles:
             assert sum(pools[(role, state)] for state in accounting.POOL_STATES) == pytest.approx(
                 step.seconds, rel=0.02, abs=0.005
@@ -230,13 +240,16 @@ def test_each_replicas_own_clock_agrees_with_the_llm_call_spans(run):
         assert 0.5 * client <= p.value <= client + 0.01, (p.value, client)
 
 
-def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(run):
+def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(run, request):
     """``verl.goodput.time`` (``instruments/goodput.py``): for every step each role's four buckets add up
     to the step; checked against the raw spans: the trainer is productive in its training stages,
     idle in ``gen`` and the waits for rollouts (their union), and the rollout role's overhead is the
-    weight sync; verl logged no dropped groups or aborted samples here, so nothing is wasted. The
-    report's account (``facts.goodput``) adds the run's time outside its steps as overhead and
-    summary's health line gives each role's shares."""
+    weight sync. The rollout role's wasted share of its generation is verl's own count of the step's
+    dropped groups D (and aborted samples a) over the groups it generated: (D + a x 4) / (D + 4); on
+    v0 and plain v1 verl dropped none (nothing wasted), on the DAPO run it dropped some (wasted > 0,
+    ``verl.goodput.dropped_groups`` their sum). The report's account (``facts.goodput``) adds the
+    run's time outside its steps as overhead and summary's health line gives each role's shares and
+    the groups verl dropped."""
     from otel_verl.hooks import accounting
     from otel_verl.instruments import goodput
     from otel_verl.offline.exports import StepGauges
@@ -245,6 +258,7 @@ def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(
     from otel_verl.offline.run.text import lines
 
     steps = _steps(run)
+    dropped_in_run = 0
     fold = GoodputFold(keep={s.attributes[semconv.ATTR_STEP] for s in steps})
     gauges = StepGauges(listeners=(fold,))
     for p in sorted(run.points, key=lambda p: p.time_ns):
@@ -255,7 +269,14 @@ def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(
         for role in goodput.ROLES:
             total = sum(got.get((role, b), 0.0) for b in goodput.BUCKETS)
             assert total == pytest.approx(step.seconds, rel=0.02, abs=0.005), role
-        assert got.get(("rollout", "wasted"), 0.0) == 0.0 and got.get(("trainer", "wasted"), 0.0) == 0.0
+        logged = run.console[step.attributes[semconv.ATTR_STEP]]
+        dropped = sum(logged.get(k, 0) for k in semconv.DROPPED_GROUP_KEYS)
+        aborted = logged.get(semconv.ABORTED_RATIO_KEY, 0.0)
+        share = (dropped + aborted * BATCH) / (dropped + BATCH)
+        generation = got[("rollout", "productive")] + got.get(("rollout", "wasted"), 0.0)
+        assert got.get(("rollout", "wasted"), 0.0) == pytest.approx(share * generation, abs=0.005), (logged, got)
+        assert got.get(("trainer", "wasted"), 0.0) == 0.0
+        dropped_in_run += dropped
         trace = [s for s in run.spans if s.trace_id == step.trace_id]
         stages = [s for s in trace if s.parent_id == step.span_id and semconv.ATTR_STAGE in s.attributes]
         training = sum(
@@ -271,7 +292,13 @@ def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(
 
     report = build(run.telemetry_dir)
     account = report.health.goodput
-    assert account is not None and account.steps == 2 and account.dropped_groups == 0
+    assert account is not None and account.steps == 2 and account.dropped_groups == dropped_in_run
+    counted = [p.value for p in run.points if p.name == semconv.M_GOODPUT_DROPPED_GROUPS]
+    assert (max(counted) if counted else 0) == dropped_in_run  # the counter, cumulative
+    if DAPO[0] in RUNS[request.node.callspec.params["run"]][1]:  # verl dropped groups: their generation wasted
+        assert dropped_in_run > 0 and account.run_s()[("rollout", "wasted")] > 0, dropped_in_run
+    else:
+        assert dropped_in_run == 0
     cover = max(s.end_ns for s in run.spans) - min(s.start_ns for s in run.spans)
     for role in goodput.ROLES:
         run_s = account.run_s()
@@ -279,4 +306,4 @@ def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(
     (line,) = [text for text in lines(report) if "goodput:" in text]
     shares = account.shares("rollout")
     assert f"rollout productive {percent(shares['productive'])}, overhead {percent(shares['overhead'])}" in line
-    assert "0 prompt groups dropped by verl" in line
+    assert f"{dropped_in_run:g} prompt group{'s' if dropped_in_run != 1 else ''} dropped by verl" in line

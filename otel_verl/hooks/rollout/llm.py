@@ -8,7 +8,8 @@ one the rollout serves (``model_name``); the conversation is verl's request id o
 one its load balancer keeps a sticky session for); the sampling settings, usage, finish reason and
 ``error.type``. Never the prompt or the response. ``LLMServerClient._acquire_server`` adds the server
 (its id, and as ``server.address``/``server.port`` the replica's HTTP address that id is) and the
-seconds the load balancer took to hand it out; ``LLMServerClient._vllm_request_id`` the id the engine
+seconds the load balancer took to hand it out (and, on v1, the first call of a prompt group adds that
+server to the group's status: ``poll_lag.note_replica``); ``LLMServerClient._vllm_request_id`` the id the engine
 knows the call by (``gen_ai.response.id``). A record until its trajectory's tree is decided
 (``trajectory``); the ``verl.rollout.llm_call.duration`` histogram and the GenAI client metrics
 (``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage``) count every call, kept or not.
@@ -28,6 +29,7 @@ from opentelemetry.trace import SpanKind
 from otel_verl import semconv
 from otel_verl._safe import safe
 from otel_verl._values import as_int
+from otel_verl.hooks import poll_lag
 from otel_verl.hooks.rollout import engine_context, engine_handback, trajectory
 from otel_verl.hooks.rollout import state as rs
 from otel_verl.hooks.spans import call_traced_async
@@ -286,6 +288,8 @@ async def acquire_server_wrapper(wrapped: Any, instance: Any, args: Any, kwargs:
     start = time.perf_counter()  # the load balancer's answer: its queueing shows here
     result = await wrapped(*args, **kwargs)
     _note_server(result, time.perf_counter() - start)
+    if isinstance(result, tuple) and result:
+        await poll_lag.note_replica(result[0])  # v1: the group's status names its replica (once per group)
     return result
 
 

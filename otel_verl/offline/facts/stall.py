@@ -123,7 +123,7 @@ def lines(stalled: list[LogEntry], reports: list[StallReport]) -> list[str]:
 def _waiting(stalled: dict) -> str:
     """The stalled record's v1 wait (``hooks.waiting_for``) in words, or ``""``: ``the trainer was
     waiting for rollouts (train) for 29 s: 0 of 4 needed groups finished, 4 running; oldest in
-    flight: <uid> running 28 s (step 2), ...``."""
+    flight: <uid> (running 28 s on <replica>, step 2), ...``."""
     if stalled.get(semconv.ATTR_WAIT_FOR) != semconv.WAIT_ROLLOUTS:
         return ""
     elapsed, needed = as_number(stalled.get(semconv.ATTR_WAIT_ELAPSED)), stalled.get(semconv.ATTR_WAIT_NEEDED)
@@ -151,17 +151,19 @@ def _waiting(stalled: dict) -> str:
 
         named = []
         for i, uid in enumerate(uids[:8]):
-            state, age, step = (
+            state, age, step, replica = (
                 at(k, i)
                 for k in (
                     semconv.ATTR_WAIT_OLDEST_STATES,
                     semconv.ATTR_WAIT_OLDEST_AGES,
                     semconv.ATTR_WAIT_OLDEST_STEPS,
+                    semconv.ATTR_WAIT_OLDEST_REPLICAS,
                 )
             )
             how = printable(state or "?", 12)
             age = as_number(age)
             how += f" {age:.0f} s" if age is not None and state == "running" else ""
+            how += f" on {printable(replica, 128)}" if isinstance(replica, str) and replica else ""
             how += f", step {printable(step, 12)}" if step is not None else ""
             named.append(f"{printable(uid, 64)} ({how})")
         text += "; oldest in flight: " + ", ".join(named)

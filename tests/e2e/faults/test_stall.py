@@ -1,7 +1,8 @@
 """The stall doctor on the real CPU trainer, two hung runs, ``OTEL_VERL_STALL_AFTER=30``:
 
-* v1, hung in a step's rollout: the rollout server stops answering after its 8th request
-  (``VERL_CPU_HARNESS_HANG_AFTER``: step 1 takes 8, so step 2 hangs);
+* v1, hung in a step's rollout: one of step 2's four prompt groups never finishes, the other three do
+  (``VERL_CPU_HARNESS_HANG_GROUP_AFTER``: step 1 takes 8 sampled requests; the prompt of the next one
+  blocks forever in the rollout server, every request of it);
 * v0, hung in a validation: every validation is slower than the limit (no stall), step 2's hangs.
 
 On each, within the limit plus a bounded delay every verl process has reported its threads' stacks,
@@ -9,7 +10,8 @@ the rollout server's naming the function it is stuck in; the test then kills the
 would: once those reports are on disk (plus a few seconds for the console and the stalled gauge),
 or at the latest after ``KILL_AFTER_S``. The shipped stall alerts fire on the series the hung run
 exported (``promreplay``). On v1 the TaskRunner is stalled in the replay buffer's wait for step 2's
-prompt groups: its record names them (``hooks/waiting_for.py``). (v0 hung in a rollout had a run
+last prompt group: its record names it, with the replica its LLM calls went to
+(``hooks/waiting_for.py``, ``hooks/poll_lag.py``). (v0 hung in a rollout had a run
 of its own until the validation run showed every check on v0 too: ~110 s of CI.)"""
 
 from __future__ import annotations
@@ -77,9 +79,9 @@ def _all_reported(records: list[tuple[dict, dict]]) -> bool:
 
 
 def _hung_in_rollout(tmp_path_factory, run_verl_instrumented):
-    """v1: the rollout server hangs in step 2's generation."""
+    """v1: one of step 2's prompt groups hangs in the rollout server's generation."""
     workdir = tmp_path_factory.mktemp("stall-v1")
-    env = {"VERL_CPU_HARNESS_HANG_AFTER": "8", "OTEL_VERL_STALL_AFTER": str(STALL_AFTER)}
+    env = {"VERL_CPU_HARNESS_HANG_GROUP_AFTER": "8", "OTEL_VERL_STALL_AFTER": str(STALL_AFTER)}
     run = run_verl_instrumented(
         workdir,
         "v1",
@@ -203,22 +205,24 @@ def test_the_taskrunner_said_the_run_stalled(hung):
 
 
 UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # verl's prompt uids (uuid4)
-GROUPS = 4  # the harness's train_batch_size: step 2's prompt groups, none of which can finish
+GROUPS = 4  # the harness's train_batch_size: step 2's prompt groups, of which one never finishes
+REPLICA = "hfcpu_server_0_0"  # the harness's one rollout server (its load balancer's server id)
 
 
 def test_the_stalled_record_names_the_groups_the_v1_wait_waits_for(hung):
     """v1: the trainer is stalled in the replay buffer's wait; its record and console line say how
-    many groups it needs and has, and name the ones still running (step 2's), with their ages. v0
-    has no such wait: nothing of it in the record."""
+    many groups it needs and has (3 of 4), and name the one still running (step 2's stuck group),
+    with its age and the replica its calls were sent to. v0 has no such wait: nothing of it in the
+    record."""
     rec, *_ = [r for _, r in _records(hung.run) if r.get("eventName") == semconv.EVENT_TRAINING_STALLED]
     attrs = _attrs(rec)
     if hung.run.driver == "v0":
         assert semconv.ATTR_WAIT_FOR not in attrs and "waiting for rollouts" not in hung.run.output
         return
     assert attrs[semconv.ATTR_WAIT_FOR] == "rollouts" and attrs[semconv.ATTR_WAIT_PARTITION] == "train"
-    assert int(attrs[semconv.ATTR_WAIT_NEEDED]) == GROUPS and int(attrs[semconv.ATTR_WAIT_FINISHED]) == 0
+    assert int(attrs[semconv.ATTR_WAIT_NEEDED]) == GROUPS and int(attrs[semconv.ATTR_WAIT_FINISHED]) == GROUPS - 1
     running, pending = int(attrs[semconv.ATTR_WAIT_RUNNING]), int(attrs[semconv.ATTR_WAIT_PENDING])
-    assert running >= 1 and running + pending >= GROUPS, attrs
+    assert running == 1, attrs  # the stuck group
     values = {a["key"]: a["value"] for a in rec["attributes"]}
 
     def array(key):
@@ -228,17 +232,21 @@ def test_the_stalled_record_names_the_groups_the_v1_wait_waits_for(hung):
     assert len(uids) == min(running + pending, 8) and all(UID.fullmatch(u) for u in uids), uids
     assert states[:running] == ["running"] * min(running, 8)  # the stuck ones, named first
     assert {int(s) for s in array(semconv.ATTR_WAIT_OLDEST_STEPS)[:running]} == {2}
+    assert array(semconv.ATTR_WAIT_OLDEST_REPLICAS)[:running] == [REPLICA]  # where its calls went
     ages = [float(a) for a in array(semconv.ATTR_WAIT_OLDEST_AGES)[:running]]  # the agent-loop workers' stamps
     stalled = float(attrs[semconv.ATTR_STALL_SECONDS])  # since step 1 ended, before step 2's groups started
     assert all(0 < a <= stalled + 2 for a in ages), (ages, stalled)  # (two processes' clocks: a margin)
     assert 0 < float(attrs[semconv.ATTR_WAIT_ELAPSED]) <= stalled
-    line = re.search(r"waiting for rollouts \(train\) for \d+ s: 0 of 4 needed groups finished[^\n]*", hung.run.output)
-    assert line and f"oldest: {uids[0]} running for " in line.group(0), hung.run.output[-3000:]
+    line = re.search(r"waiting for rollouts \(train\) for \d+ s: 3 of 4 needed groups finished[^\n]*", hung.run.output)
+    assert line and re.search(f"oldest: {uids[0]} running for \\d+ s on {REPLICA} ", line.group(0)), hung.run.output[
+        -3000:
+    ]
     from otel_verl.offline.report import build
     from otel_verl.offline.run.text import lines
 
     text = "\n".join(lines(build(hung.run.telemetry_dir)))
-    assert "the trainer was waiting for rollouts (train)" in text and f"in flight: {uids[0]} (running " in text
+    assert "the trainer was waiting for rollouts (train)" in text
+    assert re.search(f"in flight: {uids[0]} \\(running \\d+ s on {REPLICA}, step 2\\)", text), text
 
 
 # The hung run replayed 300 times slower: its stall of at least STALL_AFTER s lasts 2.5 h and more.

@@ -43,11 +43,29 @@ def _stuck_in_generate() -> None:
     threading.Event().wait()
 
 
-def _maybe_hang() -> None:
+# VERL_CPU_HARNESS_HANG_GROUP_AFTER=<n>: one prompt group never finishes, the others do: the prompt
+# of the first sampled request after the n-th is the stuck one, and every sampled request with that
+# prompt blocks forever in _stuck_in_generate (a group stuck on its replica), from then on.
+HANG_GROUP_AFTER = "VERL_CPU_HARNESS_HANG_GROUP_AFTER"
+_group_calls = [0]
+_stuck_prompt: list[tuple[int, ...] | None] = [None]
+_group_lock = threading.Lock()
+
+
+def _maybe_hang(prompt_ids: list[int], params: dict[str, Any]) -> None:
     raw = os.environ.get(HANG_AFTER, "")
     if raw.isdigit():
         _generate_calls[0] += 1
         if _generate_calls[0] > int(raw):
+            _stuck_in_generate()
+    raw = os.environ.get(HANG_GROUP_AFTER, "")
+    if raw.isdigit() and not _is_validation(params):
+        with _group_lock:
+            _group_calls[0] += 1
+            if _stuck_prompt[0] is None and _group_calls[0] > int(raw):
+                _stuck_prompt[0] = tuple(prompt_ids)
+            stuck = _stuck_prompt[0] == tuple(prompt_ids)
+        if stuck:
             _stuck_in_generate()
 
 
@@ -204,7 +222,7 @@ class HFCPUServer:
         return await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params), _degenerate(n))
 
     def _generate(self, prompt_ids: list[int], params: dict[str, Any], degenerate: str | None = None) -> TokenOutput:
-        _maybe_hang()
+        _maybe_hang(prompt_ids, params)
         _validation_faults(params, self._lock)
         cfg = self.config
         max_tokens = params.pop("max_tokens", None) or params.pop("max_new_tokens", None)

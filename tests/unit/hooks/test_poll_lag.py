@@ -150,3 +150,93 @@ def test_outside_a_sample_kv_list_is_only_passed_through():
     listing = {"train": {"a": {poll_lag.DONE_AT: 1.0}}}
     assert poll_lag.observe_wrapper(lambda: listing, None, (), {}) is listing
     assert poll_lag.end(("batch", {})) is None
+
+
+class _Balancer:
+    """verl's load balancer actor as ``LLMServerClient._acquire_server`` calls it (``.remote``)."""
+
+    def __init__(self, servers: list[str]) -> None:
+        self.servers = servers
+
+        async def fields():
+            return []
+
+        async def acquire(request_id):
+            return self.servers.pop(0), object()
+
+        self.require_acquire_fields = SimpleNamespace(remote=fields)
+        self.require_release_fields = SimpleNamespace(remote=fields)
+        self.acquire_server = SimpleNamespace(remote=acquire)
+
+
+def _client(servers: list[str]):
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    client = LLMServerClient.__new__(LLMServerClient)  # verl's real _acquire_server, its balancer a stand-in
+    client._lb_require_acquire_fields = None
+    client._load_balancer = _Balancer(servers)
+    return client
+
+
+def _acquire(client, request_id: str):
+    from otel_verl.hooks.rollout import llm
+
+    return llm.acquire_server_wrapper(client._acquire_server, client, (request_id,), {})
+
+
+class _Puts(Queue):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.puts: list[tuple[str, dict]] = []
+        self.fail = fail
+
+    async def async_kv_put(self, key, partition_id, fields=None, tag=None, data_parser=None):
+        self.puts.append((key, dict(tag or {})))
+        if self.fail and poll_lag.REPLICA in (tag or {}):
+            raise ConnectionError("TransferQueue is gone")
+        await super().async_kv_put(key, partition_id, fields, tag, data_parser)
+
+
+async def _run_prompt(queue: Queue, client, uid: str, sessions: int) -> list:
+    """``AgentLoopWorkerTQ._run_prompt``'s shape: the running status, the sessions as tasks (each one
+    LLM call), the terminal status once all settled; the TransferQueue put through the stamp hook."""
+
+    async def put(**kwargs):
+        return await poll_lag.stamp_wrapper(queue.async_kv_put, None, (), kwargs)
+
+    await put(key=uid, partition_id="train", tag={"status": "running"})
+    tasks = [asyncio.create_task(_acquire(client, f"{uid}-{i}")) for i in range(sessions)]
+    got = await asyncio.gather(*tasks)
+    await put(key=uid, partition_id="train", tag={"status": "finished"})
+    return got
+
+
+def test_a_groups_status_names_the_replica_its_first_llm_call_went_to(clock):
+    """Two groups of two sessions each: each group's status gets the server its first call was
+    handed, in one more put per group, before its terminal status; verl's calls get their servers."""
+    queue = _Puts()
+    client = _client(["10.0.0.4:8000", "10.0.0.5:8000", "10.0.0.5:8000", "10.0.0.4:8000"])
+
+    async def main():
+        return await asyncio.gather(_run_prompt(queue, client, "a", 2), _run_prompt(queue, client, "b", 2))
+
+    got = asyncio.run(main())
+    assert [[server for server, _ in g] for g in got] == [
+        ["10.0.0.4:8000", "10.0.0.5:8000"],
+        ["10.0.0.5:8000", "10.0.0.4:8000"],
+    ]
+    assert queue.tags["a"][poll_lag.REPLICA] == "10.0.0.4:8000" and queue.tags["b"][poll_lag.REPLICA] == "10.0.0.5:8000"
+    for uid in "ab":
+        puts = [set(tag) for key, tag in queue.puts if key == uid]
+        assert puts == [{"status", poll_lag.STARTED_AT}, {poll_lag.REPLICA}, {"status", poll_lag.DONE_AT}], puts
+        assert queue.tags[uid]["status"] == "finished"
+
+
+def test_a_call_outside_a_v1_group_puts_nothing_and_a_failed_put_is_only_said(clock, caplog):
+    queue = _Puts(fail=True)
+    client = _client(["s0", "s1", "s2"])
+    server, _ = asyncio.run(_acquire(client, "v0-request"))  # v0's agent loop: no running status before
+    assert server == "s0" and queue.puts == []
+    ((second, _),) = asyncio.run(_run_prompt(queue, client, "c", 1))
+    assert second == "s1" and queue.tags["c"]["status"] == "finished"  # the call and the group went on
+    assert poll_lag.REPLICA not in queue.tags["c"] and "TransferQueue is gone" in caplog.text

@@ -52,7 +52,11 @@ class Queue:
     def status(self, uid: str, status: str) -> None:
         """What ``AgentLoopWorkerTQ._run_prompt`` writes when a group starts, and when it settled."""
         kwargs = {"key": uid, "partition_id": "train", "tag": {"status": status}}
-        asyncio.run(poll_lag.stamp_wrapper(self.async_kv_put, None, (), kwargs))
+
+        async def put():  # inside a task, as verl's: the hook's context variable stays in it
+            await poll_lag.stamp_wrapper(self.async_kv_put, None, (), kwargs)
+
+        asyncio.run(put())
 
     def sampled(self, uid: str, step: int) -> None:
         """What the trainer puts for a prompt taken from the dataset, with one trajectory."""
@@ -119,6 +123,7 @@ def test_the_wait_says_its_counts_and_names_the_oldest_groups_in_flight(captured
         queue.sampled(uid, 3)
     for uid in "abc":
         queue.status(uid, "running")
+    queue.tags["e"][poll_lag.REPLICA] = "10.0.0.4:8000"  # what e's first LLM call put (test_poll_lag)
     t0 = clock.now
 
     def sleep(seconds):
@@ -152,6 +157,7 @@ def test_the_wait_says_its_counts_and_names_the_oldest_groups_in_flight(captured
     assert list(first[semconv.ATTR_WAIT_OLDEST_STATES]) == ["running", "running", "pending"]
     assert list(first[semconv.ATTR_WAIT_OLDEST_STEPS]) == [2, 3, 3]
     assert list(first[semconv.ATTR_WAIT_OLDEST_AGES]) == [16.0, 6.0, 0.0]
+    assert list(first[semconv.ATTR_WAIT_OLDEST_REPLICAS]) == ["10.0.0.4:8000", "", ""]  # c: no call yet
     assert (first[semconv.ATTR_WAIT_FINISHED], first[semconv.ATTR_WAIT_RUNNING], first[semconv.ATTR_WAIT_PENDING]) == (
         2,
         2,

@@ -102,12 +102,13 @@ def test_summary_says_what_the_stalled_v1_wait_waited_for(v1_run):
         verl__wait__oldest__states=["running", "running", "pending"],
         verl__wait__oldest__steps=[2, 2, 2],
         verl__wait__oldest__ages=[28.2, 27.0, 0.0],
+        verl__wait__oldest__replicas=["10.0.0.4:8000", "", ""],
     )
     write_logs(v1_run, "taskrunner", 10, [record])
     text = lines(build(v1_run))
     at = next(i for i, line in enumerate(text) if line.startswith("STALLED at step 2"))
     assert text[at + 1] == (
         "  the trainer was waiting for rollouts (train) for 29 s: 0 of 4 needed groups finished, 1 pending, "
-        "3 running, 0 failed; oldest in flight: u-1 (running 28 s, step 2), u-2 (running 27 s, step 2), "
-        "u-\\x1b[31m (pending, step 2)"
+        "3 running, 0 failed; oldest in flight: u-1 (running 28 s on 10.0.0.4:8000, step 2), "
+        "u-2 (running 27 s, step 2), u-\\x1b[31m (pending, step 2)"
     )
