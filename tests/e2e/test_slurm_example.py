@@ -59,6 +59,7 @@ class SlurmRun:
     rc: int
     output: str  # the batch script's and the job's (srun passes its tasks' output on)
     agents_output: str  # the agents' step (the script's agents.out)
+    ray_output: dict[str, str]  # host -> its `ray start` step's output
     run_id: str
     sent_spans: list[SpanRecord]  # what the processes sent (their OTLP JSON files)
     sent_points: list[MetricPoint]
@@ -180,6 +181,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmRun]:
                 rc=proc.returncode,
                 output=output,
                 agents_output=_read(submit / "verl-otel-4242" / "agents.out"),
+                ray_output={
+                    h: _read(submit / "verl-otel-4242" / f"ray-{'head' if i == 0 else h}.out")
+                    for i, h in enumerate(HOSTS)
+                },
                 run_id=run_id,
                 sent_spans=sent_spans,
                 sent_points=read_metric_points(telemetry),
@@ -208,6 +213,15 @@ def test_the_script_ran_the_job_on_both_hosts_and_ended_cleanly(run: SlurmRun) -
     assert "still queued" not in run.output and "not answering" not in run.output, run.output[-3000:]
     timeline = [line for line in run.output.splitlines() if line.startswith("[verl-otel ")]
     print(f"\nslurm example: {run.wall_s:.1f} s, spans {len(run.spans)}, points {len(run.points)}", *timeline, sep="\n")
+
+
+def test_ray_stopped_on_both_hosts_without_an_error(run: SlurmRun) -> None:
+    """Ray's nodes stopped at once: no drain on SIGTERM against the head's GCS that ``ray stop``
+    had already ended (30 s lost per node, and an error with its traceback, before the fix)."""
+    for host, out in run.ray_output.items():
+        assert "This command will now block forever" in out, (host, out[-2000:])  # it ran
+        errors = [line for line in out.splitlines() if "\tERROR " in line or line.startswith("Traceback")]
+        assert not errors, (host, errors)
 
 
 def test_nothing_left_running_on_the_hosts(run: SlurmRun) -> None:
