@@ -40,6 +40,7 @@ from support.components import require, require_harness
 from support.netns_hosts import Network, clean_node_env, missing_tools, netns_pids, tls_files
 from support.opskit import COLLECTOR, REPO, stack_bin_dir
 from support.otlp_grpc_receiver import GrpcReceiver
+from support.points import step_values
 
 from otel_verl import semconv
 from otel_verl.offline.otlp_files import MetricPoint, SpanRecord, read_log_records, read_metric_points, read_spans
@@ -71,6 +72,12 @@ class SlurmRun:
     left_running: dict[str, list[str]]  # host -> the command lines still running in it after the job
     agent_dirs: dict[str, Path]
     wall_s: float
+
+    @property
+    def console(self) -> dict[int, dict[str, float]]:  # step -> what verl's console logged
+        from verl_cpu_harness.runner import parse_console_metrics
+
+        return parse_console_metrics(self.output)
 
     def step_traces(self) -> dict[int, str]:
         return {int(s.attributes[semconv.ATTR_STEP]): s.trace_id for s in self.spans if s.name == semconv.SPAN_STEP}
@@ -261,18 +268,11 @@ def test_each_process_names_its_slurm_job_and_node(run: SlurmRun) -> None:
 
 
 def test_every_logged_value_of_each_step_exported(run: SlurmRun) -> None:
-    from verl_cpu_harness.runner import parse_console_metrics
-
-    console = parse_console_metrics(run.output)
-    assert sorted(console) == list(range(1, STEPS + 1)), sorted(console)
-    taskrunner = [p for p in run.points if p.resource.get(semconv.RES_ROLE) == semconv.ROLE_TASKRUNNER]
-    for step, values in console.items():
-        times = {p.time_ns for p in taskrunner if p.name == semconv.M_TRAINING_STEP and p.value == step}
-        assert times, f"step {step} not exported"
-        exported = {p.name: p.value for p in taskrunner if p.time_ns == min(times) and not p.attributes}
-        logged = {semconv.metric_name(k): v for k, v in values.items() if v == v and k != semconv.STEP_KEY}
+    assert sorted(run.console) == list(range(1, STEPS + 1)), sorted(run.console)
+    for step in run.console:
+        exported, logged = step_values(run, step)
         missing = {k: v for k, v in logged.items() if exported.get(k) != pytest.approx(v, rel=1e-6)}
-        assert not missing, (step, missing)
+        assert logged and not missing, (step, missing)
 
 
 def test_the_agents_delivered_everything_the_processes_sent(run: SlurmRun) -> None:
