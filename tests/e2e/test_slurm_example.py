@@ -276,29 +276,37 @@ def test_every_logged_value_of_each_step_exported(run: SlurmRun) -> None:
 
 
 def test_the_agents_delivered_everything_the_processes_sent(run: SlurmRun) -> None:
-    """Every span (by id), metric point and log record the processes wrote to their files reached
-    the gateway through the agents, with the token: each agent was drained before it stopped."""
+    """Every span (by id), metric collection (each process's series) and log record the processes
+    wrote to their files reached the gateway through the agents, with the token: each agent was
+    drained before it stopped. A step-less process's last collection aside: Ray may end it before
+    its background export (documented in otel_verl/process/idle_export.py; seen here once in 4 runs)."""
     assert run.sent_spans, "the processes sent no span"
     lost = {s.span_id for s in run.sent_spans} - {s.span_id for s in run.spans}
     assert not lost, f"{len(lost)} of {len(run.sent_spans)} spans not delivered"
 
-    # each process's series, and how many collections of them (the files' reader and the OTLP one
-    # collect at their own times, the same number of times: step boundaries and exit)
-    def per_process(points: list[MetricPoint]) -> dict[str, tuple[set[tuple], int]]:
-        series: dict[str, set[tuple]] = defaultdict(set)
-        times: dict[str, set[int]] = defaultdict(set)
+    # each process's collections (the files' reader and the OTLP one collect at their own times,
+    # as often: step boundaries, exit), the series of each
+    def per_process(points: list[MetricPoint]) -> dict[str, list[set[tuple]]]:
+        out: dict[str, dict[int, set[tuple]]] = defaultdict(lambda: defaultdict(set))
         for p in points:
             if p.resource.get(semconv.RES_RUN_ID) == run.run_id:
-                instance = str(p.resource.get(semconv.RES_SERVICE_INSTANCE_ID))
-                series[instance].add((p.name, repr(sorted(p.attributes.items()))))
-                times[instance].add(p.time_ns)
-        return {i: (series[i], len(times[i])) for i in series}
+                instance = f"{p.resource.get(semconv.RES_ROLE)} {p.resource.get(semconv.RES_SERVICE_INSTANCE_ID)}"
+                out[instance][p.time_ns].add((p.name, repr(sorted(p.attributes.items()))))
+        return {i: [c[t] for t in sorted(c)] for i, c in out.items()}
 
     sent, got = per_process(run.sent_points), per_process(run.points)
     assert sent, "the processes sent no metric point"
-    short = {i: (len(s), n, len(got.get(i, (set(), 0))[0]), got.get(i, (set(), 0))[1]) for i, (s, n) in sent.items()}
-    short = {i: v for i, v in short.items() if v[2] < v[0] or v[3] < v[1]}
-    assert not short, f"process: (series sent, collections sent, series delivered, collections delivered): {short}"
+    short = {}
+    for instance, collections in sent.items():
+        # a process without step boundaries (worker ranks, servers, reward workers) may lose its
+        # last collection's export when Ray ends it at the job's end (otel_verl/process/idle_export.py)
+        last_may_go = not instance.startswith(semconv.ROLE_TASKRUNNER + " ")
+        needed = collections[:-1] if last_may_go and len(collections) > 1 else collections
+        delivered = got.get(instance, [])
+        missing = set().union(*needed) - set().union(*delivered) if delivered else set().union(*needed)
+        if len(delivered) < len(needed) or missing:
+            short[instance] = (len(collections), len(delivered), sorted(missing)[:3])
+    assert not short, f"process: (collections sent, delivered, series missing): {short}"
     assert run.logs >= run.sent_logs, (run.logs, run.sent_logs)
     assert run.authorizations == {f"Bearer {TOKEN}"}, run.authorizations
     for host, agent_dir in run.agent_dirs.items():
