@@ -3,8 +3,9 @@
 (``slurm_standins/``) that record every call with the node it ran on: the order of the steps,
 the job's environment, and that the agents are drained and stopped whatever ends the job.
 
-Not a real run: no Slurm, Ray or Collector here. A real one would take tests/e2e/test_multihost.py's
-network-namespace hosts with ``srun`` as a stand-in that runs each task in its host's namespace."""
+Not a real run: tests/e2e/test_slurm_example.py runs the script for real (stand-ins for Slurm alone,
+on network-namespace hosts); these check cheaply what that run does not: the order of the steps, the
+shared-node TLS settings, a failed job, a TERM while the job runs, an agent or doctor that fails."""
 
 from __future__ import annotations
 

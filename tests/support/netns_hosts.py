@@ -16,11 +16,16 @@ sessions on one machine never meet; ``down`` ends every process still inside the
 started by the test: nothing else enters them), then removes the namespaces, links and files. A
 ``Network`` left behind by a killed test (its pid gone) is removed by the next one (``reap_stale``).
 
+What the hosts' processes share: ``tls_files`` (a CA, a server certificate for localhost and the
+bridge's addresses, a bearer token) and ``clean_node_env`` (a node's environment as its own ``ray
+start`` has it).
+
 Needs root (``CAP_NET_ADMIN``, ``CAP_SYS_ADMIN``), ``ip`` (iproute2) and ``unshare`` (util-linux).
 """
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import ipaddress
 import os
@@ -28,9 +33,11 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 PREFIX = "otv"  # otv<pid>...: every name a Network makes
 NETNS_ETC = Path("/etc/netns")
@@ -185,3 +192,75 @@ def reap_stale() -> None:
         stale = Network(tag, ())
         stale.hosts = [Host(n, n, "", f"{PREFIX}{tag}v{ord(n[-1]) - ord('a')}") for n in names]
         stale.down()
+
+
+def tls_files(folder: Path, addresses: list[str], token: str) -> dict[str, Path]:
+    """A CA, and one server certificate (signed by it) for localhost and every address/name the
+    agents and gateways are reached at."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(subject: str, key: Any, issuer_key: Any, issuer: Any, *, ca: bool) -> Any:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer or name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=3))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            sans = [x509.DNSName("localhost"), x509.DNSName("gateways")]
+            sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ["127.0.0.1", *addresses]]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("otel-verl netns hosts test CA", ca_key, ca_key, None, ca=True)
+    server = cert("otel-verl netns hosts", key, ca_key, ca.subject, ca=False)
+    paths = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key")}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    paths["token"] = folder / "token"  # the Collectors' bearertokenauth file: the token alone
+    paths["token"].write_text(token + "\n")
+    paths["headers"] = folder / "otlp-headers"  # OTEL_VERL_OTLP_HEADERS_FILE: what OTEL_EXPORTER_OTLP_HEADERS would say
+    paths["headers"].write_text(f"authorization=Bearer%20{token}\n")
+    for path in paths.values():
+        path.chmod(0o600)
+    return paths
+
+
+def clean_node_env() -> dict[str, str]:
+    """A node's environment as a cluster's own ``ray start`` has it: no OTEL_*, no sitecustomize.
+
+    The code under test must be what the node imports: where this session imports otel_verl or the
+    harness from a checkout other than the venv's install (a developer's worktree), its folder is
+    on the node's PYTHONPATH, as an install on the node would be."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "RAY_AUTH_MODE": "disabled",  # `ray start` turns token auth on; the job client would need it
+    }
+    probe = "import otel_verl, verl_cpu_harness; print(otel_verl.__file__); print(verl_cpu_harness.__file__)"
+    seen = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    import verl_cpu_harness
+
+    import otel_verl
+
+    ours = [str(Path(m.__file__).resolve().parents[1]) for m in (otel_verl, verl_cpu_harness)]
+    theirs = [str(Path(line).resolve().parents[1]) for line in seen.stdout.split()]
+    if theirs != ours:
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(ours))
+    return env

@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import base64
 from concurrent import futures
+from pathlib import Path
+from typing import Any
 
 from otel_verl import semconv
 
 
 class GrpcReceiver:
     """OTLP/gRPC receiver on ``port`` (0: a free one, then ``port`` says which): records (signal,
-    request) of every export; ``stop()`` or ``with`` ends it."""
+    request) of every export, and the ``authorization`` it came with; ``stop()`` or ``with`` ends it.
+    ``tls`` (certificate file, key file): TLS on ``bind``, as a vendor's or gateway's endpoint."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, bind: str = "127.0.0.1", tls: tuple[Path, Path] | None = None) -> None:
         import grpc
         from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
         from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
@@ -21,12 +25,16 @@ class GrpcReceiver:
         self.requests: list[tuple[str, object]] = []
         self.abort: object = None  # a grpc.StatusCode to answer every request with, instead of OK
         self.attempts = 0  # requests, answered or aborted
+        self.authorizations: set[str] = set()  # the authorization metadata seen
+        self.bind = bind
+        self.tls = tls is not None
         receiver = self
 
         def servicer(base: type, signal: str, response: type) -> object:
             class Servicer(base):  # type: ignore[misc, valid-type]
                 def Export(self, request, context):  # noqa: N802 - gRPC's name
                     receiver.attempts += 1
+                    receiver.authorizations.update(v for k, v in context.invocation_metadata() if k == "authorization")
                     if receiver.abort is not None:
                         context.abort(receiver.abort, "told to")
                     receiver.requests.append((signal, request))
@@ -53,12 +61,16 @@ class GrpcReceiver:
             servicer(logs_service_pb2_grpc.LogsServiceServicer, "logs", logs_service_pb2.ExportLogsServiceResponse),
             self._server,
         )
-        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+        if tls is None:
+            self.port = self._server.add_insecure_port(f"{bind}:{port}")
+        else:
+            creds = grpc.ssl_server_credentials([(Path(tls[1]).read_bytes(), Path(tls[0]).read_bytes())])
+            self.port = self._server.add_secure_port(f"{bind}:{port}", creds)
         self._server.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.bind}:{self.port}"
 
     def __enter__(self) -> GrpcReceiver:
         return self
@@ -88,5 +100,30 @@ class GrpcReceiver:
             for p in m.gauge.data_points
         ]
 
+    def decoded(self, signal: str) -> list[Any]:
+        """What every request of ``signal`` held, as ``otel_verl.offline.otlp_files`` reads its files
+        (SpanRecord, MetricPoint, LogEntry)."""
+        from google.protobuf.json_format import MessageToDict
+
+        from otel_verl.offline.otlp_files import decode
+
+        out: list[Any] = []
+        for sig, request in self.requests:
+            if sig == signal:
+                out += decode(signal, _hex_ids(MessageToDict(request)))  # type: ignore[arg-type]
+        return out
+
     def stop(self) -> None:
         self._server.stop(0)
+
+
+def _hex_ids(value: Any) -> Any:
+    """Protobuf's JSON (ids in base64) as OTLP JSON has it (ids in hex)."""
+    if isinstance(value, dict):
+        return {
+            k: base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") else _hex_ids(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_hex_ids(v) for v in value]
+    return value
