@@ -1,11 +1,20 @@
-"""Every span, event and attribute otel-verl emits: where it is made, its kind, and what it means;
-and where each metric's values come from (``SOURCES``).
+"""Every span, span event and attribute otel-verl emits, declared once: its name, its type or kind,
+where it appears and what it means; and where each metric's values come from (``SOURCES``).
 
-The documentation's text, off the runtime path: no module a verl process imports imports this one.
-The reference pages (``docs/generated``) are written from this module, ``instruments.catalog``
-(the metrics) and ``instruments.prometheus`` (their names in Prometheus) by ``scripts/gen_docs.py``;
-``tests/unit/test_telemetry_catalog.py`` fails when a name in ``otel_verl.semconv`` is not here.
-Nothing here is read while a job runs.
+Each public ``Attribute``, ``Span`` and ``Event`` of this module is the one declaration of its name:
+``otel_verl.semconv``'s constant of the same name is generated from it by ``scripts/gen_docs.py``
+(``--check``: current; a pattern such as ``verl.time.<category>`` gives its part before ``<``:
+``ATTR_TIME_PREFIX = "verl.time."``), and so are the reference pages (``docs/generated``; the metrics
+from ``instruments.catalog`` and ``instruments.prometheus``). A span or event lists the attributes it
+carries; an attribute's row on the page says where it appears from those lists, its ``resource`` flag
+and the instruments' attributes.
+
+The documentation's text, off the runtime path: no module a verl process imports imports this one
+(the code uses ``semconv``'s constants). Nothing here is read while a job runs.
+
+A new attribute is one declaration here, ``ATTR_X = Attribute("verl.x", "int", "What it is.")``, named
+in the ``attributes`` of the spans and events that carry it; then ``python scripts/gen_docs.py`` writes
+``semconv.ATTR_X`` and the pages (a span: ``SPAN_X = Span(...)``; an event: ``EVENT_X = Event(...)``).
 """
 
 from __future__ import annotations
@@ -19,27 +28,28 @@ from otel_verl.process.resource import FROM_ENV
 
 
 @dataclass(frozen=True)
-class AttributeDoc:
+class Attribute:
     name: str  # an attribute key, or a pattern with ``<...>`` (``verl.time.<category>``)
     type: str  # string, int, double, bool, string[]
     doc: str
+    resource: bool = False  # on the resource of the processes that have it
 
 
 @dataclass(frozen=True)
-class SpanDoc:
+class Span:
     name: str  # a span name, or a pattern with ``<...>``
     kind: str  # internal, client, server (OpenTelemetry SpanKind)
     process: str  # the process role(s) that make it (``verl.process.role``)
     parent: str  # where it hangs in a trace
-    attributes: tuple[str, ...]
+    attributes: tuple[Attribute, ...]
     doc: str
 
 
 @dataclass(frozen=True)
-class EventDoc:
+class Event:
     name: str
     carrier: str  # "span event on ..." or "log record"
-    attributes: tuple[str, ...]
+    attributes: tuple[Attribute, ...]
     doc: str
 
 
@@ -49,23 +59,6 @@ TASKRUNNER, WORKER, AGENT, REWARD, SERVER = (
     s.ROLE_AGENT_LOOP,
     s.ROLE_REWARD_WORKER,
     s.ROLE_ROLLOUT_SERVER,
-)
-
-RESOURCE: tuple[str, ...] = (
-    s.RES_SERVICE_NAME,
-    s.RES_SERVICE_INSTANCE_ID,
-    s.RES_SERVICE_VERSION,
-    s.RES_RUN_ID,
-    s.RES_PROJECT,
-    s.RES_EXPERIMENT,
-    s.RES_ROLE,
-    s.RES_RANK,
-    s.RES_PROCESS_PID,
-    s.RES_HOST_NAME,
-    s.RES_DISTRO_NAME,
-    s.RES_DISTRO_VERSION,
-    *(attr for attr, _ in FROM_ENV),
-    s.ATTR_HW_DRIVER_VERSION,
 )
 
 _ROLES = ", ".join(
@@ -81,659 +74,749 @@ _ROLES = ", ".join(
     )
 )
 
-ATTRIBUTES: tuple[AttributeDoc, ...] = (
-    # ------------------------------------------------------------ resource
-    AttributeDoc(
-        s.RES_SERVICE_NAME,
-        "string",
-        f"`OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`), default `{s.SERVICE_NAME_DEFAULT}`.",
-    ),
-    AttributeDoc(s.RES_SERVICE_INSTANCE_ID, "string", "One per process (the SDK's)."),
-    AttributeDoc(
-        s.RES_SERVICE_VERSION,
-        "string",
-        "The installed verl's version (`0.9.1`; what a comparison across a verl upgrade groups by), unless "
-        "`OTEL_RESOURCE_ATTRIBUTES` sets one.",
-    ),
-    AttributeDoc(s.RES_RUN_ID, "string", "The job's run id, shared by all its processes (`OTEL_VERL_RUN_ID`)."),
-    AttributeDoc(s.RES_PROJECT, "string", "verl's `trainer.project_name` (or `OTEL_VERL_PROJECT`)."),
-    AttributeDoc(s.RES_EXPERIMENT, "string", "verl's `trainer.experiment_name` (or `OTEL_VERL_EXPERIMENT`)."),
-    AttributeDoc(
-        s.RES_ROLE,
-        "string",
-        f"The process's part in the job: {_ROLES} (another verl actor, such as the load balancer).",
-    ),
-    AttributeDoc(s.RES_RANK, "int", "The worker rank (worker processes; also on `verl.worker.*` spans)."),
-    AttributeDoc(s.RES_PROCESS_PID, "int", "The process id."),
-    AttributeDoc(s.RES_HOST_NAME, "string", "The node's host name (unless `OTEL_RESOURCE_ATTRIBUTES` sets one)."),
-    *(
-        AttributeDoc(
-            attr,
-            "string",
-            f"`{var}` of the process's environment, when set and `OTEL_RESOURCE_ATTRIBUTES` has no `{attr}`"
-            + (" (map it from the pod's downward API)." if attr.startswith("k8s.") else " (Slurm sets it)."),
-        )
-        for attr, var in FROM_ENV
-    ),
-    AttributeDoc(s.RES_DISTRO_NAME, "string", f"`{s.DISTRO_NAME}`."),
-    AttributeDoc(s.RES_DISTRO_VERSION, "string", "otel-verl's version."),
-    # ------------------------------------------------------------ steps and stages
-    AttributeDoc(s.ATTR_STEP, "int", "verl's global step (also in W3C baggage, for user code: `current_step()`)."),
-    AttributeDoc(s.ATTR_EPOCH, "int", "verl's epoch, where the driver knows it."),
-    AttributeDoc(s.ATTR_STAGE, "string", "The timer name of a stage (`gen`, `update_actor`, ...)."),
-    AttributeDoc(s.ATTR_DRIVER, "string", f"`{s.DRIVER_V0}` (`RayPPOTrainer`) or `{s.DRIVER_V1}` (`PPOTrainer`)."),
-    AttributeDoc(s.ATTR_TRAINER_CLASS, "string", "The trainer's class name."),
-    AttributeDoc(s.ATTR_VALIDATION_INITIAL, "bool", "Validation before the first step (`val_before_train`)."),
-    AttributeDoc(s.ATTR_WORKER_METHOD, "string", "The worker-group method called (`compute_log_prob`, ...)."),
-    AttributeDoc(s.ATTR_WORKER_CLASS, "string", "The worker's class (`WorkerDict`, ...)."),
-    AttributeDoc(
-        s.ATTR_CONFIG,
-        "string",
-        f"The run's resolved verl config as JSON, secrets redacted, at most {s.CONFIG_MAX_BYTES // 1024} KiB "
-        f"(entries left out for the cap are listed under `{s.CONFIG_TRUNCATED_KEY}`).",
-    ),
-    AttributeDoc(
-        s.ATTR_TIME_PREFIX + "<category>",
-        "double",
-        "On `verl.step`: seconds of the step in each category of `verl.step.time` (they add up to the step).",
-    ),
-    AttributeDoc(
-        s.ATTR_TIME_CATEGORY,
-        "string",
-        "Where step time went: " + "`rollout`, `waiting` (rollouts still being generated), `poll_lag` (v1: "
-        "waiting after the rollouts were all done, until the replay buffer polled again), `training`, "
-        "`weight_sync`, `checkpoint`, `validation`, `driver`, `other`.",
-    ),
-    AttributeDoc(
-        s.ATTR_POOL_PREFIX + "<role>.<state>",
-        "double",
-        "On `verl.step`: seconds of the step per pool role and state (the figures of `verl.pool.time`).",
-    ),
-    AttributeDoc(s.ATTR_POOL_ROLE, "string", "`actor`, `rollout`, `ref`, `critic`, `reward`."),
-    AttributeDoc(s.ATTR_POOL_STATE, "string", "`busy`, `waiting`, `idle` (they add up to the step per role)."),
-    AttributeDoc(s.ATTR_GOODPUT_ROLE, "string", "`trainer` (the actor/critic/ref pools), `rollout` (the replicas)."),
-    AttributeDoc(
-        s.ATTR_GOODPUT_BUCKET,
-        "string",
-        "`productive`, `overhead`, `idle`, `wasted` (they add up to the step per role; [Where the time goes]"
-        "(time.md#goodput-by-role)).",
-    ),
-    AttributeDoc(
-        s.ATTR_WAIT_FOR,
-        "string",
-        "What the trainer waits for: `rollouts`; `agent_loop_workers` (under `verl.rollout.dispatch`: the time "
-        "before the workers started the batch).",
-    ),
-    AttributeDoc(s.ATTR_WAIT_SOURCE, "string", "The verl call that waits (`replay_buffer.sample`)."),
-    AttributeDoc(s.ATTR_WAIT_PARTITION, "string", "v1 replay-buffer partition (`train`, `val`)."),
-    AttributeDoc(s.ATTR_WAIT_POLL_INTERVAL, "double", "Seconds between the v1 replay buffer's polls of TransferQueue."),
-    AttributeDoc(
-        s.ATTR_WAIT_POLL_LAG,
-        "double",
-        "Seconds of the wait after the rollouts it waited for were all done (the replay buffer's next poll).",
-    ),
-    AttributeDoc(s.ATTR_WAIT_PENDING, "int", "v1: prompt groups sampled but not started, at the wait's last poll."),
-    AttributeDoc(s.ATTR_WAIT_RUNNING, "int", "v1: prompt groups generating, at the wait's last poll."),
-    AttributeDoc(s.ATTR_WAIT_FINISHED, "int", "v1: prompt groups finished, at the wait's last poll."),
-    AttributeDoc(s.ATTR_WAIT_FAILED, "int", "v1: prompt groups failed (verl's `failure`), at the wait's last poll."),
-    AttributeDoc(
-        s.ATTR_WAIT_NEEDED, "int", "v1: finished prompt groups the replay buffer's sample needs (batch size)."
-    ),
-    AttributeDoc(s.ATTR_WAIT_POLLS, "int", "v1: polls of TransferQueue that found too few finished groups."),
-    AttributeDoc(s.ATTR_WAIT_ELAPSED, "double", "Seconds the wait had lasted when this was said."),
-    AttributeDoc(
-        s.ATTR_WAIT_OLDEST_UIDS,
-        "string[]",
-        f"Up to {wf.MAX_NAMED} of the oldest prompt groups still in flight, by uid (verl's TransferQueue key), "
-        "oldest first.",
-    ),
-    AttributeDoc(s.ATTR_WAIT_OLDEST_STATES, "string[]", "`pending` or `running`, per uid."),
-    AttributeDoc(s.ATTR_WAIT_OLDEST_STEPS, "int[]", "The step each uid was sampled for."),
-    AttributeDoc(
-        s.ATTR_WAIT_OLDEST_AGES,
-        "double[]",
-        "Seconds each uid has been running (0 for a pending one); only when the agent-loop workers run otel-verl.",
-    ),
-    AttributeDoc(
-        s.ATTR_WAIT_OLDEST_REPLICAS,
-        "string[]",
-        'The replica (server id) each running uid\'s first LLM call was sent to, `""` where not said; '
-        "only when the agent-loop workers run otel-verl.",
-    ),
-    AttributeDoc(
-        s.ATTR_WAIT_OLDEST_SCANNED, "int", f"In-flight groups looked at to pick the oldest (at most {wf.MAX_SCAN})."
-    ),
-    AttributeDoc(s.ATTR_REPLICAS_COUNT, "int", "Rollout replicas the call drives."),
-    # ------------------------------------------------------------ metrics' attributes
-    AttributeDoc(s.ATTR_KL_SOURCE, "string", ", ".join(f"`{v}`" for v in s.KL_KEYS.values()) + " (verl's key)."),
-    AttributeDoc(s.ATTR_REWARD_SOURCE, "string", "`score` (before the KL penalty), `rewards` (after)."),
-    AttributeDoc(s.ATTR_METRIC_KEY, "string", "The key verl logged (`actor/pg_loss`)."),
-    AttributeDoc(s.ATTR_STAT, "string", "Which statistic of the batch verl logged: `mean`, `max`, `min`, `std`."),
-    AttributeDoc(
-        s.ATTR_MISMATCH_MEASURE,
-        "string",
-        ", ".join(f"`{m}`" for m in s.MISMATCH_MEASURES) + " (verl's `rollout_corr/<measure>`).",
-    ),
-    AttributeDoc(
-        s.ATTR_STALENESS_BOUND,
-        "string",
-        "`lower` (from the newest weights a trajectory used: verl's `trajectory_staleness`), `worst` (from the "
-        "oldest: `trajectory_staleness_worst`).",
-    ),
-    # ------------------------------------------------------------ rollout
-    AttributeDoc(s.ATTR_ROLLOUT_SUBMIT_STEP, "int", "The global step when the trajectory was submitted."),
-    AttributeDoc(s.ATTR_ROLLOUT_SAMPLE_INDEX, "int", "The prompt's index in the batch."),
-    AttributeDoc(s.ATTR_ROLLOUT_INDEX, "int", "0 .. `rollout.n`-1 within the prompt's group."),
-    AttributeDoc(s.ATTR_ROLLOUT_VALIDATE, "bool", "A validation rollout."),
-    AttributeDoc(s.ATTR_ROLLOUT_STATUS, "string", f"`{s.STATUS_OK}`, `{s.STATUS_ERROR}` or `{s.STATUS_CANCELLED}`."),
-    AttributeDoc(s.ATTR_ROLLOUT_PROMPT_TOKENS, "int", "Prompt tokens."),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_RESPONSE_TOKENS, "int", "Response tokens as verl counts `response_length` (tool tokens too)."
-    ),
-    AttributeDoc(s.ATTR_ROLLOUT_GENERATED_TOKENS, "int", "Tokens the LLM generated (without tool tokens)."),
-    AttributeDoc(s.ATTR_ROLLOUT_NUM_TURNS, "int", "Turns of the agent loop."),
-    AttributeDoc(s.ATTR_ROLLOUT_REWARD, "double", "The trajectory's reward score."),
-    AttributeDoc(s.ATTR_ROLLOUT_BATCH_SIZE, "int", "Prompts in the worker's batch (v0)."),
-    AttributeDoc(s.ATTR_ROLLOUT_DURATION, "double", "Seconds of the slowest trajectory."),
-    AttributeDoc(s.ATTR_ROLLOUT_TAIL_RATIO, "double", "Slowest / median trajectory duration of the step."),
-    AttributeDoc(s.ATTR_ROLLOUT_TRAJECTORIES, "int", "Trajectories of the step in this worker."),
-    AttributeDoc(s.ATTR_ROLLOUT_SLOWEST_SPAN_ID, "string", "Span id of the slowest trajectory's span."),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_SLOWEST_TRACE_ID,
-        "string",
-        "Trace id of the slowest trajectory's kept tree (its span id: `verl.rollout.slowest.span_id`).",
-    ),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_KEPT_BECAUSE,
-        "string",
-        "Why the trajectory's tree was exported: `slowest` (among its step's slowest in its worker), `error` "
-        "(failed or cancelled: always) or `sample` (the uniform sample of the rest).",
-    ),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_SAMPLE_RATE,
-        "double",
-        "Kept / eligible trajectories of its kind in its step and worker (1 for `slowest` and `error`): a count "
-        "of kept trees divided by it estimates all trajectories.",
-    ),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_SLOWEST_RANK, "int", "1 = the slowest trajectory of its step in its worker, 2 = next, ..."
-    ),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_TREE_DROPPED, "int", "Spans of the tree left out by a hold-back bound (only when there are)."
-    ),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_KEPT_PREFIX + "<reason>",
-        "int",
-        "Trees the worker kept in that step for `slowest`, `error` and `sample`.",
-    ),
-    AttributeDoc(s.ATTR_ROLLOUT_NOT_KEPT, "int", "Trajectories of the step whose tree was not exported."),
-    AttributeDoc(s.ATTR_ROLLOUT_WORKERS, "int", "Agent-loop workers the batch was dispatched to."),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_QUEUED, "double", "Seconds from the dispatch to the first worker starting the batch (v0)."
-    ),
-    AttributeDoc(s.ATTR_ROLLOUT_QUEUED_MAX, "double", "Seconds from the dispatch to the last worker starting it (v0)."),
-    AttributeDoc(s.ATTR_ROLLOUT_SERVER_ID, "string", "The rollout replica (server) that served the call."),
-    AttributeDoc(s.ATTR_ROLLOUT_SERVER_WAIT, "double", "Seconds the load balancer took to hand out a server."),
-    AttributeDoc(s.ATTR_ROLLOUT_TOOL_REWARD, "double", "The reward a tool call returned."),
-    AttributeDoc(s.ATTR_ROLLOUT_PREEMPTIONS, "int", "Times the engine preempted the request."),
-    AttributeDoc(s.ATTR_ROLLOUT_WEIGHT_VERSION, "int", "The weights' version (global step) that generated it."),
-    AttributeDoc(s.ATTR_ROLLOUT_REPLICA, "string", "The replica rank (`RolloutReplica.replica_rank`)."),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_REPETITION,
-        "double",
-        "seq-rep-4 of the response's last 256 token ids: the share of its 4-grams that repeat an earlier one.",
-    ),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_DEGENERATE,
-        "string[]",
-        f"What is wrong with the response, if anything: `{s.DEGENERATE_LENGTH_LIMIT}`, `{s.DEGENERATE_EMPTY}`, "
-        f"`{s.DEGENERATE_REPETITIVE}`.",
-    ),
-    AttributeDoc(
-        s.ATTR_ROLLOUT_DEGENERATE_KIND,
-        "string",
-        f"`{s.DEGENERATE_LENGTH_LIMIT}` (as long as `rollout.response_length`), `{s.DEGENERATE_EMPTY}` (no token "
-        f"but end-of-sequence/padding), `{s.DEGENERATE_REPETITIVE}` (seq-rep-4 at least 0.5).",
-    ),
-    AttributeDoc(s.GEN_AI_OPERATION_NAME, "string", "`text_completion` (LLM call) or `execute_tool`."),
-    AttributeDoc(s.GEN_AI_PROVIDER_NAME, "string", "The rollout backend (`vllm`, `sglang`, ...)."),
-    AttributeDoc(s.GEN_AI_AGENT_NAME, "string", "The agent loop's name."),
-    AttributeDoc(s.GEN_AI_TOOL_NAME, "string", "The tool called."),
-    AttributeDoc(s.GEN_AI_LATENCY_TIME_IN_QUEUE, "double", "Seconds the engine request waited for vLLM's scheduler."),
-    AttributeDoc(s.GEN_AI_LATENCY_PREFILL, "double", "Seconds from scheduled to the first token (vLLM)."),
-    AttributeDoc(s.GEN_AI_LATENCY_DECODE, "double", "Seconds from the first to the last token (vLLM)."),
-    AttributeDoc(s.GEN_AI_LATENCY_TTFT, "double", "Seconds from arrival to the first token (vLLM)."),
-    AttributeDoc(s.GEN_AI_LATENCY_E2E, "double", "Seconds from arrival to the last token (vLLM)."),
-    AttributeDoc(s.GEN_AI_TOOL_CALL_ID, "string", "The tool call's id."),
-    AttributeDoc(
-        s.GEN_AI_REQUEST_MODEL,
-        "string",
-        "The model the rollout serves: `rollout.prometheus.served_model_name` when set, else "
-        "`actor_rollout_ref.model.path` (a Hugging Face id as is, a local or remote path by its last part).",
-    ),
-    AttributeDoc(s.GEN_AI_REQUEST_MAX_TOKENS, "int", "Sampling setting, when set."),
-    AttributeDoc(s.GEN_AI_REQUEST_TEMPERATURE, "double", "Sampling setting, when set."),
-    AttributeDoc(s.GEN_AI_REQUEST_TOP_P, "double", "Sampling setting, when set."),
-    AttributeDoc(s.GEN_AI_REQUEST_TOP_K, "double", "Sampling setting, when set and on (above 0)."),
-    AttributeDoc(s.GEN_AI_REQUEST_SEED, "int", "Sampling setting, when the request has a seed."),
-    AttributeDoc(
-        s.GEN_AI_CONVERSATION_ID,
-        "string",
-        "verl's request id of the trajectory, the same for all its turns (the load balancer's sticky session).",
-    ),
-    AttributeDoc(
-        s.GEN_AI_RESPONSE_ID,
-        "string",
-        "The id the engine knows the call by (`LLMServerClient._vllm_request_id`: a fresh one per call).",
-    ),
-    AttributeDoc(s.GEN_AI_RESPONSE_FINISH_REASONS, "string[]", "Why generation stopped."),
-    AttributeDoc(s.GEN_AI_USAGE_INPUT_TOKENS, "int", "Prompt tokens of the call."),
-    AttributeDoc(s.GEN_AI_USAGE_OUTPUT_TOKENS, "int", "Tokens the call generated."),
-    AttributeDoc(
-        s.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, "int", "Prompt tokens served from the engine's prefix cache (vLLM)."
-    ),
-    AttributeDoc(
-        s.GEN_AI_TOKEN_TYPE,
-        "string",
-        "`input` (the prompt) or `output` (the tokens generated): which tokens are counted.",
-    ),
-    AttributeDoc(
-        s.ATTR_ERROR_TYPE,
-        "string",
-        "A failed LLM call's exception class, with its module unless a builtin (`ConnectionResetError`, "
-        "`asyncio.exceptions.CancelledError`, ...).",
-    ),
-    AttributeDoc(
-        s.ATTR_SERVER_ADDRESS,
-        "string",
-        "The rollout replica's HTTP server host, when the server id is its `host:port` (verl's engines).",
-    ),
-    AttributeDoc(s.ATTR_SERVER_PORT, "int", "The rollout replica's HTTP server port, with `server.address`."),
-    # ------------------------------------------------------------ hardware
-    AttributeDoc(s.ATTR_HW_ID, "string", "The GPU's UUID (required by the hardware conventions)."),
-    AttributeDoc(s.ATTR_HW_TYPE, "string", f"`{s.HW_TYPE_GPU}`."),
-    AttributeDoc(s.ATTR_HW_NAME, "string", "`gpu<index>` (`cuda:<index>` from torch)."),
-    AttributeDoc(s.ATTR_HW_VENDOR, "string", "The GPU's vendor."),
-    AttributeDoc(s.ATTR_HW_MODEL, "string", "The GPU's model (`NVIDIA H200`)."),
-    AttributeDoc(
-        s.ATTR_HW_DRIVER_VERSION,
-        "string",
-        "On the resource of a process with NVML GPUs: the host's driver version (not on the `hw.*` points: "
-        "a driver update would start new series).",
-    ),
-    AttributeDoc(
-        s.ATTR_HW_GPU_TASK, "string", f"`{s.GPU_TASK_GENERAL}`, `{s.GPU_TASK_ENCODER}`, `{s.GPU_TASK_DECODER}`."
-    ),
-    AttributeDoc(s.ATTR_GPU_INDEX, "int", "The GPU's NVML index on its host."),
-    # ------------------------------------------------------------ logs and samples
-    AttributeDoc(s.ATTR_SAMPLE_REWARD, "double", "The sample's sequence score (`token_level_scores` summed)."),
-    AttributeDoc(s.ATTR_SAMPLE_INDEX, "int", "The sample's position in the step's batch."),
-    AttributeDoc(
-        s.ATTR_SAMPLE_PICKED_BECAUSE,
-        "string",
-        f"Why the sample was picked: the degenerate kind it was preferred for (`{s.DEGENERATE_REPETITIVE}`, "
-        f"`{s.DEGENERATE_EMPTY}`, `{s.DEGENERATE_LENGTH_LIMIT}`), or `{s.PICKED_FIRST}` (the batch's first "
-        "responses, when no more are degenerate).",
-    ),
-    AttributeDoc(s.ATTR_DATA_SOURCE, "string", "The dataset's `data_source` column."),
-    # ------------------------------------------------------------ guard
-    AttributeDoc(s.ATTR_GUARD_RULE, "string", "The rule that fired (`nonfinite`, `kl_high`, ...)."),
-    AttributeDoc(
-        s.ATTR_GUARD_ACTION, "string", "What the rule that fired did: `record`, `alert`, `checkpoint` or `stop`."
-    ),
-    AttributeDoc(
-        s.ATTR_GUARD_VALUE, "double", "The value that made it fire (a trend rule: the mean of its last window)."
-    ),
-    AttributeDoc(s.ATTR_GUARD_LIMIT, "double", "The rule's threshold, fraction, ratio or factor."),
-    AttributeDoc(s.ATTR_GUARD_BASELINE, "double", "The baseline a relative rule compared with."),
-    AttributeDoc(s.ATTR_GUARD_CHECKPOINT, "string", "The folder verl saved to, when the action saved one."),
-    # ------------------------------------------------------------ stall doctor
-    AttributeDoc(s.ATTR_STALL_EPISODE, "int", "1, 2, ... per run."),
-    AttributeDoc(s.ATTR_STALL_SECONDS, "double", "How long no training step had finished."),
-    AttributeDoc(s.ATTR_RAY_ACTOR_CLASS, "string", "The Ray actor class of the reporting process."),
-    AttributeDoc(
-        s.ATTR_EVENT_NAME,
-        "string",
-        "The record's event name, also as an attribute: Loki 3.7 does not store the EventName field "
-        "([Stall doctor](stall-doctor.md)).",
-    ),
-    # ------------------------------------------------------------ otel-verl itself
-    AttributeDoc(s.ATTR_OVERHEAD_COMPONENT, "string", ", ".join(f"`{c}`" for c in s.OVERHEAD_COMPONENTS) + "."),
-    AttributeDoc(s.ATTR_DROPPED_KIND, "string", ", ".join(f"`{k}`" for k in s.DROPPED_KINDS) + "."),
-    AttributeDoc(
-        s.ATTR_SIGNAL, "string", ", ".join(f"`{k}`" for k in s.SIGNALS) + ": the OTLP signal of a spooled batch."
-    ),
-    AttributeDoc(
-        s.ATTR_SPOOL_OUTCOME,
-        "string",
-        ", ".join(f"`{k}`" for k in s.SPOOL_OUTCOMES) + ": what became of an export batch of the on-disk spool.",
-    ),
+
+def _from_env(name: str) -> Attribute:
+    """A resource attribute otel-verl takes from the process's environment (``process.resource.FROM_ENV``)."""
+    var = dict(FROM_ENV)[name]
+    where = " (map it from the pod's downward API)." if name.startswith("k8s.") else " (Slurm sets it)."
+    text = f"`{var}` of the process's environment, when set and `OTEL_RESOURCE_ATTRIBUTES` has no `{name}`" + where
+    return Attribute(name, "string", text, resource=True)
+
+
+# ------------------------------------------------------------ resource
+RES_SERVICE_NAME = Attribute(
+    "service.name",
+    "string",
+    f"`OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`), default `{s.SERVICE_NAME_DEFAULT}`.",
+    resource=True,
+)
+RES_SERVICE_INSTANCE_ID = Attribute("service.instance.id", "string", "One per process (the SDK's).", resource=True)
+RES_SERVICE_VERSION = Attribute(
+    "service.version",
+    "string",
+    "The installed verl's version (`0.9.1`; what a comparison across a verl upgrade groups by), unless "
+    "`OTEL_RESOURCE_ATTRIBUTES` sets one.",
+    resource=True,
+)
+RES_RUN_ID = Attribute(
+    "verl.run.id", "string", "The job's run id, shared by all its processes (`OTEL_VERL_RUN_ID`).", resource=True
+)
+RES_PROJECT = Attribute(
+    "verl.project", "string", "verl's `trainer.project_name` (or `OTEL_VERL_PROJECT`).", resource=True
+)
+RES_EXPERIMENT = Attribute(
+    "verl.experiment", "string", "verl's `trainer.experiment_name` (or `OTEL_VERL_EXPERIMENT`).", resource=True
+)
+RES_ROLE = Attribute(
+    "verl.process.role",
+    "string",
+    f"The process's part in the job: {_ROLES} (another verl actor, such as the load balancer).",
+    resource=True,
+)
+RES_RANK = Attribute(
+    "verl.rank", "int", "The worker rank (worker processes; also on `verl.worker.*` spans).", resource=True
+)
+RES_PROCESS_PID = Attribute("process.pid", "int", "The process id.", resource=True)
+RES_HOST_NAME = Attribute(
+    "host.name", "string", "The node's host name (unless `OTEL_RESOURCE_ATTRIBUTES` sets one).", resource=True
+)
+RES_K8S_POD_NAME = _from_env("k8s.pod.name")
+RES_K8S_POD_UID = _from_env("k8s.pod.uid")
+RES_K8S_NAMESPACE_NAME = _from_env("k8s.namespace.name")
+RES_K8S_NODE_NAME = _from_env("k8s.node.name")
+RES_SLURM_CLUSTER_NAME = _from_env("slurm.cluster.name")
+RES_SLURM_JOB_ID = _from_env("slurm.job.id")
+RES_SLURM_STEP_ID = _from_env("slurm.step.id")
+RES_SLURM_NODE_ID = _from_env("slurm.node.id")
+RES_DISTRO_NAME = Attribute("telemetry.distro.name", "string", f"`{s.DISTRO_NAME}`.", resource=True)
+RES_DISTRO_VERSION = Attribute("telemetry.distro.version", "string", "otel-verl's version.", resource=True)
+# ------------------------------------------------------------ steps and stages
+ATTR_STEP = Attribute("verl.step", "int", "verl's global step (also in W3C baggage, for user code: `current_step()`).")
+ATTR_EPOCH = Attribute("verl.epoch", "int", "verl's epoch, where the driver knows it.")
+ATTR_STAGE = Attribute("verl.stage", "string", "The timer name of a stage (`gen`, `update_actor`, ...).")
+ATTR_DRIVER = Attribute(
+    "verl.driver", "string", f"`{s.DRIVER_V0}` (`RayPPOTrainer`) or `{s.DRIVER_V1}` (`PPOTrainer`)."
+)
+ATTR_TRAINER_CLASS = Attribute("verl.trainer.class", "string", "The trainer's class name.")
+ATTR_VALIDATION_INITIAL = Attribute(
+    "verl.validation.initial", "bool", "Validation before the first step (`val_before_train`)."
+)
+ATTR_WORKER_METHOD = Attribute(
+    "verl.worker.method", "string", "The worker-group method called (`compute_log_prob`, ...)."
+)
+ATTR_WORKER_CLASS = Attribute("verl.worker.class", "string", "The worker's class (`WorkerDict`, ...).")
+# verl's resolved config as nested JSON, secrets redacted (otel_verl.redact)
+ATTR_CONFIG = Attribute(
+    "verl.config",
+    "string",
+    f"The run's resolved verl config as JSON, secrets redacted, at most {s.CONFIG_MAX_BYTES // 1024} KiB "
+    f"(entries left out for the cap are listed under `{s.CONFIG_TRUNCATED_KEY}`).",
+)
+ATTR_TIME_PREFIX = Attribute(
+    "verl.time.<category>",
+    "double",
+    "On `verl.step`: seconds of the step in each category of `verl.step.time` (they add up to the step).",
+)
+ATTR_TIME_CATEGORY = Attribute(
+    "verl.time.category",
+    "string",
+    "Where step time went: " + "`rollout`, `waiting` (rollouts still being generated), `poll_lag` (v1: "
+    "waiting after the rollouts were all done, until the replay buffer polled again), `training`, "
+    "`weight_sync`, `checkpoint`, `validation`, `driver`, `other`.",
+)
+ATTR_POOL_PREFIX = Attribute(
+    "verl.pool.<role>.<state>",
+    "double",
+    "On `verl.step`: seconds of the step per pool role and state (the figures of `verl.pool.time`).",
+)
+ATTR_POOL_ROLE = Attribute("verl.pool.role", "string", "`actor`, `rollout`, `ref`, `critic`, `reward`.")
+ATTR_POOL_STATE = Attribute(
+    "verl.pool.state", "string", "`busy`, `waiting`, `idle` (they add up to the step per role)."
+)
+ATTR_GOODPUT_ROLE = Attribute(
+    "verl.goodput.role", "string", "`trainer` (the actor/critic/ref pools), `rollout` (the replicas)."
+)
+ATTR_GOODPUT_BUCKET = Attribute(
+    "verl.goodput.bucket",
+    "string",
+    "`productive`, `overhead`, `idle`, `wasted` (they add up to the step per role; [Where the time goes]"
+    "(time.md#goodput-by-role)).",
+)
+ATTR_WAIT_FOR = Attribute(
+    "verl.wait.for",
+    "string",
+    "What the trainer waits for: `rollouts`; `agent_loop_workers` (under `verl.rollout.dispatch`: the time "
+    "before the workers started the batch).",
+)
+ATTR_WAIT_SOURCE = Attribute("verl.wait.source", "string", "The verl call that waits (`replay_buffer.sample`).")
+ATTR_WAIT_PARTITION = Attribute("verl.wait.partition", "string", "v1 replay-buffer partition (`train`, `val`).")
+ATTR_WAIT_POLL_INTERVAL = Attribute(
+    "verl.wait.poll_interval", "double", "Seconds between the v1 replay buffer's polls of TransferQueue."
+)
+# s of the wait after its rollouts were all done (hooks/poll_lag.py)
+ATTR_WAIT_POLL_LAG = Attribute(
+    "verl.wait.poll_lag",
+    "double",
+    "Seconds of the wait after the rollouts it waited for were all done (the replay buffer's next poll).",
+)
+# what a v1 replay-buffer wait waits for (hooks/waiting_for.py): its last poll's prompt groups per status
+ATTR_WAIT_PENDING = Attribute(
+    "verl.wait.pending", "int", "v1: prompt groups sampled but not started, at the wait's last poll."
+)
+ATTR_WAIT_RUNNING = Attribute("verl.wait.running", "int", "v1: prompt groups generating, at the wait's last poll.")
+ATTR_WAIT_FINISHED = Attribute("verl.wait.finished", "int", "v1: prompt groups finished, at the wait's last poll.")
+ATTR_WAIT_FAILED = Attribute(
+    "verl.wait.failed", "int", "v1: prompt groups failed (verl's `failure`), at the wait's last poll."
+)
+ATTR_WAIT_NEEDED = Attribute(
+    "verl.wait.needed", "int", "v1: finished prompt groups the replay buffer's sample needs (batch size)."
+)
+ATTR_WAIT_POLLS = Attribute("verl.wait.polls", "int", "v1: polls of TransferQueue that found too few finished groups.")
+ATTR_WAIT_ELAPSED = Attribute("verl.wait.elapsed", "double", "Seconds the wait had lasted when this was said.")
+ATTR_WAIT_OLDEST_UIDS = Attribute(
+    "verl.wait.oldest.uids",
+    "string[]",
+    f"Up to {wf.MAX_NAMED} of the oldest prompt groups still in flight, by uid (verl's TransferQueue key), "
+    "oldest first.",
+)
+ATTR_WAIT_OLDEST_STATES = Attribute("verl.wait.oldest.states", "string[]", "`pending` or `running`, per uid.")
+ATTR_WAIT_OLDEST_STEPS = Attribute("verl.wait.oldest.steps", "int[]", "The step each uid was sampled for.")
+ATTR_WAIT_OLDEST_AGES = Attribute(
+    "verl.wait.oldest.ages",
+    "double[]",
+    "Seconds each uid has been running (0 for a pending one); only when the agent-loop workers run otel-verl.",
+)
+ATTR_WAIT_OLDEST_REPLICAS = Attribute(
+    "verl.wait.oldest.replicas",
+    "string[]",
+    'The replica (server id) each running uid\'s first LLM call was sent to, `""` where not said; '
+    "only when the agent-loop workers run otel-verl.",
+)
+ATTR_WAIT_OLDEST_SCANNED = Attribute(
+    "verl.wait.oldest.scanned", "int", f"In-flight groups looked at to pick the oldest (at most {wf.MAX_SCAN})."
+)
+ATTR_REPLICAS_COUNT = Attribute("verl.replicas.count", "int", "Rollout replicas the call drives.")
+# ------------------------------------------------------------ metrics' attributes
+ATTR_KL_SOURCE = Attribute(
+    "verl.kl.source", "string", ", ".join(f"`{v}`" for v in s.KL_KEYS.values()) + " (verl's key)."
+)
+ATTR_REWARD_SOURCE = Attribute("verl.reward.source", "string", "`score` (before the KL penalty), `rewards` (after).")
+ATTR_METRIC_KEY = Attribute("verl.metric.key", "string", "The key verl logged (`actor/pg_loss`).")
+ATTR_STAT = Attribute("verl.stat", "string", "Which statistic of the batch verl logged: `mean`, `max`, `min`, `std`.")
+ATTR_MISMATCH_MEASURE = Attribute(
+    "verl.mismatch.measure",
+    "string",
+    ", ".join(f"`{m}`" for m in s.MISMATCH_MEASURES) + " (verl's `rollout_corr/<measure>`).",
+)
+ATTR_STALENESS_BOUND = Attribute(
+    "verl.staleness.bound",
+    "string",
+    "`lower` (from the newest weights a trajectory used: verl's `trajectory_staleness`), `worst` (from the "
+    "oldest: `trajectory_staleness_worst`).",
+)
+# ------------------------------------------------------------ rollout
+ATTR_ROLLOUT_SUBMIT_STEP = Attribute(
+    "verl.rollout.submit_step", "int", "The global step when the trajectory was submitted."
+)
+ATTR_ROLLOUT_SAMPLE_INDEX = Attribute("verl.rollout.sample_index", "int", "The prompt's index in the batch.")
+ATTR_ROLLOUT_INDEX = Attribute("verl.rollout.index", "int", "0 .. `rollout.n`-1 within the prompt's group.")
+ATTR_ROLLOUT_VALIDATE = Attribute("verl.rollout.validate", "bool", "A validation rollout.")
+ATTR_ROLLOUT_STATUS = Attribute(
+    "verl.rollout.status", "string", f"`{s.STATUS_OK}`, `{s.STATUS_ERROR}` or `{s.STATUS_CANCELLED}`."
+)
+ATTR_ROLLOUT_PROMPT_TOKENS = Attribute("verl.rollout.prompt.tokens", "int", "Prompt tokens.")
+ATTR_ROLLOUT_RESPONSE_TOKENS = Attribute(
+    "verl.rollout.response.tokens", "int", "Response tokens as verl counts `response_length` (tool tokens too)."
+)
+# sum(response_mask)
+ATTR_ROLLOUT_GENERATED_TOKENS = Attribute(
+    "verl.rollout.response.generated_tokens", "int", "Tokens the LLM generated (without tool tokens)."
+)
+ATTR_ROLLOUT_NUM_TURNS = Attribute("verl.rollout.num_turns", "int", "Turns of the agent loop.")
+ATTR_ROLLOUT_REWARD = Attribute("verl.rollout.reward_score", "double", "The trajectory's reward score.")
+ATTR_ROLLOUT_BATCH_SIZE = Attribute("verl.rollout.batch_size", "int", "Prompts in the worker's batch (v0).")
+ATTR_ROLLOUT_DURATION = Attribute("verl.rollout.duration", "double", "Seconds of the slowest trajectory.")
+ATTR_ROLLOUT_TAIL_RATIO = Attribute(
+    "verl.rollout.tail_ratio", "double", "Slowest / median trajectory duration of the step."
+)
+ATTR_ROLLOUT_TRAJECTORIES = Attribute("verl.rollout.trajectories", "int", "Trajectories of the step in this worker.")
+ATTR_ROLLOUT_SLOWEST_SPAN_ID = Attribute(
+    "verl.rollout.slowest.span_id", "string", "Span id of the slowest trajectory's span."
+)
+ATTR_ROLLOUT_SLOWEST_TRACE_ID = Attribute(
+    "verl.rollout.slowest.trace_id",
+    "string",
+    "Trace id of the slowest trajectory's kept tree (its span id: `verl.rollout.slowest.span_id`).",
+)
+# which trajectory trees are exported (hooks/rollout/keep.py)
+ATTR_ROLLOUT_KEPT_BECAUSE = Attribute(
+    "verl.rollout.kept_because",
+    "string",
+    "Why the trajectory's tree was exported: `slowest` (among its step's slowest in its worker), `error` "
+    "(failed or cancelled: always) or `sample` (the uniform sample of the rest).",
+)
+ATTR_ROLLOUT_SAMPLE_RATE = Attribute(
+    "verl.rollout.sample_rate",
+    "double",
+    "Kept / eligible trajectories of its kind in its step and worker (1 for `slowest` and `error`): a count "
+    "of kept trees divided by it estimates all trajectories.",
+)
+ATTR_ROLLOUT_SLOWEST_RANK = Attribute(
+    "verl.rollout.slowest_rank", "int", "1 = the slowest trajectory of its step in its worker, 2 = next, ..."
+)
+ATTR_ROLLOUT_TREE_DROPPED = Attribute(
+    "verl.rollout.tree.dropped_spans", "int", "Spans of the tree left out by a hold-back bound (only when there are)."
+)
+ATTR_ROLLOUT_KEPT_PREFIX = Attribute(
+    "verl.rollout.kept.<reason>", "int", "Trees the worker kept in that step for `slowest`, `error` and `sample`."
+)
+ATTR_ROLLOUT_NOT_KEPT = Attribute(
+    "verl.rollout.not_kept", "int", "Trajectories of the step whose tree was not exported."
+)
+ATTR_ROLLOUT_WORKERS = Attribute("verl.rollout.workers", "int", "Agent-loop workers the batch was dispatched to.")
+ATTR_ROLLOUT_QUEUED = Attribute(
+    "verl.rollout.queued", "double", "Seconds from the dispatch to the first worker starting the batch (v0)."
+)
+ATTR_ROLLOUT_QUEUED_MAX = Attribute(
+    "verl.rollout.queued_max", "double", "Seconds from the dispatch to the last worker starting it (v0)."
+)
+ATTR_ROLLOUT_SERVER_ID = Attribute(
+    "verl.rollout.server.id", "string", "The rollout replica (server) that served the call."
+)
+ATTR_ROLLOUT_SERVER_WAIT = Attribute(
+    "verl.rollout.server.acquire_wait", "double", "Seconds the load balancer took to hand out a server."
+)
+ATTR_ROLLOUT_TOOL_REWARD = Attribute("verl.rollout.tool.reward", "double", "The reward a tool call returned.")
+ATTR_ROLLOUT_PREEMPTIONS = Attribute("verl.rollout.preemptions", "int", "Times the engine preempted the request.")
+# TokenOutput.extra_fields["global_steps"]
+ATTR_ROLLOUT_WEIGHT_VERSION = Attribute(
+    "verl.rollout.weight_version", "int", "The weights' version (global step) that generated it."
+)
+ATTR_ROLLOUT_REPLICA = Attribute("verl.rollout.replica", "string", "The replica rank (`RolloutReplica.replica_rank`).")
+# generation health (hooks/rollout/health.py): on the trajectory span, from its response's token ids
+ATTR_ROLLOUT_REPETITION = Attribute(
+    "verl.rollout.response.repetition",
+    "double",
+    "seq-rep-4 of the response's last 256 token ids: the share of its 4-grams that repeat an earlier one.",
+)
+ATTR_ROLLOUT_DEGENERATE = Attribute(
+    "verl.rollout.degenerate",
+    "string[]",
+    f"What is wrong with the response, if anything: `{s.DEGENERATE_LENGTH_LIMIT}`, `{s.DEGENERATE_EMPTY}`, "
+    f"`{s.DEGENERATE_REPETITIVE}`.",
+)
+ATTR_ROLLOUT_DEGENERATE_KIND = Attribute(
+    "verl.rollout.degenerate.kind",
+    "string",
+    f"`{s.DEGENERATE_LENGTH_LIMIT}` (as long as `rollout.response_length`), `{s.DEGENERATE_EMPTY}` (no token "
+    f"but end-of-sequence/padding), `{s.DEGENERATE_REPETITIVE}` (seq-rep-4 at least 0.5).",
+)
+GEN_AI_OPERATION_NAME = Attribute("gen_ai.operation.name", "string", "`text_completion` (LLM call) or `execute_tool`.")
+GEN_AI_PROVIDER_NAME = Attribute("gen_ai.provider.name", "string", "The rollout backend (`vllm`, `sglang`, ...).")
+GEN_AI_AGENT_NAME = Attribute("gen_ai.agent.name", "string", "The agent loop's name.")
+GEN_AI_TOOL_NAME = Attribute("gen_ai.tool.name", "string", "The tool called.")
+GEN_AI_LATENCY_TIME_IN_QUEUE = Attribute(
+    "gen_ai.latency.time_in_queue", "double", "Seconds the engine request waited for vLLM's scheduler."
+)
+GEN_AI_LATENCY_PREFILL = Attribute(
+    "gen_ai.latency.time_in_model_prefill", "double", "Seconds from scheduled to the first token (vLLM)."
+)
+GEN_AI_LATENCY_DECODE = Attribute(
+    "gen_ai.latency.time_in_model_decode", "double", "Seconds from the first to the last token (vLLM)."
+)
+GEN_AI_LATENCY_TTFT = Attribute(
+    "gen_ai.latency.time_to_first_token", "double", "Seconds from arrival to the first token (vLLM)."
+)
+GEN_AI_LATENCY_E2E = Attribute("gen_ai.latency.e2e", "double", "Seconds from arrival to the last token (vLLM).")
+GEN_AI_TOOL_CALL_ID = Attribute("gen_ai.tool.call.id", "string", "The tool call's id.")
+# the model the rollout serves (hooks/rollout/llm.py)
+GEN_AI_REQUEST_MODEL = Attribute(
+    "gen_ai.request.model",
+    "string",
+    "The model the rollout serves: `rollout.prometheus.served_model_name` when set, else "
+    "`actor_rollout_ref.model.path` (a Hugging Face id as is, a local or remote path by its last part).",
+)
+GEN_AI_REQUEST_MAX_TOKENS = Attribute("gen_ai.request.max_tokens", "int", "Sampling setting, when set.")
+GEN_AI_REQUEST_TEMPERATURE = Attribute("gen_ai.request.temperature", "double", "Sampling setting, when set.")
+GEN_AI_REQUEST_TOP_P = Attribute("gen_ai.request.top_p", "double", "Sampling setting, when set.")
+GEN_AI_REQUEST_TOP_K = Attribute("gen_ai.request.top_k", "double", "Sampling setting, when set and on (above 0).")
+GEN_AI_REQUEST_SEED = Attribute("gen_ai.request.seed", "int", "Sampling setting, when the request has a seed.")
+GEN_AI_CONVERSATION_ID = Attribute(
+    "gen_ai.conversation.id",
+    "string",
+    "verl's request id of the trajectory, the same for all its turns (the load balancer's sticky session).",
+)
+GEN_AI_RESPONSE_ID = Attribute(
+    "gen_ai.response.id",
+    "string",
+    "The id the engine knows the call by (`LLMServerClient._vllm_request_id`: a fresh one per call).",
+)
+GEN_AI_RESPONSE_FINISH_REASONS = Attribute("gen_ai.response.finish_reasons", "string[]", "Why generation stopped.")
+GEN_AI_USAGE_INPUT_TOKENS = Attribute("gen_ai.usage.input_tokens", "int", "Prompt tokens of the call.")
+GEN_AI_USAGE_OUTPUT_TOKENS = Attribute("gen_ai.usage.output_tokens", "int", "Tokens the call generated.")
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = Attribute(
+    "gen_ai.usage.cache_read.input_tokens", "int", "Prompt tokens served from the engine's prefix cache (vLLM)."
+)
+GEN_AI_TOKEN_TYPE = Attribute(
+    "gen_ai.token.type", "string", "`input` (the prompt) or `output` (the tokens generated): which tokens are counted."
+)
+# the failed call's exception class (general error conventions)
+ATTR_ERROR_TYPE = Attribute(
+    "error.type",
+    "string",
+    "A failed LLM call's exception class, with its module unless a builtin (`ConnectionResetError`, "
+    "`asyncio.exceptions.CancelledError`, ...).",
+)
+# the engine replica's HTTP server (general server conventions)
+ATTR_SERVER_ADDRESS = Attribute(
+    "server.address",
+    "string",
+    "The rollout replica's HTTP server host, when the server id is its `host:port` (verl's engines).",
+)
+ATTR_SERVER_PORT = Attribute("server.port", "int", "The rollout replica's HTTP server port, with `server.address`.")
+# ------------------------------------------------------------ hardware
+ATTR_HW_ID = Attribute("hw.id", "string", "The GPU's UUID (required by the hardware conventions).")
+ATTR_HW_TYPE = Attribute("hw.type", "string", f"`{s.HW_TYPE_GPU}`.")
+ATTR_HW_NAME = Attribute("hw.name", "string", "`gpu<index>` (`cuda:<index>` from torch).")
+ATTR_HW_VENDOR = Attribute("hw.vendor", "string", "The GPU's vendor.")
+ATTR_HW_MODEL = Attribute("hw.model", "string", "The GPU's model (`NVIDIA H200`).")
+ATTR_HW_DRIVER_VERSION = Attribute(
+    "hw.driver_version",
+    "string",
+    "On the resource of a process with NVML GPUs: the host's driver version (not on the `hw.*` points: "
+    "a driver update would start new series).",
+    resource=True,
+)
+ATTR_HW_GPU_TASK = Attribute(
+    "hw.gpu.task", "string", f"`{s.GPU_TASK_GENERAL}`, `{s.GPU_TASK_ENCODER}`, `{s.GPU_TASK_DECODER}`."
+)
+ATTR_GPU_INDEX = Attribute("verl.gpu.index", "int", "The GPU's NVML index on its host.")
+# ------------------------------------------------------------ logs and samples
+ATTR_SAMPLE_REWARD = Attribute(
+    "verl.sample.reward", "double", "The sample's sequence score (`token_level_scores` summed)."
+)
+ATTR_SAMPLE_INDEX = Attribute("verl.sample.index", "int", "The sample's position in the step's batch.")
+ATTR_SAMPLE_PICKED_BECAUSE = Attribute(
+    "verl.sample.picked_because",
+    "string",
+    f"Why the sample was picked: the degenerate kind it was preferred for (`{s.DEGENERATE_REPETITIVE}`, "
+    f"`{s.DEGENERATE_EMPTY}`, `{s.DEGENERATE_LENGTH_LIMIT}`), or `{s.PICKED_FIRST}` (the batch's first "
+    "responses, when no more are degenerate).",
+)
+ATTR_DATA_SOURCE = Attribute("verl.data_source", "string", "The dataset's `data_source` column.")
+# ------------------------------------------------------------ guard
+ATTR_GUARD_RULE = Attribute("verl.guard.rule", "string", "The rule that fired (`nonfinite`, `kl_high`, ...).")
+# record | alert | checkpoint | stop (config.GUARD_RULE_ACTIONS)
+ATTR_GUARD_ACTION = Attribute(
+    "verl.guard.action", "string", "What the rule that fired did: `record`, `alert`, `checkpoint` or `stop`."
+)
+ATTR_GUARD_VALUE = Attribute(
+    "verl.guard.value", "double", "The value that made it fire (a trend rule: the mean of its last window)."
+)
+ATTR_GUARD_LIMIT = Attribute("verl.guard.limit", "double", "The rule's threshold, fraction, ratio or factor.")
+ATTR_GUARD_BASELINE = Attribute("verl.guard.baseline", "double", "The baseline a relative rule compared with.")
+ATTR_GUARD_CHECKPOINT = Attribute(
+    "verl.guard.checkpoint", "string", "The folder verl saved to, when the action saved one."
+)
+# ------------------------------------------------------------ stall doctor
+ATTR_STALL_EPISODE = Attribute("verl.stall.episode", "int", "1, 2, ... per run.")
+ATTR_STALL_SECONDS = Attribute("verl.stall.seconds", "double", "How long no training step had finished.")
+ATTR_RAY_ACTOR_CLASS = Attribute("ray.actor.class", "string", "The Ray actor class of the reporting process.")
+# The stall doctor's records also carry their event name as this attribute (semconv's deprecated
+# predecessor of the LogRecord EventName field): Loki 3.7 drops the field but stores attributes as
+# structured metadata (``event_name``), and VictoriaLogs stores it as a field (docs/stall-doctor.md).
+ATTR_EVENT_NAME = Attribute(
+    "event.name",
+    "string",
+    "The record's event name, also as an attribute: Loki 3.7 does not store the EventName field "
+    "([Stall doctor](stall-doctor.md)).",
+)
+# ------------------------------------------------------------ otel-verl itself
+ATTR_OVERHEAD_COMPONENT = Attribute(
+    "otel_verl.component", "string", ", ".join(f"`{c}`" for c in s.OVERHEAD_COMPONENTS) + "."
+)
+ATTR_DROPPED_KIND = Attribute("otel_verl.dropped.kind", "string", ", ".join(f"`{k}`" for k in s.DROPPED_KINDS) + ".")
+ATTR_SIGNAL = Attribute(
+    "otel_verl.signal", "string", ", ".join(f"`{k}`" for k in s.SIGNALS) + ": the OTLP signal of a spooled batch."
+)
+ATTR_SPOOL_OUTCOME = Attribute(
+    "otel_verl.spool.outcome",
+    "string",
+    ", ".join(f"`{k}`" for k in s.SPOOL_OUTCOMES) + ": what became of an export batch of the on-disk spool.",
 )
 
-SPANS: tuple[SpanDoc, ...] = (
-    SpanDoc(
-        s.SPAN_STEP,
-        "internal",
-        TASKRUNNER,
-        "root: one trace per training step",
-        (
-            s.ATTR_STEP,
-            s.ATTR_EPOCH,
-            s.ATTR_DRIVER,
-            s.ATTR_TIME_PREFIX + "<category>",
-            s.ATTR_POOL_PREFIX + "<role>.<state>",
-        ),
-        "One training step; its duration is verl's `timing_s/step`.",
+# ---------------------------------------------------------------- spans
+SPAN_STEP = Span(
+    "verl.step",
+    "internal",
+    TASKRUNNER,
+    "root: one trace per training step",
+    (
+        ATTR_STEP,
+        ATTR_EPOCH,
+        ATTR_DRIVER,
+        ATTR_TIME_PREFIX,
+        ATTR_POOL_PREFIX,
     ),
-    SpanDoc(
-        s.SPAN_STAGE_PREFIX + "<stage>",
-        "internal",
-        TASKRUNNER,
-        "`verl.step`",
-        (s.ATTR_STAGE, s.ATTR_STEP, s.ATTR_EPOCH),
-        "Every stage verl times (`gen`, `reward`, `old_log_prob`, `ref`, `values`, `adv`, `update_critic`, "
-        "`update_actor`, `update_weights`, `save_checkpoint`, `testing`, and any other timer name), with "
-        "verl's `timing_s/<stage>` as its duration. A stage that raises ends ERROR with the exception.",
+    "One training step; its duration is verl's `timing_s/step`.",
+)
+SPAN_STAGE_PREFIX = Span(
+    "verl.<stage>",
+    "internal",
+    TASKRUNNER,
+    "`verl.step`",
+    (ATTR_STAGE, ATTR_STEP, ATTR_EPOCH),
+    "Every stage verl times (`gen`, `reward`, `old_log_prob`, `ref`, `values`, `adv`, `update_critic`, "
+    "`update_actor`, `update_weights`, `save_checkpoint`, `testing`, and any other timer name), with "
+    "verl's `timing_s/<stage>` as its duration. A stage that raises ends ERROR with the exception.",
+)
+SPAN_WG_PREFIX = Span(
+    "verl.wg.<method>",
+    "client",
+    TASKRUNNER,
+    "the stage it runs in",
+    (ATTR_WORKER_METHOD,),
+    "The driver's worker-group call; for a non-blocking call it covers the dispatch.",
+)
+SPAN_WORKER_PREFIX = Span(
+    "verl.worker.<method>",
+    "server",
+    WORKER,
+    "`verl.wg.<method>`, across Ray",
+    (ATTR_WORKER_METHOD, ATTR_WORKER_CLASS, RES_RANK),
+    "The call inside one worker rank, for calls that carry data (log-prob, ref, values, updates).",
+)
+# worker/model start-up of a run (trainer.init / init_workers)
+SPAN_INIT = Span(
+    "verl.init", "internal", TASKRUNNER, "root", (ATTR_TRAINER_CLASS, ATTR_CONFIG), "Run start-up (workers and models)."
+)
+SPAN_VALIDATION = Span(
+    "verl.validation",
+    "internal",
+    TASKRUNNER,
+    "root",
+    (ATTR_VALIDATION_INITIAL, ATTR_STEP),
+    "Validation outside a timed stage (before training).",
+)
+# the trainer waiting (hooks/waits.py), child of the stage it waits in
+SPAN_WAIT = Span(
+    "verl.wait",
+    "internal",
+    TASKRUNNER,
+    "the stage it waits in",
+    (
+        ATTR_WAIT_FOR,
+        ATTR_WAIT_SOURCE,
+        ATTR_WAIT_PARTITION,
+        ATTR_STEP,
+        ATTR_WAIT_POLL_INTERVAL,
+        ATTR_WAIT_POLL_LAG,
+        ATTR_WAIT_NEEDED,
+        ATTR_WAIT_POLLS,
+        ATTR_WAIT_PENDING,
+        ATTR_WAIT_RUNNING,
+        ATTR_WAIT_FINISHED,
+        ATTR_WAIT_FAILED,
     ),
-    SpanDoc(
-        s.SPAN_WG_PREFIX + "<method>",
-        "client",
-        TASKRUNNER,
-        "the stage it runs in",
-        (s.ATTR_WORKER_METHOD,),
-        "The driver's worker-group call; for a non-blocking call it covers the dispatch.",
+    "The trainer waiting for rollouts (v1's `gen` polls TransferQueue until enough rollouts finished); the "
+    "counts are those of its last poll.",
+)
+# + sleep, abort, update_weights, ... (hooks/replicas.py)
+SPAN_REPLICAS_PREFIX = Span(
+    "verl.replicas.<op>",
+    "internal",
+    TASKRUNNER,
+    "the stage it runs in",
+    (ATTR_REPLICAS_COUNT, ATTR_STEP),
+    "The trainer driving the rollout replicas through verl's `CheckpointEngineManager`: `<op>` = `abort`, "
+    "`sleep`, `wake_up`, `resume_generation`, `release_kv_cache`, `resume_kv_cache`, `update_weights`.",
+)
+SPAN_GUARD = Span(
+    "verl.guard",
+    "internal",
+    TASKRUNNER,
+    "`verl.step` of the step (verl logs a step's values after that span ended)",
+    (ATTR_STEP,),
+    "The guard's decision, with a `verl.guard.triggered` event per firing.",
+)
+SPAN_ROLLOUT_BATCH = Span(
+    "verl.rollout.generate",
+    "server",
+    AGENT,
+    "`verl.gen`, across Ray (v0)",
+    (ATTR_ROLLOUT_VALIDATE, ATTR_ROLLOUT_SUBMIT_STEP, ATTR_ROLLOUT_BATCH_SIZE),
+    "v0: one `AgentLoopWorker.generate_sequences` call; carries the `verl.rollout.slowest_trajectory` event.",
+)
+# the TaskRunner's side of a dispatch to the agent-loop workers (hooks/rollout/dispatch.py)
+SPAN_ROLLOUT_DISPATCH = Span(
+    "verl.rollout.dispatch",
+    "client",
+    TASKRUNNER,
+    "`verl.gen` (v0) or `verl.step` (v1 `prepare_step`)",
+    (ATTR_ROLLOUT_WORKERS, ATTR_ROLLOUT_BATCH_SIZE, ATTR_ROLLOUT_QUEUED, ATTR_ROLLOUT_QUEUED_MAX),
+    "One dispatch to the agent-loop workers (`AgentLoopManager.generate_sequences`, v1 "
+    "`AgentLoopManagerTQ.generate_sequences`), the whole call; the time before the workers started the "
+    "batch is its `verl.wait` child (`verl.wait.for=agent_loop_workers`) and the step's `waiting`.",
+)
+SPAN_ROLLOUT_TRAJECTORY = Span(
+    "verl.rollout.trajectory",
+    "internal",
+    AGENT,
+    "v0: `verl.rollout.generate`; v1: root of its own trace, linked to the `verl.gen` span that submitted it",
+    (
+        ATTR_ROLLOUT_SUBMIT_STEP,
+        ATTR_ROLLOUT_SAMPLE_INDEX,
+        ATTR_ROLLOUT_INDEX,
+        ATTR_ROLLOUT_VALIDATE,
+        GEN_AI_AGENT_NAME,
+        ATTR_ROLLOUT_STATUS,
+        ATTR_ROLLOUT_PROMPT_TOKENS,
+        ATTR_ROLLOUT_RESPONSE_TOKENS,
+        ATTR_ROLLOUT_GENERATED_TOKENS,
+        ATTR_ROLLOUT_NUM_TURNS,
+        ATTR_ROLLOUT_REWARD,
+        ATTR_ROLLOUT_REPETITION,
+        ATTR_ROLLOUT_DEGENERATE,
+        ATTR_ROLLOUT_KEPT_BECAUSE,
+        ATTR_ROLLOUT_SAMPLE_RATE,
+        ATTR_ROLLOUT_SLOWEST_RANK,
+        ATTR_ROLLOUT_TREE_DROPPED,
     ),
-    SpanDoc(
-        s.SPAN_WORKER_PREFIX + "<method>",
-        "server",
-        WORKER,
-        "`verl.wg.<method>`, across Ray",
-        (s.ATTR_WORKER_METHOD, s.ATTR_WORKER_CLASS, s.RES_RANK),
-        "The call inside one worker rank, for calls that carry data (log-prob, ref, values, updates).",
+    "One trajectory (prompt x `rollout.n`). Its tree (with its LLM calls, tools, reward worker and engine "
+    "spans, and user spans under them) is exported or dropped as a whole when it ends: at most "
+    "`OTEL_VERL_ROLLOUT_SPANS_PER_STEP` per step and worker, the slowest first, then a uniform sample; "
+    "failed ones always.",
+)
+_LLM_CALL = Span(
+    s.llm_call_span_name("<model>"),
+    "client",
+    AGENT,
+    "`verl.rollout.trajectory`",
+    (
+        GEN_AI_OPERATION_NAME,
+        GEN_AI_PROVIDER_NAME,
+        GEN_AI_REQUEST_MODEL,
+        GEN_AI_USAGE_INPUT_TOKENS,
+        GEN_AI_USAGE_OUTPUT_TOKENS,
+        GEN_AI_REQUEST_MAX_TOKENS,
+        GEN_AI_REQUEST_TEMPERATURE,
+        GEN_AI_REQUEST_TOP_P,
+        GEN_AI_REQUEST_TOP_K,
+        GEN_AI_REQUEST_SEED,
+        GEN_AI_CONVERSATION_ID,
+        GEN_AI_RESPONSE_ID,
+        GEN_AI_RESPONSE_FINISH_REASONS,
+        GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+        ATTR_SERVER_ADDRESS,
+        ATTR_SERVER_PORT,
+        ATTR_ROLLOUT_SERVER_ID,
+        ATTR_ROLLOUT_SERVER_WAIT,
+        ATTR_ROLLOUT_PREEMPTIONS,
+        ATTR_ROLLOUT_WEIGHT_VERSION,
+        ATTR_ROLLOUT_SUBMIT_STEP,
+        ATTR_ROLLOUT_VALIDATE,
+        ATTR_ROLLOUT_STATUS,
+        ATTR_ERROR_TYPE,
     ),
-    SpanDoc(
-        s.SPAN_INIT,
-        "internal",
-        TASKRUNNER,
-        "root",
-        (s.ATTR_TRAINER_CLASS, s.ATTR_CONFIG),
-        "Run start-up (workers and models).",
+    "One engine call of a trajectory (`LLMServerClient.generate`), named and attributed by the GenAI "
+    "conventions (`text_completion` alone when the model is unknown), never with the prompt or the response. "
+    "Readers find it by `gen_ai.operation.name` = `text_completion` with `verl.rollout.submit_step` "
+    f"(`semconv.is_llm_call`); older otel-verl named it `{s.LEGACY_SPAN_ROLLOUT_LLM_CALL}`, which they still read.",
+)
+# the rollout engine's own request span and its attributes (vLLM's names: vllm/tracing/utils.py)
+# vLLM: one per request, a child of the LLM call's span
+SPAN_ENGINE_REQUEST = Span(
+    "llm_request",
+    "server",
+    SERVER,
+    f"`{s.llm_call_span_name('<model>')}`, across Ray",
+    (
+        GEN_AI_LATENCY_TIME_IN_QUEUE,
+        GEN_AI_LATENCY_PREFILL,
+        GEN_AI_LATENCY_DECODE,
+        GEN_AI_LATENCY_TTFT,
+        GEN_AI_LATENCY_E2E,
     ),
-    SpanDoc(
-        s.SPAN_VALIDATION,
-        "internal",
-        TASKRUNNER,
-        "root",
-        (s.ATTR_VALIDATION_INITIAL, s.ATTR_STEP),
-        "Validation outside a timed stage (before training).",
-    ),
-    SpanDoc(
-        s.SPAN_WAIT,
-        "internal",
-        TASKRUNNER,
-        "the stage it waits in",
-        (
-            s.ATTR_WAIT_FOR,
-            s.ATTR_WAIT_SOURCE,
-            s.ATTR_WAIT_PARTITION,
-            s.ATTR_STEP,
-            s.ATTR_WAIT_POLL_INTERVAL,
-            s.ATTR_WAIT_POLL_LAG,
-            s.ATTR_WAIT_NEEDED,
-            s.ATTR_WAIT_POLLS,
-            s.ATTR_WAIT_PENDING,
-            s.ATTR_WAIT_RUNNING,
-            s.ATTR_WAIT_FINISHED,
-            s.ATTR_WAIT_FAILED,
-        ),
-        "The trainer waiting for rollouts (v1's `gen` polls TransferQueue until enough rollouts finished); the "
-        "counts are those of its last poll.",
-    ),
-    SpanDoc(
-        s.SPAN_REPLICAS_PREFIX + "<op>",
-        "internal",
-        TASKRUNNER,
-        "the stage it runs in",
-        (s.ATTR_REPLICAS_COUNT, s.ATTR_STEP),
-        "The trainer driving the rollout replicas through verl's `CheckpointEngineManager`: `<op>` = `abort`, "
-        "`sleep`, `wake_up`, `resume_generation`, `release_kv_cache`, `resume_kv_cache`, `update_weights`.",
-    ),
-    SpanDoc(
-        s.SPAN_GUARD,
-        "internal",
-        TASKRUNNER,
-        "`verl.step` of the step (verl logs a step's values after that span ended)",
-        (s.ATTR_STEP,),
-        "The guard's decision, with a `verl.guard.triggered` event per firing.",
-    ),
-    SpanDoc(
-        s.SPAN_ROLLOUT_BATCH,
-        "server",
-        AGENT,
-        "`verl.gen`, across Ray (v0)",
-        (s.ATTR_ROLLOUT_VALIDATE, s.ATTR_ROLLOUT_SUBMIT_STEP, s.ATTR_ROLLOUT_BATCH_SIZE),
-        "v0: one `AgentLoopWorker.generate_sequences` call; carries the `verl.rollout.slowest_trajectory` event.",
-    ),
-    SpanDoc(
-        s.SPAN_ROLLOUT_DISPATCH,
-        "client",
-        TASKRUNNER,
-        "`verl.gen` (v0) or `verl.step` (v1 `prepare_step`)",
-        (s.ATTR_ROLLOUT_WORKERS, s.ATTR_ROLLOUT_BATCH_SIZE, s.ATTR_ROLLOUT_QUEUED, s.ATTR_ROLLOUT_QUEUED_MAX),
-        "One dispatch to the agent-loop workers (`AgentLoopManager.generate_sequences`, v1 "
-        "`AgentLoopManagerTQ.generate_sequences`), the whole call; the time before the workers started the "
-        "batch is its `verl.wait` child (`verl.wait.for=agent_loop_workers`) and the step's `waiting`.",
-    ),
-    SpanDoc(
-        s.SPAN_ROLLOUT_TRAJECTORY,
-        "internal",
-        AGENT,
-        "v0: `verl.rollout.generate`; v1: root of its own trace, linked to the `verl.gen` span that submitted it",
-        (
-            s.ATTR_ROLLOUT_SUBMIT_STEP,
-            s.ATTR_ROLLOUT_SAMPLE_INDEX,
-            s.ATTR_ROLLOUT_INDEX,
-            s.ATTR_ROLLOUT_VALIDATE,
-            s.GEN_AI_AGENT_NAME,
-            s.ATTR_ROLLOUT_STATUS,
-            s.ATTR_ROLLOUT_PROMPT_TOKENS,
-            s.ATTR_ROLLOUT_RESPONSE_TOKENS,
-            s.ATTR_ROLLOUT_GENERATED_TOKENS,
-            s.ATTR_ROLLOUT_NUM_TURNS,
-            s.ATTR_ROLLOUT_REWARD,
-            s.ATTR_ROLLOUT_REPETITION,
-            s.ATTR_ROLLOUT_DEGENERATE,
-            s.ATTR_ROLLOUT_KEPT_BECAUSE,
-            s.ATTR_ROLLOUT_SAMPLE_RATE,
-            s.ATTR_ROLLOUT_SLOWEST_RANK,
-            s.ATTR_ROLLOUT_TREE_DROPPED,
-        ),
-        "One trajectory (prompt x `rollout.n`). Its tree (with its LLM calls, tools, reward worker and engine "
-        "spans, and user spans under them) is exported or dropped as a whole when it ends: at most "
-        "`OTEL_VERL_ROLLOUT_SPANS_PER_STEP` per step and worker, the slowest first, then a uniform sample; "
-        "failed ones always.",
-    ),
-    SpanDoc(
-        s.llm_call_span_name("<model>"),
-        "client",
-        AGENT,
-        "`verl.rollout.trajectory`",
-        (
-            s.GEN_AI_OPERATION_NAME,
-            s.GEN_AI_PROVIDER_NAME,
-            s.GEN_AI_REQUEST_MODEL,
-            s.GEN_AI_USAGE_INPUT_TOKENS,
-            s.GEN_AI_USAGE_OUTPUT_TOKENS,
-            s.GEN_AI_REQUEST_MAX_TOKENS,
-            s.GEN_AI_REQUEST_TEMPERATURE,
-            s.GEN_AI_REQUEST_TOP_P,
-            s.GEN_AI_REQUEST_TOP_K,
-            s.GEN_AI_REQUEST_SEED,
-            s.GEN_AI_CONVERSATION_ID,
-            s.GEN_AI_RESPONSE_ID,
-            s.GEN_AI_RESPONSE_FINISH_REASONS,
-            s.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
-            s.ATTR_SERVER_ADDRESS,
-            s.ATTR_SERVER_PORT,
-            s.ATTR_ROLLOUT_SERVER_ID,
-            s.ATTR_ROLLOUT_SERVER_WAIT,
-            s.ATTR_ROLLOUT_PREEMPTIONS,
-            s.ATTR_ROLLOUT_WEIGHT_VERSION,
-            s.ATTR_ROLLOUT_SUBMIT_STEP,
-            s.ATTR_ROLLOUT_VALIDATE,
-            s.ATTR_ROLLOUT_STATUS,
-            s.ATTR_ERROR_TYPE,
-        ),
-        "One engine call of a trajectory (`LLMServerClient.generate`), named and attributed by the GenAI "
-        "conventions (`text_completion` alone when the model is unknown), never with the prompt or the response. "
-        "Readers find it by `gen_ai.operation.name` = `text_completion` with `verl.rollout.submit_step` "
-        f"(`semconv.is_llm_call`); older otel-verl named it `{s.LEGACY_SPAN_ROLLOUT_LLM_CALL}`, which they still read.",
-    ),
-    SpanDoc(
-        s.SPAN_ENGINE_REQUEST,
-        "server",
-        SERVER,
-        f"`{s.llm_call_span_name('<model>')}`, across Ray",
-        (
-            s.GEN_AI_LATENCY_TIME_IN_QUEUE,
-            s.GEN_AI_LATENCY_PREFILL,
-            s.GEN_AI_LATENCY_DECODE,
-            s.GEN_AI_LATENCY_TTFT,
-            s.GEN_AI_LATENCY_E2E,
-        ),
-        "vLLM's own span of the engine request (its name and attributes are vLLM's), recorded on otel-verl's "
-        "provider in the rollout server while `OTEL_VERL_ENGINE_TRACING` allows it.",
-    ),
-    SpanDoc(
-        s.SPAN_ROLLOUT_TOOL_PREFIX + "<tool>",
-        "internal",
-        AGENT,
-        "`verl.rollout.trajectory`",
-        (s.GEN_AI_OPERATION_NAME, s.GEN_AI_TOOL_NAME, s.GEN_AI_TOOL_CALL_ID, s.ATTR_ROLLOUT_TOOL_REWARD),
-        "One tool call of a tool agent loop; arguments and results are never recorded.",
-    ),
-    SpanDoc(
-        s.SPAN_REWARD_WORKER,
-        "internal",
-        REWARD,
-        "`verl.rollout.trajectory`, across Ray",
-        (s.ATTR_STEP,),
-        "The trajectory's reward scoring (`RewardLoopWorker.compute_score`); the user's reward function runs under it.",
-    ),
-    SpanDoc(
-        s.SPAN_ROLLOUT_TAIL,
-        "internal",
-        AGENT,
-        "v1: root, linked to the `verl.gen` span that submitted the step's rollouts",
-        (s.ATTR_ROLLOUT_SUBMIT_STEP, s.ATTR_ROLLOUT_VALIDATE, s.ATTR_ROLLOUT_TAIL_RATIO),
-        "v1: carries the `verl.rollout.slowest_trajectory` event of a worker's step.",
-    ),
+    "vLLM's own span of the engine request (its name and attributes are vLLM's), recorded on otel-verl's "
+    "provider in the rollout server while `OTEL_VERL_ENGINE_TRACING` allows it.",
+)
+SPAN_ROLLOUT_TOOL_PREFIX = Span(
+    "execute_tool <tool>",
+    "internal",
+    AGENT,
+    "`verl.rollout.trajectory`",
+    (GEN_AI_OPERATION_NAME, GEN_AI_TOOL_NAME, GEN_AI_TOOL_CALL_ID, ATTR_ROLLOUT_TOOL_REWARD),
+    "One tool call of a tool agent loop; arguments and results are never recorded.",
+)
+SPAN_REWARD_WORKER = Span(
+    "verl.reward_worker.compute_score",
+    "internal",
+    REWARD,
+    "`verl.rollout.trajectory`, across Ray",
+    (ATTR_STEP,),
+    "The trajectory's reward scoring (`RewardLoopWorker.compute_score`); the user's reward function runs under it.",
+)
+SPAN_ROLLOUT_TAIL = Span(
+    "verl.rollout.tail",
+    "internal",
+    AGENT,
+    "v1: root, linked to the `verl.gen` span that submitted the step's rollouts",
+    (ATTR_ROLLOUT_SUBMIT_STEP, ATTR_ROLLOUT_VALIDATE, ATTR_ROLLOUT_TAIL_RATIO),
+    "v1: carries the `verl.rollout.slowest_trajectory` event of a worker's step.",
 )
 
 # What v1's wait for rollouts still waits for (hooks/waiting_for.py): on its event and the stall record.
 _WAIT_PICTURE = (
-    s.ATTR_WAIT_PARTITION,
-    s.ATTR_WAIT_NEEDED,
-    s.ATTR_WAIT_POLLS,
-    s.ATTR_WAIT_ELAPSED,
-    s.ATTR_WAIT_PENDING,
-    s.ATTR_WAIT_RUNNING,
-    s.ATTR_WAIT_FINISHED,
-    s.ATTR_WAIT_FAILED,
-    s.ATTR_WAIT_OLDEST_UIDS,
-    s.ATTR_WAIT_OLDEST_STATES,
-    s.ATTR_WAIT_OLDEST_STEPS,
-    s.ATTR_WAIT_OLDEST_AGES,
-    s.ATTR_WAIT_OLDEST_REPLICAS,
-    s.ATTR_WAIT_OLDEST_SCANNED,
+    ATTR_WAIT_PARTITION,
+    ATTR_WAIT_NEEDED,
+    ATTR_WAIT_POLLS,
+    ATTR_WAIT_ELAPSED,
+    ATTR_WAIT_PENDING,
+    ATTR_WAIT_RUNNING,
+    ATTR_WAIT_FINISHED,
+    ATTR_WAIT_FAILED,
+    ATTR_WAIT_OLDEST_UIDS,
+    ATTR_WAIT_OLDEST_STATES,
+    ATTR_WAIT_OLDEST_STEPS,
+    ATTR_WAIT_OLDEST_AGES,
+    ATTR_WAIT_OLDEST_REPLICAS,
+    ATTR_WAIT_OLDEST_SCANNED,
 )
 
-EVENTS: tuple[EventDoc, ...] = (
-    EventDoc(
-        s.EVENT_SLOWEST_TRAJECTORY,
-        "span event on `verl.rollout.generate` (v0) or `verl.rollout.tail` (v1)",
-        (
-            s.ATTR_ROLLOUT_SUBMIT_STEP,
-            s.ATTR_ROLLOUT_VALIDATE,
-            s.ATTR_ROLLOUT_DURATION,
-            s.ATTR_ROLLOUT_TAIL_RATIO,
-            s.ATTR_ROLLOUT_TRAJECTORIES,
-            s.ATTR_ROLLOUT_SAMPLE_INDEX,
-            s.ATTR_ROLLOUT_INDEX,
-            s.ATTR_ROLLOUT_RESPONSE_TOKENS,
-            s.ATTR_ROLLOUT_SLOWEST_SPAN_ID,
-            s.ATTR_ROLLOUT_SLOWEST_TRACE_ID,
-            s.ATTR_ROLLOUT_KEPT_PREFIX + "<reason>",
-            s.ATTR_ROLLOUT_NOT_KEPT,
-        ),
-        "The slowest trajectory of a worker's step (not a metric attribute: one series per sample), with the "
-        "trees its worker kept and left out in that step.",
+# ---------------------------------------------------------------- events
+EVENT_SLOWEST_TRAJECTORY = Event(
+    "verl.rollout.slowest_trajectory",
+    "span event on `verl.rollout.generate` (v0) or `verl.rollout.tail` (v1)",
+    (
+        ATTR_ROLLOUT_SUBMIT_STEP,
+        ATTR_ROLLOUT_VALIDATE,
+        ATTR_ROLLOUT_DURATION,
+        ATTR_ROLLOUT_TAIL_RATIO,
+        ATTR_ROLLOUT_TRAJECTORIES,
+        ATTR_ROLLOUT_SAMPLE_INDEX,
+        ATTR_ROLLOUT_INDEX,
+        ATTR_ROLLOUT_RESPONSE_TOKENS,
+        ATTR_ROLLOUT_SLOWEST_SPAN_ID,
+        ATTR_ROLLOUT_SLOWEST_TRACE_ID,
+        ATTR_ROLLOUT_KEPT_PREFIX,
+        ATTR_ROLLOUT_NOT_KEPT,
     ),
-    EventDoc(
-        s.EVENT_GUARD_TRIGGERED,
-        "span event on `verl.guard`, and a WARNING log record",
-        (
-            s.ATTR_GUARD_RULE,
-            s.ATTR_METRIC_KEY,
-            s.ATTR_GUARD_VALUE,
-            s.ATTR_GUARD_LIMIT,
-            s.ATTR_GUARD_BASELINE,
-            s.ATTR_GUARD_ACTION,
-            s.ATTR_GUARD_CHECKPOINT,
-            s.ATTR_STEP,
-        ),
-        "A guard rule fired.",
-    ),
-    EventDoc(
-        s.EVENT_ROLLOUT_SAMPLE,
-        "log record (`OTEL_VERL_SAMPLES=true`)",
-        (
-            s.ATTR_STEP,
-            s.ATTR_SAMPLE_REWARD,
-            s.ATTR_DATA_SOURCE,
-            s.ATTR_SAMPLE_INDEX,
-            s.ATTR_SAMPLE_PICKED_BECAUSE,
-            s.ATTR_ROLLOUT_DEGENERATE,
-        ),
-        f"A sampled generation: body `{{{s.SAMPLE_BODY_PROMPT!r}: ..., {s.SAMPLE_BODY_RESPONSE!r}: ...}}`, in "
-        "the step's trace.",
-    ),
-    EventDoc(
-        s.EVENT_WAIT_STILL_WAITING,
-        "span event on `verl.wait` (v1)",
-        _WAIT_PICTURE,
-        f"The wait has lasted {wf.EVENT_AFTER_POLLS} poll intervals (at least {wf.EVENT_AFTER_MIN_S:g} s), then "
-        f"{wf.EVENT_FACTOR:g}x as long each time, at most {wf.MAX_EVENTS} per wait: what it still waits for, with "
-        "the oldest groups in flight.",
-    ),
-    EventDoc(
-        s.EVENT_TRAINING_STALLED,
-        "log record (TaskRunner, WARNING)",
-        (
-            s.ATTR_STEP,
-            s.ATTR_STALL_SECONDS,
-            s.ATTR_STALL_EPISODE,
-            s.ATTR_STAGE,
-            s.ATTR_EVENT_NAME,
-            s.ATTR_WAIT_FOR,
-            *_WAIT_PICTURE,
-        ),
-        "No training step has finished for `OTEL_VERL_STALL_AFTER`; when the trainer is inside v1's wait for "
-        "rollouts, what it waits for (`verl.wait.*`, as on the `verl.wait.still_waiting` event).",
-    ),
-    EventDoc(
-        s.EVENT_STALL_STACKS,
-        "log record (every verl process)",
-        (s.ATTR_STEP, s.ATTR_STALL_EPISODE, s.ATTR_RAY_ACTOR_CLASS, s.ATTR_EVENT_NAME),
-        "Body: the Python stacks of all the process's threads, in the trace of the step in progress.",
-    ),
-    EventDoc(
-        s.EVENT_TRAINING_RESUMED,
-        "log record (TaskRunner)",
-        (s.ATTR_STEP, s.ATTR_STALL_EPISODE, s.ATTR_EVENT_NAME),
-        "A step finished again after a stall.",
-    ),
+    "The slowest trajectory of a worker's step (not a metric attribute: one series per sample), with the "
+    "trees its worker kept and left out in that step.",
 )
+EVENT_GUARD_TRIGGERED = Event(
+    "verl.guard.triggered",
+    "span event on `verl.guard`, and a WARNING log record",
+    (
+        ATTR_GUARD_RULE,
+        ATTR_METRIC_KEY,
+        ATTR_GUARD_VALUE,
+        ATTR_GUARD_LIMIT,
+        ATTR_GUARD_BASELINE,
+        ATTR_GUARD_ACTION,
+        ATTR_GUARD_CHECKPOINT,
+        ATTR_STEP,
+    ),
+    "A guard rule fired.",
+)
+EVENT_ROLLOUT_SAMPLE = Event(
+    "verl.rollout.sample",
+    "log record (`OTEL_VERL_SAMPLES=true`)",
+    (
+        ATTR_STEP,
+        ATTR_SAMPLE_REWARD,
+        ATTR_DATA_SOURCE,
+        ATTR_SAMPLE_INDEX,
+        ATTR_SAMPLE_PICKED_BECAUSE,
+        ATTR_ROLLOUT_DEGENERATE,
+    ),
+    f"A sampled generation: body `{{{s.SAMPLE_BODY_PROMPT!r}: ..., {s.SAMPLE_BODY_RESPONSE!r}: ...}}`, in "
+    "the step's trace.",
+)
+EVENT_WAIT_STILL_WAITING = Event(
+    "verl.wait.still_waiting",
+    "span event on `verl.wait` (v1)",
+    _WAIT_PICTURE,
+    f"The wait has lasted {wf.EVENT_AFTER_POLLS} poll intervals (at least {wf.EVENT_AFTER_MIN_S:g} s), then "
+    f"{wf.EVENT_FACTOR:g}x as long each time, at most {wf.MAX_EVENTS} per wait: what it still waits for, with "
+    "the oldest groups in flight.",
+)
+EVENT_TRAINING_STALLED = Event(
+    "verl.training.stalled",
+    "log record (TaskRunner, WARNING)",
+    (
+        ATTR_STEP,
+        ATTR_STALL_SECONDS,
+        ATTR_STALL_EPISODE,
+        ATTR_STAGE,
+        ATTR_EVENT_NAME,
+        ATTR_WAIT_FOR,
+        *_WAIT_PICTURE,
+    ),
+    "No training step has finished for `OTEL_VERL_STALL_AFTER`; when the trainer is inside v1's wait for "
+    "rollouts, what it waits for (`verl.wait.*`, as on the `verl.wait.still_waiting` event).",
+)
+EVENT_STALL_STACKS = Event(
+    "verl.stall.stacks",
+    "log record (every verl process)",
+    (ATTR_STEP, ATTR_STALL_EPISODE, ATTR_RAY_ACTOR_CLASS, ATTR_EVENT_NAME),
+    "Body: the Python stacks of all the process's threads, in the trace of the step in progress.",
+)
+EVENT_TRAINING_RESUMED = Event(
+    "verl.training.resumed",
+    "log record (TaskRunner)",
+    (ATTR_STEP, ATTR_STALL_EPISODE, ATTR_EVENT_NAME),
+    "A step finished again after a stall.",
+)
+
+
+def _declared(kind: type) -> tuple:
+    return tuple(v for v in list(globals().values()) if isinstance(v, kind))
+
+
+ATTRIBUTES: tuple[Attribute, ...] = _declared(Attribute)
+SPANS: tuple[Span, ...] = _declared(Span)
+EVENTS: tuple[Event, ...] = _declared(Event)
 
 
 # Where each metric's values come from, for the metrics page (an instrument's own ``description``,
@@ -816,7 +899,8 @@ SOURCES: dict[c.InstrumentSpec, str] = {
     c.ROLLOUT_IDLE_RATIO: (
         "The rollout role's idle / step time: the share of the last step the trainer did not hold the rollout replicas "
         "(`gen`, `update_weights`, `testing`). On the sync drivers the replicas' own idle share "
-        "(`otel_verl/offline/pools.py`) is at least this; v1 `colocate_async`'s replicas also generate during training."
+        "(`otel_verl/offline/facts/pools.py`) is at least this; v1 `colocate_async`'s replicas also generate "
+        "during training."
     ),
     c.LOGGED_VALUE: (
         "Every numeric key verl logs (`Tracking.log`): `/` becomes `.`, other characters outside `[A-Za-z0-9_.-]` "
@@ -888,7 +972,7 @@ SOURCES: dict[c.InstrumentSpec, str] = {
 }
 
 
-def attribute(name: str) -> AttributeDoc:
+def attribute(name: str) -> Attribute:
     """The entry of ``name`` (KeyError: not documented)."""
     found = [a for a in ATTRIBUTES if a.name == name]
     if not found:

@@ -8,9 +8,11 @@ settings, the built-in guard rules, and every span, event, attribute and metric 
 kind and Prometheus name come from ``otel_verl.config``, ``otel_verl.hooks.guard``,
 ``otel_verl.telemetry_catalog``, ``otel_verl.instruments.catalog`` and
 ``otel_verl.instruments.prometheus``; every hooked verl/Ray name with its mechanism, since when and
-expected shape from ``otel_verl.hooks.targets``. It also writes ``semconv``'s ``M_*`` metric-name
-constants (``BLOCKS``) from ``otel_verl.instruments.catalog``, where each name is declared with its
-instrument. ``tests/docs/test_docs_generated.py`` runs the check.
+expected shape from ``otel_verl.hooks.targets``. It also writes ``semconv``'s name constants
+(``BLOCKS``): the ``M_*`` metric names from ``otel_verl.instruments.catalog``, where each is declared
+with its instrument, and the span, event and attribute names from ``otel_verl.telemetry_catalog``,
+where each is declared with its type, where it appears and what it means.
+``tests/docs/test_docs_generated.py`` runs the check.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
 
 def _code(names: Iterable[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
+
+
+def _names(declared: Iterable) -> str:
+    """The names of declared attributes, as code."""
+    return _code(a.name for a in declared)
 
 
 def _default(variable) -> str:
@@ -162,7 +169,7 @@ def metrics_page(only: Callable[[object], bool] | None = None) -> str:
 def spans_page() -> str:
     from otel_verl import telemetry_catalog as t
 
-    rows = [(f"`{sp.name}`", sp.kind, f"`{sp.process}`", sp.parent, _code(sp.attributes), sp.doc) for sp in t.SPANS]
+    rows = [(f"`{sp.name}`", sp.kind, f"`{sp.process}`", sp.parent, _names(sp.attributes), sp.doc) for sp in t.SPANS]
     head = HEAD.format(source="otel_verl/telemetry_catalog.py (SPANS)")
     return head + _table(("Span", "Kind", "Process", "Parent", "Attributes", "What"), rows)
 
@@ -170,7 +177,7 @@ def spans_page() -> str:
 def events_page() -> str:
     from otel_verl import telemetry_catalog as t
 
-    rows = [(f"`{e.name}`", e.carrier, _code(e.attributes), e.doc) for e in t.EVENTS]
+    rows = [(f"`{e.name}`", e.carrier, _names(e.attributes), e.doc) for e in t.EVENTS]
     head = HEAD.format(source="otel_verl/telemetry_catalog.py (EVENTS)")
     return head + _table(("Event", "Where", "Attributes", "What"), rows)
 
@@ -179,15 +186,13 @@ def attributes_page() -> str:
     from otel_verl import telemetry_catalog as t
     from otel_verl.instruments import catalog
 
-    where: dict[str, list[str]] = {}
-    for name in t.RESOURCE:
-        where.setdefault(name, []).append("resource")
+    where: dict[str, list[str]] = {a.name: ["resource"] for a in t.ATTRIBUTES if a.resource}
     for sp in t.SPANS:
-        for name in sp.attributes:
-            where.setdefault(name, []).append(f"`{sp.name}`")
+        for a in sp.attributes:
+            where.setdefault(a.name, []).append(f"`{sp.name}`")
     for e in t.EVENTS:
-        for name in e.attributes:
-            where.setdefault(name, []).append(f"`{e.name}` (event)")
+        for a in e.attributes:
+            where.setdefault(a.name, []).append(f"`{e.name}` (event)")
     for spec in (*catalog.ALL, *catalog.ENGINE):
         for name in spec.attributes:
             where.setdefault(name, []).append(f"`{spec.name}` (metric)")
@@ -252,10 +257,36 @@ def metric_names() -> str:
     return "".join(f'M_{const[id(spec)]} = "{spec.name}"\n' for spec in (*catalog.ALL, *catalog.ENGINE))
 
 
-# Blocks of code generated in place: file -> (the block's first line, its last line, what goes between).
-BLOCKS: dict[str, tuple[str, str, Callable[[], str]]] = {
-    "otel_verl/semconv.py": ("# BEGIN generated metric names\n", "# END generated metric names\n", metric_names),
-}
+def span_event_attribute_names() -> str:
+    """``semconv``'s span, event and attribute constants: each name, from its one declaration in
+    ``telemetry_catalog`` (the constant has the declaration's name there; a pattern's, ``*_PREFIX``,
+    is its part before ``<``: ``verl.time.<category>`` -> ``"verl.time."``). A declaration whose
+    constant would be ambiguous (a pattern not named ``*_PREFIX``, or a prefix without a pattern)
+    raises: its name could not be spelled back from the constant."""
+    from otel_verl import telemetry_catalog as t
+
+    kinds = (t.Attribute, t.Span, t.Event)
+    out = []
+    for const, declared in vars(t).items():
+        if const.startswith("_") or not isinstance(declared, kinds):
+            continue
+        value, pattern = declared.name.partition("<")[::2]
+        if bool(pattern) != const.endswith("_PREFIX") or (pattern and not declared.name.endswith(">")):
+            raise ValueError(f"telemetry_catalog.{const} = {declared.name!r}: a pattern is named *_PREFIX, and only it")
+        out.append(f'{const} = "{value}"\n')
+    return "".join(out)
+
+
+# Blocks of code generated in place: (file, the block's first line, its last line, what goes between).
+BLOCKS: tuple[tuple[str, str, str, Callable[[], str]], ...] = (
+    (
+        "otel_verl/semconv.py",
+        "# BEGIN generated span, event and attribute names\n",
+        "# END generated span, event and attribute names\n",
+        span_event_attribute_names,
+    ),
+    ("otel_verl/semconv.py", "# BEGIN generated metric names\n", "# END generated metric names\n", metric_names),
+)
 
 
 def _with_block(text: str, begin: str, end: str, body: str) -> str:
@@ -270,10 +301,11 @@ def render() -> dict[str, str]:
 
 def render_blocks() -> dict[Path, str]:
     """Each file holding a generated block -> its content with that block as this tree's code says."""
-    out = {}
-    for name, (begin, end, make) in BLOCKS.items():
+    out: dict[Path, str] = {}
+    for name, begin, end, make in BLOCKS:
         path = REPO / name
-        out[path] = _with_block(path.read_text(encoding="utf-8"), begin, end, make())
+        text = out[path] if path in out else path.read_text(encoding="utf-8")
+        out[path] = _with_block(text, begin, end, make())
     return out
 
 
@@ -308,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if stale_blocks():  # first the code, then the pages in a fresh interpreter that imports it
         for path, text in render_blocks().items():
             path.write_text(text, encoding="utf-8")
-        print(f"wrote the generated blocks of {', '.join(BLOCKS)}")
+        print(f"wrote the generated blocks of {', '.join(dict.fromkeys(b[0] for b in BLOCKS))}")
         return subprocess.run([sys.executable, __file__], check=False).returncode
     OUT.mkdir(parents=True, exist_ok=True)
     for name, text in render().items():

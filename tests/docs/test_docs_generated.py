@@ -60,6 +60,47 @@ def test_semconvs_metric_names_are_generated_from_the_catalog(tmp_path, monkeypa
         assert gen.stale_blocks() == ([] if not stale else ["otel_verl/semconv.py"])
 
 
+def test_semconvs_span_event_and_attribute_names_are_generated_from_the_telemetry_catalog(tmp_path, monkeypatch):
+    """Each span, event and attribute constant of ``semconv`` is its declaration's name in
+    ``telemetry_catalog`` (a pattern's: its part before ``<``), every declaration has one, and a
+    constant missing or changed by hand is out of date."""
+    from otel_verl import semconv, telemetry_catalog
+
+    declared = {
+        k: v.name.partition("<")[0]
+        for k, v in vars(telemetry_catalog).items()
+        if not k.startswith("_")
+        and isinstance(v, (telemetry_catalog.Attribute, telemetry_catalog.Span, telemetry_catalog.Event))
+    }
+    assert (
+        len(declared)
+        == len(telemetry_catalog.ATTRIBUTES) + len(telemetry_catalog.SPANS) + len(telemetry_catalog.EVENTS) - 1
+    )  # the LLM call's span: its name is made by semconv.llm_call_span_name
+    assert {k: getattr(semconv, k, None) for k in declared} == declared
+    assert semconv.ATTR_TIME_PREFIX == "verl.time." and semconv.SPAN_STAGE_PREFIX == "verl."
+    gen = _gen()
+    copy = tmp_path / "otel_verl" / "semconv.py"
+    copy.parent.mkdir()
+    text = (REPO / "otel_verl" / "semconv.py").read_text(encoding="utf-8")
+    monkeypatch.setattr(gen, "REPO", tmp_path)
+    for stale in (text.replace('ATTR_EPOCH = "verl.epoch"\n', ""), text.replace('"verl.epoch"', '"epoch"')):
+        copy.write_text(stale, encoding="utf-8")
+        assert gen.stale_blocks() == ["otel_verl/semconv.py"]
+
+
+def test_a_pattern_is_declared_as_a_prefix_and_only_a_pattern(monkeypatch):
+    """The constant of ``verl.time.<category>`` is ``ATTR_TIME_PREFIX = "verl.time."``: a pattern
+    under another kind of constant name, or a ``*_PREFIX`` without a pattern, cannot be generated."""
+    from otel_verl import telemetry_catalog as t
+
+    gen = _gen()
+    for const, name in (("ATTR_ODD", "verl.odd.<x>"), ("ATTR_ODD_PREFIX", "verl.odd."), ("ATTR_ODD_PREFIX", "a.<b")):
+        monkeypatch.setattr(t, const, t.Attribute(name, "int", "x"), raising=False)
+        with pytest.raises(ValueError, match=const):
+            gen.span_event_attribute_names()
+        monkeypatch.delattr(t, const)
+
+
 def _rows(text: str, name: str) -> list[list[str]]:
     rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
     return [[c.strip() for c in row.strip("|").split(" | ")] for row in rows]

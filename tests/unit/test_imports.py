@@ -142,7 +142,7 @@ def test_the_documentation_text_is_off_every_process_runtime_path():
     assert "otel_verl.telemetry_catalog" not in runtime
     from otel_verl import telemetry_catalog
 
-    texts = [d.doc for d in (*telemetry_catalog.SPANS, *telemetry_catalog.ATTRIBUTES)]
+    texts = [d.doc for d in (*telemetry_catalog.SPANS, *telemetry_catalog.EVENTS, *telemetry_catalog.ATTRIBUTES)]
     texts += list(telemetry_catalog.SOURCES.values())
     starts = {t[:60] for t in texts if len(t) >= 30}  # a sentence or its start, as a module would spell it
     for name in runtime:

@@ -390,7 +390,7 @@ COVERED = "with a worker call, rollout or wait under it"
 
 def _pools_of(rows: list[StepRow], slow: StepRow) -> str:
     """Busy / waiting / idle seconds per pool role (``verl.pool.*`` of the step span), and each
-    rollout replica's own idle share from its LLM-call spans (``offline/pools.py``)."""
+    rollout replica's own idle share from its LLM-call spans (``offline/facts/pools.py``)."""
     roles: list[str] = []
     for r in rows:
         roles += [role for role in r.pools if role not in roles]
