@@ -10,7 +10,7 @@ kind and Prometheus name come from ``otel_verl.config``, ``otel_verl.hooks.guard
 ``otel_verl.instruments.prometheus``; every hooked verl/Ray name with its mechanism, since when and
 expected shape from ``otel_verl.hooks.targets``. It also writes ``semconv``'s ``M_*`` metric-name
 constants (``BLOCKS``) from ``otel_verl.instruments.catalog``, where each name is declared with its
-instrument. ``tests/docs/test_docs_generated.py`` runs the check.
+instrument. ``tests/docs/test_generated.py`` runs the check.
 """
 
 from __future__ import annotations

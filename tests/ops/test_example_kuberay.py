@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 import yaml
-from ops.test_ops_otelcol_config import _collector_binary
+from ops.test_otelcol_config import _collector_binary
 from support.components import require, require_module, require_tool
 from support.opskit import COLLECTOR, REPO, run_tool
 

@@ -10,9 +10,7 @@ from otel_verl.config import settings
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
-    monkeypatch.setenv(
-        "OTEL_VERL_PROCESS_METRICS", "false"
-    )  # covered in tests/unit/instruments/test_instruments_gpu.py
+    monkeypatch.setenv("OTEL_VERL_PROCESS_METRICS", "false")  # covered in tests/unit/instruments/test_gpu.py
     settings.cache_clear()
     yield
     monkeypatch.delenv("OTEL_VERL_PROCESS_METRICS")

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from ops.test_ops_otelcol_config import _collector_binary, check_collector_config, component_type
+from ops.test_otelcol_config import _collector_binary, check_collector_config, component_type
 from support.opskit import (
     BUILDER_CONFIG,
     COLLECTOR,
