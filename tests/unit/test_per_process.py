@@ -3,11 +3,15 @@ that makes the process as just started, one fork handler that runs every module'
 
 from __future__ import annotations
 
+import logging
 import os
+
+from opentelemetry.sdk._logs import LoggerProvider
 
 from otel_verl import per_process, semconv
 from otel_verl._safe import warn_once
 from otel_verl.hooks import accounting, compat
+from otel_verl.process import logs
 from otel_verl.process.state import PROCESS
 from otel_verl.spool import exporters, stats, store
 from otel_verl.stall import reporter
@@ -18,7 +22,10 @@ def test_reset_makes_the_process_as_just_started(caplog):
     PROCESS.use_providers(object(), object())
     stats.count("traces", "spooled", 10)
     warn_once("per-process test", "said once")
+    handler = logs.attach(LoggerProvider())  # a pipeline's: dropped with it, its handler goes too
+    assert handler in logging.getLogger().handlers
     per_process.reset()
+    assert handler not in logging.getLogger().handlers
     assert PROCESS.identity.role == semconv.ROLE_UNKNOWN and not PROCESS.built
     assert stats.counts() == {}
     assert reporter.REPORTER.seen is None
