@@ -16,7 +16,7 @@ Cases, each in its own process (clean RSS):
 
 RSS (``/proc/self/statm``) and the length of every otel-verl/SDK queue are sampled every
 ``--every`` steps. Usage: ``nice python bench/soak_memory.py [--steps 10000] [--every 1000]``.
-The loop itself is ``verl_cpu_harness.soak`` (shared with ``tests/unit/process/test_process_memory_bound.py``).
+The loop itself is ``verl_cpu_harness.soak`` (shared with ``tests/unit/process/test_memory_bound.py``).
 """
 
 from __future__ import annotations

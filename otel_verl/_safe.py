@@ -8,11 +8,18 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from otel_verl import _hook_clock
+from otel_verl import _hook_clock, per_process
 
 _log = logging.getLogger("otel_verl")
 _seen: set[str] = set()
 _lock = threading.Lock()
+
+
+def _forget() -> None:
+    _seen.clear()
+
+
+per_process.register(__name__, reset=_forget)  # warn_once remembers nothing
 
 F = TypeVar("F", bound=Callable[..., Any])
 

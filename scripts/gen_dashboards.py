@@ -7,7 +7,7 @@ Each dashboard is built with Grafana's own types and builders (grafana-foundatio
 dependency: ``pip install -e '.[test]'``), so a field can only be one the schema has, and written
 as Grafana's "Export for sharing externally" does: data-source variables, ``__inputs`` and
 ``__requires`` (scripts/dashboards/kit.py). Keys are sorted, so a change to the code shows in the
-JSON's diff as that change alone. Edit the code, never the JSON: ``tests/ops/test_ops_grafana.py``
+JSON's diff as that change alone. Edit the code, never the JSON: ``tests/ops/test_grafana.py``
 runs the check, and every query it makes runs against real Prometheus in ``tests/ops``.
 """
 

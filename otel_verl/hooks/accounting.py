@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 
 # The clock every duration of the account is read on (and ``waits``' ``verl.wait`` seconds, which
 # it adds up): one seam, so that tests can drive it.
@@ -245,3 +245,6 @@ def idle_ratio(seconds: dict[str, float]) -> float:
     async modes' idle ratio)."""
     total = sum(seconds.values())
     return (seconds[WAITING] + seconds.get(POLL_LAG, 0.0)) / total if total > 0 else 0.0
+
+
+per_process.register(__name__, reset=ACCOUNT.reset)

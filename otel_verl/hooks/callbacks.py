@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from otel_verl import per_process
 from otel_verl._safe import safe
 from otel_verl.hooks import stages, targets
 from otel_verl.hooks.guard import checkpoint as guard_checkpoint
@@ -49,6 +50,14 @@ STEP_BEGIN = "PPOTrainer.on_step_begin"
 STEP_END = "PPOTrainer.on_step_end"
 
 _step: SpanState | None = None  # the step span the callbacks opened (training thread), until its end
+
+
+def _forget() -> None:
+    global _step
+    _step = None
+
+
+per_process.register(__name__, reset=_forget)
 
 
 def _on_save(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

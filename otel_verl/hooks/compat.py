@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from otel_verl import per_process
 from otel_verl.hooks import targets
 
 
@@ -221,3 +222,4 @@ def _rank(status: str) -> int:
 
 
 REPORT = HookReport()
+per_process.register(__name__, reset=REPORT.reset)

@@ -37,7 +37,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import safe
 from otel_verl.hooks import accounting, targets
 from otel_verl.hooks.accounting import ACCOUNT
@@ -51,6 +51,14 @@ from otel_verl.stall.watchdog import LONG_STAGES, STEP_CLOCK
 
 STEP = "step"
 _open_step: SpanState | None = None  # the ``verl.step`` span open now (training thread), from either source
+
+
+def _forget() -> None:
+    global _open_step
+    _open_step = None
+
+
+per_process.register(__name__, reset=_forget)
 PROFILER_STAGES = frozenset({"start_profile", "stop_profile"})  # v0: no-ops unless the profiler is on
 
 

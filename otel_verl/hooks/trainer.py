@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import safe
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
@@ -56,6 +56,14 @@ def epoch_of(trainer: Any, global_step: int) -> int | None:
 
 # (the trainer, by weak reference: an id() could be reused by the next trainer; its step; attributes)
 _attrs_cache: tuple[Any, Any, dict[str, Any]] = (None, None, {})
+
+
+def _forget() -> None:
+    global _attrs_cache
+    _attrs_cache = (None, None, {})
+
+
+per_process.register(__name__, reset=_forget)
 
 
 def step_attributes(trainer: Any) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.hooks import poll_lag
 from otel_verl.process.state import PROCESS
@@ -153,6 +153,14 @@ class Waiting:
 
 
 CURRENT: Waiting | None = None  # the last poll's picture (any thread may read it, only the poller writes)
+
+
+def _forget() -> None:
+    global CURRENT
+    CURRENT = None
+
+
+per_process.register(__name__, reset=_forget)
 
 
 def stall_note() -> tuple[dict[str, Any], str] | None:

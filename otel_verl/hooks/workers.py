@@ -25,7 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from otel_verl import private_api, propagation, semconv
+from otel_verl import per_process, private_api, propagation, semconv
 from otel_verl._safe import safe
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
@@ -87,6 +87,14 @@ def _func_generator_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any)
 # ------------------------------------------------------------------------------ worker side
 # The driver's calls running in this rank; Ray may end it within milliseconds of the last one.
 _DRIVER_CALLS = IdleExport(coalesce_spans=False)
+
+
+def _forget() -> None:
+    global _DRIVER_CALLS
+    _DRIVER_CALLS = IdleExport(coalesce_spans=False)
+
+
+per_process.register(__name__, reset=_forget)
 
 
 def _rank(instance: Any) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import warn_once
 from otel_verl.instruments import catalog
 from otel_verl.instruments.self_metrics import SelfMetrics
@@ -31,6 +31,14 @@ _WHAT = {
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
+
+
+def _forget() -> None:
+    with _lock:
+        _counts.clear()
+
+
+per_process.register(__name__, reset=_forget)
 
 
 def dropped(kind: str, queued: int, why: str = "a slow or unreachable exporter") -> None:

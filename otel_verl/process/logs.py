@@ -22,6 +22,7 @@ import threading
 import warnings
 from typing import Any
 
+from otel_verl import per_process
 from otel_verl.config import settings
 
 _lock = threading.Lock()
@@ -82,3 +83,8 @@ def detach() -> None:
         if _handler is not None:
             logging.getLogger().removeHandler(_handler)
             _handler = None
+
+
+# a pipeline dropped by ``per_process.reset`` must not keep the root logger's records, nor keep the
+# next pipeline's handler out (``attach`` adds one once)
+per_process.register(__name__, reset=detach)

@@ -36,7 +36,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from otel_verl import _hook_clock, semconv
+from otel_verl import _hook_clock, per_process, semconv
 from otel_verl._safe import warn_once
 from otel_verl.instruments import catalog
 from otel_verl.instruments.self_metrics import SelfMetrics
@@ -141,6 +141,7 @@ class OverheadClock:
 
 
 CLOCK = OverheadClock()
+per_process.register(__name__, reset=CLOCK.__init__)  # the same object: others imported it by name
 
 
 def _observe(options: CallbackOptions) -> Iterable[Observation]:

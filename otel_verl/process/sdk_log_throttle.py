@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from otel_verl import redact
+from otel_verl import per_process, redact
 
 INTERVAL_S = 300.0
 # The loggers that log once per export attempt (exporters 1.45; the HTTP exporters' transport logs
@@ -102,3 +102,6 @@ def detach() -> None:
             for name in LOGGERS:
                 logging.getLogger(name).removeFilter(_throttle)
             _throttle = None
+
+
+per_process.register(__name__, reset=detach)

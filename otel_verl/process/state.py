@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanContext
 
+from otel_verl import per_process
 from otel_verl._safe import warn_once
 from otel_verl.instruments import Instruments
 from otel_verl.process import global_providers, logs
@@ -147,5 +148,14 @@ class ProcessState:
         self.stage_spans = {}
         self._given_logs = None
 
+    def reset(self) -> None:
+        """As in a process that just started: no identity, no pipeline (dropped, not shut down), no
+        providers given, no run. What is said once the pipeline is built stays (registered at import)."""
+        self.use_providers(None, None)
+        with self._lock:
+            self.identity = Identity()
+        self.forget_run()
+
 
 PROCESS = ProcessState()
+per_process.register(__name__, reset=PROCESS.reset)

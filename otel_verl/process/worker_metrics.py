@@ -9,16 +9,16 @@ pause, at most once a second, ``idle_export``) and every ``OTEL_METRIC_EXPORT_IN
 
 from __future__ import annotations
 
-import threading
-
+from otel_verl import per_process
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.instruments import gpu, system
+from otel_verl.instruments.self_metrics import Meters
 from otel_verl.process.overhead import register_overhead_metric
 from otel_verl.process.state import PROCESS
 
-_lock = threading.Lock()
-_registered: set[int] = set()  # id() of meters that have the gauges
+_registered = Meters()  # the meters that have the gauges
+per_process.register(__name__, reset=_registered.clear)
 
 
 @safe("worker-metrics", default=False)  # and its CPU (the pipeline build on first use) counts as hooks
@@ -32,10 +32,8 @@ def ensure_worker_metrics() -> bool:
         if source is not None:
             PROCESS.identity.extra.update(source.resource_attributes())
         telemetry = PROCESS.telemetry
-        with _lock:
-            if id(telemetry.meter) in _registered:
-                return False
-            _registered.add(id(telemetry.meter))
+        if not _registered.first(telemetry.meter):
+            return False
         register_overhead_metric(telemetry.meter)  # otel-verl's own CPU, in every verl process
         if cfg.process_metrics:
             system.start_process_metrics(telemetry.meter_provider)

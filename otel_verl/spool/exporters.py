@@ -64,7 +64,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_verl import private_api, semconv
+from otel_verl import per_process, private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.spool import resend, stats
 from otel_verl.spool import store as spool_store
@@ -450,7 +450,7 @@ def _after_fork_in_child() -> None:
         s._after_fork_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+per_process.register(__name__, after_fork=_after_fork_in_child)
 
 
 _KEPT = frozenset({resend.AWAY, resend.RETRY, resend.LATE, resend.HOLD})  # the batch stays

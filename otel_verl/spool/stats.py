@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl.instruments import catalog
 from otel_verl.instruments.self_metrics import SelfMetrics
 
@@ -44,6 +44,9 @@ def reset() -> None:
     with _lock:
         _batches.clear()
         _bytes.clear()
+
+
+per_process.register(__name__, reset=reset)
 
 
 def _observe(index: int) -> Any:

@@ -71,7 +71,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import settings, spool_root
 from otel_verl.instruments import drops
@@ -1167,4 +1167,4 @@ def _after_fork_in_child() -> None:
     stats.reset()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+per_process.register(__name__, reset=reset, after_fork=_after_fork_in_child)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from otel_verl import job_board, semconv
+from otel_verl import job_board, per_process, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.process.resource import UNKNOWN_ACTOR, ray_actor_class
@@ -62,6 +62,14 @@ class Reporter:
 
 
 REPORTER = Reporter()
+
+
+def _forget() -> None:
+    REPORTER.stop()
+    REPORTER.seen = None
+
+
+per_process.register(__name__, reset=_forget)  # no thread, no publication seen
 
 
 def start_on_verl_import(_module: Any = None) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from opentelemetry._logs import SeverityNumber
 
-from otel_verl import job_board, semconv
+from otel_verl import job_board, per_process, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.process.state import PROCESS
@@ -60,6 +60,10 @@ STAGE_WORDS = {VALIDATION: "validation", CHECKPOINT: "checkpoint save"}
 class StepClock:
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the run: what a new process's clock holds."""
         self.step: int | None = None  # the step in progress, or the last one
         self.context: Any = None  # its span context
         self.started: float | None = None
@@ -260,3 +264,12 @@ class Watchdog:
 
 
 WATCHDOG = Watchdog()
+
+
+def _forget() -> None:
+    WATCHDOG.stop()
+    WATCHDOG.__init__()  # type: ignore[misc] - the object stays: hooks imported it by name
+    STEP_CLOCK.reset()
+
+
+per_process.register(__name__, reset=_forget)

@@ -9,7 +9,7 @@
   each record saying why (``verl.sample.picked_because``).
 
 verl 0.9.1 logs nothing at WARNING inside a training step on this harness, so the
-trace-id-on-a-Python-log case is proven by tests/unit/process/test_process_logs.py with verl's real timers.
+trace-id-on-a-Python-log case is proven by tests/unit/process/test_logs.py with verl's real timers.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 import yaml
+from ops.test_otelcol_config import _collector_binary
 from support.components import require, require_module, require_tool
 from support.opskit import COLLECTOR, REPO, run_tool
-from test_ops_otelcol_config import _collector_binary
 
 from otel_verl import config, semconv
 from otel_verl.process import resource

@@ -1,7 +1,8 @@
-"""What tests share beyond fixtures, imported as ``support.<module>`` (pytest's prepend import mode puts
-``tests/`` on ``sys.path`` for the root ``conftest.py``). What ``bench/`` needs too lives in the
-installed ``verl_cpu_harness`` instead (``otlp_receiver``, ``agent_loop``, ``stack_load``, ``soak``,
-``ports``, ``instrumented``), since nothing outside ``tests/`` can import this package.
+"""What tests share beyond fixtures, imported as ``support.<module>`` (``pythonpath = ["tests"]`` in
+pyproject.toml: pytest imports the test files themselves by path, ``--import-mode=importlib``).
+What ``bench/`` needs too lives in the installed ``verl_cpu_harness`` instead (``otlp_receiver``,
+``agent_loop``, ``stack_load``, ``soak``, ``ports``, ``instrumented``), since nothing outside
+``tests/`` can import this package.
 
 - ``components``: what a test needs from the machine, and ``require``: a skip on a workstation, a
   failure under CI.

@@ -332,7 +332,7 @@ def alert_names() -> set[str]:
     }
 
 
-# Where each shipped alert is fired on a real run's series (test_ops_promreplay.py: every alert is
+# Where each shipped alert is fired on a real run's series (test_promreplay.py: every alert is
 # in exactly one of these).
 AS_IT_HAPPENED = {  # the run had the failure itself
     "VerlNonFiniteLossOrGradNorm": "tests/e2e/test_guard.py (a reward turning NaN at step 2)",

@@ -7,7 +7,7 @@ its own: a verl run on CPU costs about a minute of CI, whatever it checks.
   v1 every 7th request fails), a rollout span budget below the trajectories per step, and sampled
   generations on beside verl's own dump (``trainer.rollout_data_dir``). Read by
   test_rollout_tail_e2e (the long tail), test_mismatch_e2e (rollout/training mismatch),
-  test_logs_e2e (samples against verl's dump) and tests/ops/test_ops_query_grammar.
+  test_logs_e2e (samples against verl's dump) and tests/ops/test_query_grammar.
 * ``UserCodeRuns``: one per driver, 2 steps, user code on the plain OpenTelemetry API (a custom
   reward function that POSTs each response to an HTTP endpoint, a custom agent loop:
   ``verl_cpu_harness.user_telemetry``) with every instrumentation ``opentelemetry-bootstrap -a

@@ -36,14 +36,14 @@ def test_under_ci_a_missing_component_fails(monkeypatch):
 
 
 def _child_pytest(env_ci: str | None) -> subprocess.CompletedProcess:
-    """tests/ops/test_ops_alertmanager.py in a child pytest that cannot find amtool."""
+    """tests/ops/test_alertmanager.py in a child pytest that cannot find amtool."""
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["PATH"] = str(Path(sys.executable).parent)  # this venv's tools only: no amtool
     env["PYTHONPATH"] = str(REPO)
     if env_ci is not None:
         env["CI"] = env_ci
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/ops/test_ops_alertmanager.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/ops/test_alertmanager.py"],
         cwd=REPO,
         env=env,
         capture_output=True,

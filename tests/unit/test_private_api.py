@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from otel_verl import _safe, config
+from otel_verl import config
 
 PYTHON = "python"
 
@@ -24,11 +24,6 @@ def _version(dist: str) -> str:
     if dist == PYTHON:
         return f"{platform.python_implementation()} {platform.python_version()}"
     return f"{dist} {importlib.metadata.version(dist)}"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings(monkeypatch):
-    monkeypatch.setattr(_safe, "_seen", set())  # warn_once state is per process
 
 
 def _warnings(caplog) -> list[str]:

@@ -37,7 +37,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from otel_verl import config, semconv
+from otel_verl import config, per_process, semconv
 from otel_verl._safe import safe, warn_once
 from otel_verl.config import settings
 from otel_verl.hooks import targets
@@ -74,6 +74,9 @@ def reset() -> None:
     global _GUARD
     _GUARD = _Guard()
     guard_checkpoint.reset()
+
+
+per_process.register(__name__, reset=reset)
 
 
 # How long the first training step may wait, once, for the rules file (its read starts with fit).

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from otel_verl import config, private_api
+from otel_verl import config, per_process, private_api
 from otel_verl._safe import safe, warn_once
 from otel_verl.atomic import write_file
 from otel_verl.config import settings
@@ -80,6 +80,9 @@ _STATE = _State()
 def reset() -> None:
     global _STATE
     _STATE = _State()
+
+
+per_process.register(__name__, reset=reset)
 
 
 def guard_folder(local_dir: str) -> str:

@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import safe
 from otel_verl.process import step_reader
 
@@ -294,3 +294,6 @@ def bridge(meter: Any, replica: int | None) -> Bridge | None:
 def reset() -> None:
     """Forget the bridge (tests)."""
     _STATE.bridge = None
+
+
+per_process.register(__name__, reset=reset)

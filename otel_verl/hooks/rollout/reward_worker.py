@@ -45,7 +45,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
-from otel_verl import patches, propagation, semconv, step_context
+from otel_verl import patches, per_process, propagation, semconv, step_context
 from otel_verl._safe import safe
 from otel_verl.hooks.rollout import span_records
 from otel_verl.hooks.rollout.span_records import Rec
@@ -96,6 +96,14 @@ class _RewardWorker:
 
 
 _STATE = _RewardWorker()
+
+
+def _forget() -> None:
+    global _STATE
+    _STATE = _RewardWorker()
+
+
+per_process.register(__name__, reset=_forget)
 
 
 class _Call:

@@ -33,7 +33,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import safe
 from otel_verl.config import settings
 from otel_verl.hooks.rollout import engine_context, engine_handback, engine_metrics
@@ -93,6 +93,14 @@ class _Server:
 
 
 _STATE = _Server()
+
+
+def _forget() -> None:
+    global _STATE
+    _STATE = _Server()
+
+
+per_process.register(__name__, reset=_forget)
 
 
 def _observe(options: CallbackOptions) -> Iterable[Observation]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from opentelemetry.trace import Link, Span, SpanContext
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl.config import settings
 from otel_verl.hooks.rollout.health import Limits, Tally
 from otel_verl.hooks.rollout.keep import Round
@@ -237,6 +237,9 @@ def reset() -> None:
     """Forget per-process rollout state (tests)."""
     global STATE
     STATE = RolloutState()
+
+
+per_process.register(__name__, reset=reset)
 
 
 def metrics() -> RolloutMetrics:

@@ -10,7 +10,7 @@ loop without otel-verl).
 
 ``python -m verl_cpu_harness.soak CASE --steps N --every K``, in the environment ``env(CASE, folder)``
 gives, prints one JSON line per sample: RSS and the length of every otel-verl/SDK queue. Shared by
-``bench/soak_memory.py`` (the long soak) and ``tests/unit/process/test_process_memory_bound.py``.
+``bench/soak_memory.py`` (the long soak) and ``tests/unit/process/test_memory_bound.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 // stdin:  [{"id": "...", "lang": "traceql" | "logql", "query": "..."}, ...]
 // stdout: {"versions": {package: version}, "results": [{"id", "lang", "ok", "errors", ...}]}
 //
-// Test-only (tests/ops/test_ops_query_grammar.py runs it); no network, no files written.
+// Test-only (tests/ops/test_query_grammar.py runs it); no network, no files written.
 import { readFileSync } from 'node:fs';
 import { parser as traceql } from '@grafana/lezer-traceql';
 import { parser as logql } from '@grafana/lezer-logql';

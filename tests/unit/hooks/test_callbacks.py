@@ -27,7 +27,6 @@ from verl_cpu_harness import checkpoint_callback as user_callback
 from otel_verl import semconv
 from otel_verl.config import settings
 from otel_verl.hooks import callbacks, hookset, targets
-from otel_verl.hooks.guard import actions as guard
 from otel_verl.hooks.guard import checkpoint as guard_checkpoint
 from otel_verl.process.state import PROCESS
 
@@ -107,9 +106,7 @@ def make_trainer(tmp_path, captured, monkeypatch):
         PROCESS.trainer = trainer
         return trainer
 
-    guard.reset()
     yield make
-    guard.reset()
     callbacks.end_open_step(None)
     PROCESS.trainer = None
     settings.cache_clear()

@@ -175,9 +175,6 @@ def test_starts_local_cluster_reads_rays_own_rule(monkeypatch):
 
 @pytest.fixture
 def fresh_warnings(monkeypatch):
-    from otel_verl import _safe
-
-    monkeypatch.setattr(_safe, "_seen", set())  # warn_once says it again in this test
     for name in list(os.environ):
         if name.startswith("OTEL_EXPORTER_OTLP_") or name == "OTEL_RESOURCE_ATTRIBUTES":
             monkeypatch.delenv(name)

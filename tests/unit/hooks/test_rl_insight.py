@@ -22,9 +22,6 @@ SECRET = "hub-SECRET-31c5"
 
 @pytest.fixture
 def fresh_warnings(monkeypatch):
-    from otel_verl import _safe
-
-    monkeypatch.setattr(_safe, "_seen", set())  # warn_once says it again in this test
     return monkeypatch
 
 

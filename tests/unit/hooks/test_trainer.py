@@ -33,16 +33,11 @@ PPOTrainerLookalike.__name__ = "PPOTrainer"
 
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch):
-    """No cached step attributes, no trainer and a default identity before and after each test."""
+    """No process or GPU gauges (the process's state is as just started: ``_fresh_process``)."""
     monkeypatch.setenv("OTEL_VERL_PROCESS_METRICS", "false")  # the __init__ hook registers process.* gauges
     monkeypatch.setenv("OTEL_VERL_GPU_METRICS", "false")
     settings.cache_clear()
-    # a clean cache: tests build trainers with __new__, so the __init__ hook never resets it
-    monkeypatch.setattr(trainer_hooks, "_attrs_cache", (None, None, {}))
-    PROCESS.identity = type(PROCESS.identity)()
     yield
-    PROCESS.trainer = None
-    PROCESS.identity = type(PROCESS.identity)()
     monkeypatch.delenv("OTEL_VERL_PROCESS_METRICS")
     monkeypatch.delenv("OTEL_VERL_GPU_METRICS")
     settings.cache_clear()

@@ -24,7 +24,6 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     for module, name in ((accounting, "clock"), (poll_lag, "clock"), (waiting_for, "clock"), (waiting_for, "wall")):
         monkeypatch.setattr(module, name, fake)
-    monkeypatch.setattr(waiting_for, "CURRENT", None)
     return fake
 
 

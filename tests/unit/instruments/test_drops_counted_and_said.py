@@ -7,20 +7,12 @@ from __future__ import annotations
 import logging
 import threading
 
-import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_verl import _safe
-
 DROPPED = "otel_verl.telemetry.dropped"
 KIND = "otel_verl.dropped.kind"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings(monkeypatch):
-    monkeypatch.setattr(_safe, "_seen", set())  # warn_once state is per process
 
 
 def _dropped_points(reader: InMemoryMetricReader) -> dict[str, int]:

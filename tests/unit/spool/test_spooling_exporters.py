@@ -26,7 +26,7 @@ import pytest
 from support.otlp_grpc_receiver import GrpcReceiver
 from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
-from otel_verl import _safe, config, semconv
+from otel_verl import config, semconv
 from otel_verl.process import exporters
 from otel_verl.process.resource import Identity
 from otel_verl.process.telemetry import build_own
@@ -376,7 +376,6 @@ def test_other_exporters_are_not_wrapped(otlp_env, tmp_path):
 
 def test_an_sdk_without_the_private_client_gets_no_spool_said_once_with_versions(otlp_env, caplog, monkeypatch):
     otlp_env("http/protobuf")
-    monkeypatch.setattr(_safe, "_seen", set())
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     class Renamed(OTLPSpanExporter):  # a future SDK whose client is called something else

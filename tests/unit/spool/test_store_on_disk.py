@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_verl import _safe, semconv
+from otel_verl import semconv
 from otel_verl.instruments import drops
 from otel_verl.spool import stats as spool_stats
 from otel_verl.spool import store as spool
@@ -346,11 +346,6 @@ def test_host_labels_are_folder_names(monkeypatch):
     assert spool.host_label("a b/c\x00") == "a_b_c_"
     assert spool.host_label("") == "host"
     assert len(spool.host_label("x" * 300)) == 64
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings(monkeypatch):
-    monkeypatch.setattr(_safe, "_seen", set())
 
 
 # A process with few descriptors (RLIMIT_NOFILE 64) that takes ROOT's dead folders and sends them:

@@ -16,7 +16,6 @@ from typing import Optional
 import pytest
 
 from otel_verl import config
-from otel_verl.hooks.guard import actions as guard
 from otel_verl.process.state import PROCESS
 
 NAN = float("nan")
@@ -92,9 +91,7 @@ def make_trainer(request, tmp_path, captured):
         PROCESS.trainer = trainer
         return trainer
 
-    guard.reset()
     yield make
-    guard.reset()
     PROCESS.trainer = None
 
 

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from otel_verl import _safe, config, semconv
+from otel_verl import config, semconv
 from otel_verl.hooks.guard import actions as guard
 from otel_verl.process.state import PROCESS
 
@@ -43,9 +43,7 @@ def trainer(v0_trainer, tmp_path, monkeypatch):
     )
     monkeypatch.setattr(v0_trainer, "_shutdown_dump_executor", lambda: finished.append("dump executor"), raising=False)
     v0_trainer.finished = finished
-    guard.reset()
     yield v0_trainer
-    guard.reset()
 
 
 def _action(monkeypatch, action):
@@ -155,11 +153,9 @@ def test_the_rules_file_is_read_off_the_training_thread_and_a_fifo_never_blocks(
     import os
     import threading
 
-    from otel_verl import _safe
     from otel_verl.hooks.guard import rules as rules_module
 
     _action(monkeypatch, "observe")
-    monkeypatch.setattr(_safe, "_seen", set())
     fifo = tmp_path / "rules.fifo"
     os.mkfifo(fifo)
     monkeypatch.setenv(config.GUARD_RULES, str(fifo))
@@ -205,7 +201,6 @@ def test_the_rules_file_is_read_off_the_training_thread_and_a_fifo_never_blocks(
 def test_a_checkpoint_verls_config_cannot_name_never_reaches_tracking_log(
     captured, tracking, trainer, monkeypatch, caplog
 ):
-    monkeypatch.setattr(_safe, "_seen", set())  # warn_once state is per process
     _action(monkeypatch, "checkpoint")
     trainer.config = types.SimpleNamespace(trainer=types.SimpleNamespace())  # no default_local_dir
     with caplog.at_level(logging.WARNING, logger="otel_verl"):
@@ -243,7 +238,6 @@ def test_stop_without_the_checkpoint_says_so_clearly(captured, tracking, trainer
 def test_a_verl_without_save_checkpoint_is_said_with_its_version(captured, tracking, trainer, monkeypatch, caplog):
     import importlib.metadata
 
-    monkeypatch.setattr(_safe, "_seen", set())
     _action(monkeypatch, "checkpoint")
     monkeypatch.delattr(trainer, "_save_checkpoint")  # the fixture's stand-in
     monkeypatch.delattr(type(trainer), "_save_checkpoint")  # verl's own, renamed in a future release
@@ -288,7 +282,6 @@ def test_each_rule_acts_by_its_own_action(captured, logs, tracking, trainer, mon
     """The rules file's action (``spiky``: record), overridden by OTEL_VERL_GUARD_ACTIONS (``kl``:
     alert -> stop), the global action for the rest (``cold``: record), ``off`` for one (``noisy``):
     the recorded rule neither checkpoints nor stops nor pages, the stop stops for its own rule only."""
-    monkeypatch.setattr(_safe, "_seen", set())
     (tmp_path / "rules.yaml").write_text(RULES)
     monkeypatch.setenv(config.GUARD_RULES, str(tmp_path / "rules.yaml"))
     monkeypatch.setenv(config.GUARD_ACTIONS_BY_RULE, "kl=stop, noisy=off, klx=stop, spiky=explode")

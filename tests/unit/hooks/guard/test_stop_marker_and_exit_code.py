@@ -31,9 +31,7 @@ def trainer(v0_trainer, tmp_path, monkeypatch):
     v0_trainer.config = types.SimpleNamespace(trainer=types.SimpleNamespace(default_local_dir=str(tmp_path / "ckpt")))
     v0_trainer.total_training_steps = 10
     monkeypatch.setattr(v0_trainer, "_save_checkpoint", lambda: None, raising=False)
-    guard.reset()
     yield v0_trainer
-    guard.reset()
 
 
 def _env(monkeypatch, **values):

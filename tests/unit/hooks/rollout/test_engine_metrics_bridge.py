@@ -38,7 +38,6 @@ def engine():
     bridge.discover(force=True)
     engine_metrics._STATE.bridge = bridge  # this process's: the readers add its histograms
     yield registry, fams, reader, bridge, clock
-    engine_metrics.reset()
     provider.shutdown()
 
 
@@ -227,7 +226,6 @@ def test_the_step_reader_exports_the_engines_histogram_in_its_exporters_temporal
         reader.force_flush()
         seen.append(exported.ttft())
     finally:
-        engine_metrics.reset()
         provider.shutdown()
     if delta:
         assert seen == [

@@ -100,12 +100,6 @@ class _EngineServer:
 
 @pytest.fixture
 def engine_server(monkeypatch):
-    from otel_verl.process.resource import Identity
-    from otel_verl.process.state import PROCESS
-
-    monkeypatch.setattr(server, "_STATE", server._Server())
-    monkeypatch.setattr(PROCESS, "identity", Identity())
-
     class Server(_EngineServer):
         pass
 
@@ -205,16 +199,11 @@ class _FakeVllm:
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    from otel_verl.hooks.rollout import engine_metrics
-
-    engine_metrics.reset()
-
     class Vllm(_FakeVllm):
         pass
 
     wrapt.wrap_function_wrapper(Vllm, "from_vllm_config", engine.from_vllm_config_wrapper)
     yield Vllm
-    engine_metrics.reset()
 
 
 def test_engine_start_turns_on_its_stats_and_request_tracing(captured, fake_vllm):

@@ -79,12 +79,10 @@ def test_a_bad_port_setting_is_one_warning_and_the_default_port_and_other_signal
 ):
     import prometheus_client
 
-    from otel_verl import _safe
     from otel_verl.process import exporters
 
     tried = []
     monkeypatch.setattr(prometheus_client, "start_http_server", lambda port, addr, registry: tried.append(port))
-    monkeypatch.setattr(_safe, "_seen", set())
     monkeypatch.setenv("OTEL_VERL_RUN_ID", "run-port")
     monkeypatch.setenv("OTEL_VERL_FILE_DIR", str(tmp_path))
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp_json_file")
@@ -231,7 +229,6 @@ def test_the_pull_endpoint_serves_the_engines_histogram_as_one(monkeypatch):
         with urllib.request.urlopen(f"http://127.0.0.1:{first}/metrics", timeout=10) as resp:
             page = resp.read().decode()
     finally:
-        engine_metrics.reset()
         config.settings.cache_clear()
     lines = [line for line in page.splitlines() if line.startswith("vllm_time_to_first_token_seconds")]
     bucket = {line.split('le="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in lines if "_bucket{" in line}

@@ -139,11 +139,9 @@ def test_wrappers_stay_coroutine_functions(captured):
 def test_a_trajectory_whose_start_failed_leaves_its_step_group_done(captured, monkeypatch):
     """Our failure between counting a trajectory in flight and handing it to its end hook would keep
     its group open forever (no tail, no export) and stop every later group from being evicted."""
-    from otel_verl import _safe
     from otel_verl.hooks.rollout import state as rs
     from otel_verl.hooks.rollout import trajectory
 
-    monkeypatch.setattr(_safe, "_seen", set())
     real, calls = trajectory._record_start, []
 
     def failing_once(*args, **kwargs):

@@ -104,7 +104,6 @@ def test_spans_are_flushed_as_soon_as_the_worker_is_idle(captured, monkeypatch):
     asked: list[str] = []
     monkeypatch.setattr(telemetry, "request_flush", lambda **kw: asked.append("spans"))
     monkeypatch.setattr(telemetry, "submit", lambda work: asked.append("metrics later"))
-    monkeypatch.setattr(reward_worker, "_STATE", reward_worker._RewardWorker())
     data = _data({"data_source": "tiny_add"})
     try:
         asyncio.run(_worker(lambda: 1.0).compute_score(data))

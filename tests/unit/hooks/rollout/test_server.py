@@ -48,12 +48,8 @@ def _loaded_actor_class(cls: type) -> type:
 
 
 @pytest.fixture
-def fresh_server(monkeypatch):
-    from otel_verl.process.resource import Identity
-    from otel_verl.process.state import PROCESS
-
-    monkeypatch.setattr(server, "_STATE", server._Server())
-    monkeypatch.setattr(PROCESS, "identity", Identity())  # a process no hook has named yet
+def fresh_server():
+    """A process no hook has named yet (``_fresh_process``)."""
 
 
 def _busy_points(captured) -> list:

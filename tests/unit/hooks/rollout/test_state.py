@@ -1,6 +1,6 @@
 """The per-step span budget (``otel_verl.hooks.rollout.state``: ``OTEL_VERL_ROLLOUT_SPANS_PER_STEP``,
 per (submit step, validate) group): only kept trajectories' trees are exported, histograms count all
-(which ones are kept: ``test_rollout_keep``).
+(which ones are kept: ``test_keep``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from ops.test_otelcol_config import _collector_binary, check_collector_config, component_type
 from support.opskit import (
     BUILDER_CONFIG,
     COLLECTOR,
@@ -22,7 +23,6 @@ from support.opskit import (
     merge_configs,
     run_tool,
 )
-from test_ops_otelcol_config import _collector_binary, check_collector_config, component_type
 
 from otel_verl import cli, stack
 from otel_verl.exits import USAGE, CommandError

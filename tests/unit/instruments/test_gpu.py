@@ -102,10 +102,8 @@ def fake_torch(free=30 * GiB, total=80 * GiB, reserved=12 * GiB):
 
 @pytest.fixture
 def fresh(monkeypatch):
-    worker_metrics._registered.clear()
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     yield monkeypatch
-    worker_metrics._registered.clear()
     system.stop_process_metrics()
 
 

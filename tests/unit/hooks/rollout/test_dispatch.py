@@ -12,7 +12,7 @@ import pickle
 import numpy as np
 import pytest
 from support.clock import FakeClock
-from test_rollout_handoff import dispatch_v1, make_td
+from unit.hooks.rollout.test_handoff import dispatch_v1, make_td
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager
 from verl.protocol import DataProto
 from verl_cpu_harness.agent_loop import _Remote, by_name, make_batch, make_worker
