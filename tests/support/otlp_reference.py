@@ -1,6 +1,6 @@
 """The readers' check as it was before ``otlp_fields`` (main at 8f9466b): protobuf's ``json_format``
 over the whole request, then the readers' own checks while the records were built. Kept here as
-the oracle of ``test_offline_reader_matches_json_format.py``; not used by otel-verl."""
+the oracle of ``test_reader_matches_json_format.py``; not used by otel-verl."""
 
 from __future__ import annotations
 
