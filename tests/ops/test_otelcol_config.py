@@ -29,6 +29,7 @@ from support.opskit import (
     require_backend_build,
     run_tool,
 )
+from support.tls import ca_and_server
 from verl_cpu_harness.ports import free_ports
 
 # Component types of otelcol-contrib 0.159.0 that this kit may use, by
@@ -423,47 +424,6 @@ def test_otelcol_validates_the_remote_overlay_and_refuses_it_without_its_files()
     assert "certificate and key" in res.stderr and "no bearer token" in res.stderr, res.stderr
 
 
-def _tls_files(folder):
-    """A CA, and a server certificate for localhost / 127.0.0.1 / ::1 signed by it (PEM files)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def cert(subject, key, issuer_key, issuer, *, ca):
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(issuer or name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            sans = [x509.DNSName("localhost"), *(x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "::1"))]
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = cert("otel-verl test CA", ca_key, ca_key, None, ca=True)
-    server = cert("localhost", key, ca_key, ca.subject, ca=False)
-    paths = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key")}
-    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return paths
-
-
 def _status(method: str, url: str, token: str | None, ca: str | None) -> int:
     """The HTTP status of an (empty OTLP/JSON) request, or -1 when no HTTP answer came."""
     headers = {"Content-Type": "application/json"}
@@ -486,7 +446,7 @@ def test_a_remote_collector_takes_otlp_only_over_tls_with_the_token(tmp_path, mo
     """The overlay, run: both receivers refuse a request without the token or in clear, the SDK's
     own OTLP/gRPC exporter gets through with the documented OTEL_EXPORTER_OTLP_* variables."""
     binary = _collector_with_bearertokenauth()
-    tls = _tls_files(tmp_path)
+    tls = ca_and_server(tmp_path, ["localhost"], ["127.0.0.1", "::1"])
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
     ports = free_ports(["grpc", "http", "health", "metrics"])
@@ -565,7 +525,7 @@ def test_a_gateway_on_an_ipv6_address_listens_there_and_takes_the_token_file_as_
     from otel_verl.process.resource import Identity
 
     binary = _collector_with_bearertokenauth()
-    tls = _tls_files(tmp_path)
+    tls = ca_and_server(tmp_path, ["localhost"], ["127.0.0.1", "::1"])
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
     token.chmod(0o600)

@@ -25,7 +25,6 @@ Needs root (``CAP_NET_ADMIN``, ``CAP_SYS_ADMIN``), ``ip`` (iproute2) and ``unsha
 
 from __future__ import annotations
 
-import datetime
 import fcntl
 import ipaddress
 import os
@@ -37,7 +36,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from support.tls import ca_and_server
 
 PREFIX = "otv"  # otv<pid>...: every name a Network makes
 NETNS_ETC = Path("/etc/netns")
@@ -197,40 +197,7 @@ def reap_stale() -> None:
 def tls_files(folder: Path, addresses: list[str], token: str) -> dict[str, Path]:
     """A CA, and one server certificate (signed by it) for localhost and every address/name the
     agents and gateways are reached at."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def cert(subject: str, key: Any, issuer_key: Any, issuer: Any, *, ca: bool) -> Any:
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(issuer or name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=3))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            sans = [x509.DNSName("localhost"), x509.DNSName("gateways")]
-            sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ["127.0.0.1", *addresses]]
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = cert("otel-verl netns hosts test CA", ca_key, ca_key, None, ca=True)
-    server = cert("otel-verl netns hosts", key, ca_key, ca.subject, ca=False)
-    paths = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key")}
-    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths["key"].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    paths = ca_and_server(folder, ["localhost", "gateways"], ["127.0.0.1", *addresses])
     paths["token"] = folder / "token"  # the Collectors' bearertokenauth file: the token alone
     paths["token"].write_text(token + "\n")
     paths["headers"] = folder / "otlp-headers"  # OTEL_VERL_OTLP_HEADERS_FILE: what OTEL_EXPORTER_OTLP_HEADERS would say

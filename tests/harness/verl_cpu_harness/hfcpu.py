@@ -32,20 +32,14 @@ def _server_name(replica_rank: int, name_suffix: str = "") -> str:
     return f"{_NAME_PREFIX}{replica_rank}_0{name_suffix}"
 
 
-# Fault injection for tests (opt-in): VERL_CPU_HARNESS_HANG_AFTER=<n> makes the server stop
-# answering after its n-th generate call: every later call blocks forever in _stuck_in_generate
-# (a stuck rollout server: no error, nothing in the logs).
-HANG_AFTER = "VERL_CPU_HARNESS_HANG_AFTER"
-_generate_calls = [0]
-
-
 def _stuck_in_generate() -> None:
     threading.Event().wait()
 
 
-# VERL_CPU_HARNESS_HANG_GROUP_AFTER=<n>: one prompt group never finishes, the others do: the prompt
-# of the first sampled request after the n-th is the stuck one, and every sampled request with that
-# prompt blocks forever in _stuck_in_generate (a group stuck on its replica), from then on.
+# Fault injection for tests (opt-in): VERL_CPU_HARNESS_HANG_GROUP_AFTER=<n>: one prompt group never
+# finishes, the others do: the prompt of the first sampled request after the n-th is the stuck one,
+# and every sampled request with that prompt blocks forever in _stuck_in_generate (a group stuck on
+# its replica), from then on.
 HANG_GROUP_AFTER = "VERL_CPU_HARNESS_HANG_GROUP_AFTER"
 _group_calls = [0]
 _stuck_prompt: list[tuple[int, ...] | None] = [None]
@@ -53,11 +47,6 @@ _group_lock = threading.Lock()
 
 
 def _maybe_hang(prompt_ids: list[int], params: dict[str, Any]) -> None:
-    raw = os.environ.get(HANG_AFTER, "")
-    if raw.isdigit():
-        _generate_calls[0] += 1
-        if _generate_calls[0] > int(raw):
-            _stuck_in_generate()
     raw = os.environ.get(HANG_GROUP_AFTER, "")
     if raw.isdigit() and not _is_validation(params):
         with _group_lock:
