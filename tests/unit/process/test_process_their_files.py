@@ -101,3 +101,21 @@ def test_a_private_name_gone_keeps_the_console_and_says_so(tmp_path, monkeypatch
     assert exporter._exporter._stream is sys.stdout
     assert "_FileExporter._lock" in caplog.text
     config.settings.cache_clear()
+
+
+def test_the_launchers_distro_data_does_not_name_the_run():
+    """Its resource (no run id, no role, often no pid) is counted as one more process; the run's
+    header keeps the service and run id of otel-verl's own resources."""
+    from otel_verl.offline.run_reader import Senders
+
+    senders = Senders()
+    ours = {
+        semconv.RES_RUN_ID: "r1",
+        semconv.RES_SERVICE_NAME: "verl",
+        semconv.RES_ROLE: "taskrunner",
+        "process.pid": 7,
+    }
+    senders.add(ours, 3)
+    senders.add({semconv.RES_SERVICE_NAME: "unknown_service:python"}, 1)
+    assert dict(senders.meta) == {semconv.RES_RUN_ID: {"r1"}, semconv.RES_SERVICE_NAME: {"verl"}}
+    assert dict(senders.counts) == {"taskrunner pid 7": 3, "unknown_service:python (no verl role)": 1}
