@@ -40,7 +40,7 @@ from otel_verl.exits import PROBLEM, USAGE, CommandError
 from otel_verl.offline import otlp_fields as fields
 from otel_verl.offline import otlp_typed
 from otel_verl.offline.otlp_fields import BadRequest
-from otel_verl.semconv import RES_SERIES_IDENTITY
+from otel_verl.semconv import DISTRO_FILE_PREFIX, RES_SERIES_IDENTITY
 
 SIGNALS = ("traces", "metrics", "logs")
 SERIES_IDENTITY = frozenset(RES_SERIES_IDENTITY)
@@ -189,9 +189,11 @@ class LogEntry:
     severity: str
 
 
-def signal_files(folder: str | Path, signal: str) -> list[Path]:
-    """The OTLP JSON-lines files of one signal in ``folder``, sorted (``<signal>-*.jsonl``)."""
-    return sorted(Path(folder).glob(f"{signal}-*.jsonl"))
+def signal_files(folder: str | Path, signal: str, *, theirs: bool = False) -> list[Path]:
+    """The OTLP JSON-lines files of one signal in ``folder``, sorted (``<signal>-*.jsonl``); ``theirs``:
+    with the files of the global providers a distro built (``distro-<signal>-*.jsonl``: no run identity)."""
+    found = sorted(Path(folder).glob(f"{signal}-*.jsonl"))
+    return found + sorted(Path(folder).glob(f"{DISTRO_FILE_PREFIX}{signal}-*.jsonl")) if theirs else found
 
 
 def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
@@ -352,15 +354,16 @@ def iter_lines(
 
 
 def requests(
-    folder: Path, signal: str, skipped: Skipped | None = None
+    folder: Path, signal: str, skipped: Skipped | None = None, *, theirs: bool = False
 ) -> Iterator[tuple[Path, int, str, dict[str, Any]]]:
-    """(file, line number, raw line, request) for every stored export request of ``signal``.
+    """(file, line number, raw line, request) for every stored export request of ``signal``
+    (``theirs``: ``signal_files``).
 
     A JSON object without the signal's top-level list (``resourceSpans``, ...) is not one: skipped.
     """
     skipped = Skipped() if skipped is None else skipped
     key = REQUEST_KEYS[signal][0]
-    for path in signal_files(folder, signal):
+    for path in signal_files(folder, signal, theirs=theirs):
         for number, text, batch in iter_lines(path, skipped):
             if not isinstance(batch.get(key), list):
                 skipped.line(path, number, f"not an OTLP {signal} request")

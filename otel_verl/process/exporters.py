@@ -5,8 +5,7 @@ with ``opentelemetry-distro``; ``otlp`` becomes gRPC or HTTP by ``OTEL_EXPORTER_
 looked up through the SDK's exporter entry points. ``otlp_json_file`` writes one JSON-lines file
 per signal and process into ``OTEL_VERL_FILE_DIR``, created at its first line (``LazyFile``: a
 process that exports no spans leaves no empty traces file), mode 0600 in a folder made 0700, never
-through a link or other file planted at its predictable name (``open_own_file``); all writers of
-one file in a process share its ``LazyFile`` (``shared_file``). ``prometheus`` is a pull reader on
+through a link or other file planted at its predictable name (``open_own_file``). ``prometheus`` is a pull reader on
 ``OTEL_EXPORTER_PROMETHEUS_HOST:PORT`` (default ``127.0.0.1:9464``, loopback only) whose series
 carry the run's resource attributes as labels; each process of a host takes the next free port
 (at most ``PROMETHEUS_PORTS``), so scrape that range. A port setting that is not a whole number
@@ -77,10 +76,11 @@ FILE_MODE = 0o600  # telemetry holds the run's config, hosts, errors: the user's
 DIR_MODE = 0o700  # OTEL_VERL_FILE_DIR when otel-verl creates it
 
 
-def file_path(signal: str, identity: Identity) -> str:
+def file_path(signal: str, identity: Identity, prefix: str = "") -> str:
+    """``<prefix><signal>-<role>-<pid>.jsonl`` in ``OTEL_VERL_FILE_DIR``, the folder made if needed."""
     folder = settings().file_dir
     os.makedirs(folder, mode=DIR_MODE, exist_ok=True)  # the mode of a folder made here; umask untouched
-    return os.path.join(folder, f"{signal}-{identity.label}-{os.getpid()}.jsonl")
+    return os.path.join(folder, f"{prefix}{signal}-{identity.label}-{os.getpid()}.jsonl")
 
 
 _CREATE = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -161,24 +161,10 @@ class LazyFile:
                 self._file.flush()
 
 
-_shared: dict[str, LazyFile] = {}
-_shared_lock = threading.Lock()
-
-
-def shared_file(path: str) -> LazyFile:
-    """The one ``LazyFile`` of ``path`` in this process: every exporter of a file (otel-verl's own,
-    a distro's redirected by ``their_files``) writes its lines through its lock, so none interleave."""
-    with _shared_lock:
-        found = _shared.get(path)
-        if found is None:
-            found = _shared[path] = LazyFile(path)
-        return found
-
-
 def make_exporter(name: str, cls: type, signal: str, identity: Identity) -> Any:
     """The exporter ``name`` of ``signal``; an OTLP one behind the on-disk spool (``spool_export``)."""
     if name == JSON_FILE_EXPORTER:
-        return cls(stream=shared_file(file_path(signal, identity)))  # writes every batch: nothing to spool
+        return cls(stream=LazyFile(file_path(signal, identity)))  # writes every batch: nothing to spool
     if otlp_headers.applies(cls):
         otlp_headers.hide_header_values()  # the SDK's parse of OTEL_EXPORTER_OTLP_*HEADERS quotes them
     headers = otlp_headers.headers_for(signal) if otlp_headers.applies(cls) else None

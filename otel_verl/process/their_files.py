@@ -4,10 +4,12 @@ With ``OTEL_*_EXPORTER=otlp_json_file`` under ``opentelemetry-instrument``, ``op
 configurator builds the global SDK providers of every process (the launcher's: system metrics,
 auto-instrumented libraries' spans) with the upstream JSON-file exporters given no path or stream:
 they write each batch to ``sys.stdout``, the user's console. ``redirect`` points each such exporter
-at this process's own file for its signal in ``OTEL_VERL_FILE_DIR`` (``exporters.file_path``, one
-file per signal shared with otel-verl's own pipeline: ``exporters.shared_file``), where ``otel-verl
-report`` reads the rest of the run. Exporters given a path or a stream, other exporters (OTLP,
-``console``) and providers given to ``instrument()`` are left alone.
+at a file of its own for its signal in ``OTEL_VERL_FILE_DIR``, beside the run's files:
+``distro-<signal>-launcher-<pid>.jsonl`` (``semconv.DISTRO_FILE_PREFIX``). These providers were built
+before otel-verl set the run's identity, so their data carries none: ``otel-verl replay`` sends these
+files with the run's, ``report`` and ``summary`` (the run's own account) leave them out. Exporters
+given a path or a stream, other exporters (OTLP, ``console``) and providers given to
+``instrument()`` are left alone.
 
 What it reads (the SDK's processors and readers, the exporter's stream) are private names
 (``private_api``): without one (said once) that exporter keeps writing to the console.
@@ -128,7 +130,7 @@ def _to_file(exporter: Any, signal: str, identity: Identity) -> bool:
         if stream is not sys.stdout and stream is not sys.__stdout__:  # a stream the user gave: theirs
             return False
         # the one write: the exporter's next export, under this lock, goes to the file
-        inner._stream = exporters.shared_file(exporters.file_path(signal, identity))
+        inner._stream = exporters.LazyFile(exporters.file_path(signal, identity, semconv.DISTRO_FILE_PREFIX))
     return True
 
 
