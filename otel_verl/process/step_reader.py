@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +100,8 @@ class StepMetricReader(MetricReader):
             {} if temporality.get(Histogram) == AggregationTemporality.DELTA else None
         )
         self._produced_lock = threading.Lock()
+        self._collect_lock = threading.Lock()
+        self._last_collect_ms = 0
         self._exporter = exporter
         self._stopped = False
         self._worker: OrderedWorker[MetricsData] = OrderedWorker(
@@ -130,6 +133,17 @@ class StepMetricReader(MetricReader):
             with self._produced_lock:
                 metrics_data = with_produced_points(metrics_data, self._produced_delta)
             self._worker.put(metrics_data)
+
+    def collect(self, timeout_millis: float = 10_000) -> None:
+        """The SDK's collection, never two in one millisecond of the wall clock: Prometheus keeps
+        milliseconds and refuses a changed value at the timestamp it already has (HTTP 400, the whole
+        batch spooled then dropped), which two steps or a step and a flush that close would send."""
+        with self._collect_lock:
+            wait_s = (self._last_collect_ms + 1) / 1e3 - time.time_ns() / 1e9
+            if wait_s > 0:
+                time.sleep(min(wait_s, 0.001))  # at most 1 ms, only when collections are that close
+            super().collect(timeout_millis)
+            self._last_collect_ms = time.time_ns() // 1_000_000  # at or after the points' timestamp
 
     def mark_step(self) -> None:
         """Snapshot the instruments now and export them in the background."""

@@ -14,9 +14,11 @@ class _Recording(MetricExporter):
     def __init__(self) -> None:
         super().__init__()
         self.instrumented: list[bool] = []
+        self.batches: list = []
 
     def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
         self.instrumented.append(is_instrumentation_enabled())
+        self.batches.append(metrics_data)
         return MetricExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -37,6 +39,29 @@ def test_exports_run_with_instrumentation_suppressed():
     assert reader.force_flush(10_000)
     provider.shutdown()
     assert exporter.instrumented and not any(exporter.instrumented)
+
+
+def test_no_two_collections_share_a_millisecond():
+    """Prometheus keeps milliseconds and refuses (HTTP 400) a changed value at a timestamp it has:
+    steps marked back to back, then a flush, each export their points at a later millisecond."""
+    exporter = _Recording()
+    reader = StepMetricReader(exporter, export_interval_millis=3_600_000)
+    provider = MeterProvider(metric_readers=[reader])
+    gauge = provider.get_meter("t").create_gauge("g")
+    for step in range(5):
+        gauge.set(step)
+        reader.mark_step()
+    assert reader.force_flush(10_000)
+    provider.shutdown()
+    stamps = [
+        point.time_unix_nano // 1_000_000
+        for batch in exporter.batches
+        for resource in batch.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        for point in metric.data.data_points
+    ]
+    assert len(stamps) >= 6 and stamps == sorted(set(stamps)), stamps
 
 
 @pytest.mark.parametrize("spool", ["on", "off"])
