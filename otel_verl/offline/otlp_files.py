@@ -196,8 +196,9 @@ def signal_files(folder: str | Path, signal: str, *, theirs: bool = False) -> li
     return found + sorted(Path(folder).glob(f"{DISTRO_FILE_PREFIX}{signal}-*.jsonl")) if theirs else found
 
 
-def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
-    """``folder``, checked to be a readable folder with files of ``signals``; else a ``CommandError``."""
+def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS, *, theirs: bool = False) -> Path:
+    """``folder``, checked to be a readable folder with files of ``signals`` (``theirs``:
+    ``signal_files``); else a ``CommandError``."""
     folder = Path(folder)
     if not folder.exists():
         raise CommandError(f"{folder} does not exist", USAGE)
@@ -210,7 +211,7 @@ def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
             pass
     except OSError as exc:
         raise CommandError(f"cannot read {folder}: {exc.strerror or exc}") from None
-    if not any(signal_files(folder, sig) for sig in signals):
+    if not any(signal_files(folder, sig, theirs=theirs) for sig in signals):
         names = ", ".join(f"{sig}-*.jsonl" for sig in signals)
         below = _telemetry_below(folder, signals)
         hint = f"; {below} under it has them: pass that folder" if below is not None else ""

@@ -3,8 +3,9 @@
 Each line the ``otlp_json_file`` exporters write is one OTLP ``Export{Trace,Metrics,Logs}ServiceRequest``
 in OTLP JSON, exactly the body OTLP/HTTP takes with ``Content-Type: application/json``: every line
 of ``traces-*.jsonl`` is POSTed unchanged to ``<URL>/v1/traces``, ``metrics-*`` to ``/v1/metrics``,
-``logs-*`` to ``/v1/logs``, and so are the ``distro-<signal>-*`` files (``process.their_files``). For a run on a cluster without a route to the backend: export to files,
-copy the folder out, replay it (or point a Collector's ``otlpjsonfile`` receiver at it).
+``logs-*`` to ``/v1/logs``, and so are the ``distro-<signal>-*`` files (``process.their_files``).
+For a run on a cluster without a route to the backend: export to files, copy the folder out,
+replay it (or point a Collector's ``otlpjsonfile`` receiver at it).
 
 Endpoint and headers default to the SDK's variables: the OTLP/HTTP URL of each signal as
 ``otel_verl.endpoints`` derives it (whatever ``OTEL_EXPORTER_OTLP_PROTOCOL`` says: replay
@@ -360,7 +361,7 @@ def replay(
 ) -> int:
     """The ``otel-verl replay`` command: 0 when everything was accepted, else a ``CommandError``."""
     out = sys.stdout if out is None else out
-    folder = run_folder(folder)
+    folder = run_folder(folder, theirs=True)
     env = os.environ if env is None else env
     plan = [(sig, signal_url(sig, endpoint, env), signal_headers(sig, headers, env)) for sig in SIGNALS]
     skipped = Skipped()

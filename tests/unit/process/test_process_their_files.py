@@ -1,6 +1,6 @@
 """In the launcher, the global providers ``opentelemetry-distro``'s configurator builds with
-``OTEL_*_EXPORTER=otlp_json_file`` write to the run folder, not the user's console
-(``otel_verl.process.their_files``); a ``console`` exporter the user chose stays on stdout.
+``OTEL_*_EXPORTER=otlp_json_file`` write to ``distro-*`` files of the run folder, not the user's
+console (``otel_verl.process.their_files``); a ``console`` exporter the user chose stays on stdout.
 
 Global providers can be set once per process, so each case runs in a fresh interpreter, as
 ``opentelemetry-instrument`` starts the launcher: the distro's configurator first, then the
@@ -16,6 +16,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from verl_cpu_harness.otlp_receiver import OtlpReceiver
 
 from otel_verl import config, semconv
 from otel_verl.cli import main as cli_main
@@ -56,25 +58,27 @@ def _launch(tmp_path: Path, **exporters: str) -> subprocess.CompletedProcess[str
     return proc
 
 
-def test_the_distros_json_file_exporters_write_the_launchers_files_not_the_console(tmp_path, capsys):
+def test_the_distros_json_file_exporters_write_their_own_files_not_the_console(tmp_path, capsys):
     proc = _launch(tmp_path)
     assert proc.stdout == "DONE\n"  # no JSON batch on the user's console
     files = sorted(p.name.rsplit("-", 1)[0] for p in tmp_path.iterdir())
-    assert files == [f"{s}-{semconv.ROLE_LAUNCHER}" for s in ("logs", "metrics", "traces")]
+    prefix = semconv.DISTRO_FILE_PREFIX
+    assert files == [f"{prefix}{s}-{semconv.ROLE_LAUNCHER}" for s in ("logs", "metrics", "traces")]
     for path in tmp_path.iterdir():
         assert path.stat().st_mode & 0o777 == 0o600
-    assert [s.name for s in read_spans(tmp_path)] == ["lib.call"]
-    assert [p.name for p in read_metric_points(tmp_path)] == ["lib.calls"]
-    assert [r.body for r in read_log_records(tmp_path)] == ["lib said"]
-    # the run's reader takes the launcher's files as they are (no run id on the distro's resource)
-    assert cli_main(["summary", str(tmp_path)]) == 0
-    capsys.readouterr()
+    # no run identity in them: the run's readers leave them out ...
+    assert read_spans(tmp_path) == [] and read_metric_points(tmp_path) == [] and read_log_records(tmp_path) == []
+    # ... and replay sends them, each line as written
+    with OtlpReceiver() as rx:
+        assert cli_main(["replay", str(tmp_path), "--endpoint", rx.url]) == 0
+    assert len(rx.span_ids()) == 1 and rx.metric_points() == 1 and rx.log_records() == 1
+    assert "1 spans sent" in capsys.readouterr().out
 
 
 def test_a_console_exporter_the_user_chose_stays_on_stdout(tmp_path):
     proc = _launch(tmp_path, traces="console", logs="none")
     assert '"name": "lib.call"' in proc.stdout  # the console exporter's own print
-    assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["metrics"]
+    assert sorted(p.name.rsplit("-", 2)[0] for p in tmp_path.iterdir()) == [f"{semconv.DISTRO_FILE_PREFIX}metrics"]
 
 
 def test_a_path_or_stream_the_user_gave_is_left_alone(tmp_path, monkeypatch):
