@@ -23,13 +23,20 @@ from otel_verl.config import RUN_ID, ensure_run_id
 from otel_verl.package import _instruments
 
 
-def _bound_their_exit() -> None:
+def _handle_their_providers(starts_run: bool) -> None:
+    """Global SDK providers otel-verl did not build (a distro's): their exit bounded, their
+    JSON-file exporters' console output put in this process's files (``their_files``)."""
     try:
-        from otel_verl.process.global_providers import bound_their_exit
+        from otel_verl.process import global_providers
 
-        bound_their_exit()
+        if not global_providers.sdk_globals():  # no distro here: nothing more to import
+            return
+        global_providers.bound_their_exit()
+        from otel_verl.process import their_files
+
+        their_files.redirect(starts_run)
     except Exception:  # noqa: BLE001 - never break start-up
-        logging.getLogger("otel_verl").debug("could not bound the global providers' exit", exc_info=True)
+        logging.getLogger("otel_verl").debug("could not handle the global providers", exc_info=True)
 
 
 class _OnVerlImport:
@@ -87,13 +94,14 @@ class VerlInstrumentor(BaseInstrumentor):
             from otel_verl.process.state import PROCESS
 
             PROCESS.use_providers(*given)
-        if not os.environ.get(RUN_ID):  # the process that starts the run: say what OTEL_CONFIG_FILE means
+        starts_run = not os.environ.get(RUN_ID)
+        if starts_run:  # the process that starts the run: say what OTEL_CONFIG_FILE means
             from otel_verl import declarative_config
 
             declarative_config.warn_if_set()
         ensure_run_id()  # now: the Ray processes this one starts inherit it
         if not any(p is not None for p in given):
-            _bound_their_exit()  # a distro's providers in this process: their exit stays bounded too
+            _handle_their_providers(starts_run)  # a distro's providers in this process
         if "verl" in sys.modules:  # programmatic use, or the verl.plugins entry point inside ``import verl``
             self._activate()
         elif self._waiting is None:

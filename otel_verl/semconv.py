@@ -197,6 +197,11 @@ EVENT_STALL_STACKS = "verl.stall.stacks"
 EVENT_TRAINING_RESUMED = "verl.training.resumed"
 # END generated span, event and attribute names
 
+# ---------------------------------------------------------------- files
+# OTEL_VERL_FILE_DIR's files that global providers otel-verl did not build write (a distro's, in the
+# launcher: ``process.their_files``): no run identity in them, so not the run's to report; replayed.
+DISTRO_FILE_PREFIX = "distro-"
+
 # ---------------------------------------------------------------- resource
 DISTRO_NAME = "otel-verl"  # the value of RES_DISTRO_NAME
 SERVICE_NAME_DEFAULT = "verl"

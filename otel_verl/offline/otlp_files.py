@@ -40,7 +40,7 @@ from otel_verl.exits import PROBLEM, USAGE, CommandError
 from otel_verl.offline import otlp_fields as fields
 from otel_verl.offline import otlp_typed
 from otel_verl.offline.otlp_fields import BadRequest
-from otel_verl.semconv import RES_SERIES_IDENTITY
+from otel_verl.semconv import DISTRO_FILE_PREFIX, RES_SERIES_IDENTITY
 
 SIGNALS = ("traces", "metrics", "logs")
 SERIES_IDENTITY = frozenset(RES_SERIES_IDENTITY)
@@ -189,13 +189,16 @@ class LogEntry:
     severity: str
 
 
-def signal_files(folder: str | Path, signal: str) -> list[Path]:
-    """The OTLP JSON-lines files of one signal in ``folder``, sorted (``<signal>-*.jsonl``)."""
-    return sorted(Path(folder).glob(f"{signal}-*.jsonl"))
+def signal_files(folder: str | Path, signal: str, *, theirs: bool = False) -> list[Path]:
+    """The OTLP JSON-lines files of one signal in ``folder``, sorted (``<signal>-*.jsonl``); ``theirs``:
+    with the files of the global providers a distro built (``distro-<signal>-*.jsonl``: no run identity)."""
+    found = sorted(Path(folder).glob(f"{signal}-*.jsonl"))
+    return found + sorted(Path(folder).glob(f"{DISTRO_FILE_PREFIX}{signal}-*.jsonl")) if theirs else found
 
 
-def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
-    """``folder``, checked to be a readable folder with files of ``signals``; else a ``CommandError``."""
+def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS, *, theirs: bool = False) -> Path:
+    """``folder``, checked to be a readable folder with files of ``signals`` (``theirs``:
+    ``signal_files``); else a ``CommandError``."""
     folder = Path(folder)
     if not folder.exists():
         raise CommandError(f"{folder} does not exist", USAGE)
@@ -208,7 +211,7 @@ def run_folder(folder: str | Path, signals: tuple[str, ...] = SIGNALS) -> Path:
             pass
     except OSError as exc:
         raise CommandError(f"cannot read {folder}: {exc.strerror or exc}") from None
-    if not any(signal_files(folder, sig) for sig in signals):
+    if not any(signal_files(folder, sig, theirs=theirs) for sig in signals):
         names = ", ".join(f"{sig}-*.jsonl" for sig in signals)
         below = _telemetry_below(folder, signals)
         hint = f"; {below} under it has them: pass that folder" if below is not None else ""
@@ -352,15 +355,16 @@ def iter_lines(
 
 
 def requests(
-    folder: Path, signal: str, skipped: Skipped | None = None
+    folder: Path, signal: str, skipped: Skipped | None = None, *, theirs: bool = False
 ) -> Iterator[tuple[Path, int, str, dict[str, Any]]]:
-    """(file, line number, raw line, request) for every stored export request of ``signal``.
+    """(file, line number, raw line, request) for every stored export request of ``signal``
+    (``theirs``: ``signal_files``).
 
     A JSON object without the signal's top-level list (``resourceSpans``, ...) is not one: skipped.
     """
     skipped = Skipped() if skipped is None else skipped
     key = REQUEST_KEYS[signal][0]
-    for path in signal_files(folder, signal):
+    for path in signal_files(folder, signal, theirs=theirs):
         for number, text, batch in iter_lines(path, skipped):
             if not isinstance(batch.get(key), list):
                 skipped.line(path, number, f"not an OTLP {signal} request")

@@ -3,8 +3,9 @@
 Each line the ``otlp_json_file`` exporters write is one OTLP ``Export{Trace,Metrics,Logs}ServiceRequest``
 in OTLP JSON, exactly the body OTLP/HTTP takes with ``Content-Type: application/json``: every line
 of ``traces-*.jsonl`` is POSTed unchanged to ``<URL>/v1/traces``, ``metrics-*`` to ``/v1/metrics``,
-``logs-*`` to ``/v1/logs``. For a run on a cluster without a route to the backend: export to files,
-copy the folder out, replay it (or point a Collector's ``otlpjsonfile`` receiver at it).
+``logs-*`` to ``/v1/logs``, and so are the ``distro-<signal>-*`` files (``process.their_files``).
+For a run on a cluster without a route to the backend: export to files, copy the folder out,
+replay it (or point a Collector's ``otlpjsonfile`` receiver at it).
 
 Endpoint and headers default to the SDK's variables: the OTLP/HTTP URL of each signal as
 ``otel_verl.endpoints`` derives it (whatever ``OTEL_EXPORTER_OTLP_PROTOCOL`` says: replay
@@ -238,12 +239,12 @@ def replay_signal(
     max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> SignalResult:
     result = SignalResult(signal, url)
-    result.files = len(signal_files(folder, signal))
+    result.files = len(signal_files(folder, signal, theirs=True))
     skipped = Skipped() if skipped is None else skipped
     # ours replaces the user's, whatever its case (HTTP header names are case-insensitive)
     headers = {k: v for k, v in headers.items() if k.lower() != "content-type"} | {"Content-Type": "application/json"}
     dead = False
-    for path, number, line, batch in requests(folder, signal, skipped):
+    for path, number, line, batch in requests(folder, signal, skipped, theirs=True):
         try:
             items = check_request(signal, batch)
         except ValueError as exc:
@@ -360,7 +361,7 @@ def replay(
 ) -> int:
     """The ``otel-verl replay`` command: 0 when everything was accepted, else a ``CommandError``."""
     out = sys.stdout if out is None else out
-    folder = run_folder(folder)
+    folder = run_folder(folder, theirs=True)
     env = os.environ if env is None else env
     plan = [(sig, signal_url(sig, endpoint, env), signal_headers(sig, headers, env)) for sig in SIGNALS]
     skipped = Skipped()
@@ -368,7 +369,7 @@ def replay(
     mib = size(max_request_bytes)
     with Poster(RETRIES, RETRY_STATUS) as poster:
         for sig, url, hdrs in plan:
-            if not signal_files(folder, sig):
+            if not signal_files(folder, sig, theirs=True):
                 print(f"{sig:8s} no {sig}-*.jsonl files", file=out)
                 continue
             r = replay_signal(poster, folder, sig, url, hdrs, timeout, skipped, max_request_bytes)

@@ -56,9 +56,10 @@ META_KEYS = (semconv.RES_RUN_ID, semconv.RES_SERVICE_NAME, semconv.RES_PROJECT, 
 def process_name(resource: dict[str, Any]) -> str:
     """ "taskrunner pid 870", "worker rank 1 pid 901": how both tools name a process."""
     rank = resource.get(semconv.RES_RANK)
-    return (
-        f"{resource.get(semconv.RES_ROLE)}{'' if rank is None else f' rank {rank}'} pid {resource.get('process.pid')}"
-    )
+    # no role: a provider otel-verl did not build (a distro's in the launcher: its resource may lack the pid too)
+    role = resource.get(semconv.RES_ROLE) or f"{resource.get(semconv.RES_SERVICE_NAME, 'a process')} (no verl role)"
+    pid = resource.get("process.pid")
+    return f"{role}{'' if rank is None else f' rank {rank}'}{'' if pid is None else f' pid {pid}'}"
 
 
 @dataclass
@@ -75,7 +76,8 @@ class Senders:
     def add(self, resource: dict[str, Any], items: int = 1) -> None:
         if self._last[0] is not resource:
             self._last = (resource, process_name(resource))
-            for key in META_KEYS:
+            # only otel-verl's resources (with a run id) say whose run it is: a distro's service name is not the run's
+            for key in META_KEYS if semconv.RES_RUN_ID in resource else ():
                 if resource.get(key) is not None:
                     self.meta[key].add(str(resource[key]))
         self.counts[self._last[1]] += items

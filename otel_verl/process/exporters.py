@@ -76,10 +76,11 @@ FILE_MODE = 0o600  # telemetry holds the run's config, hosts, errors: the user's
 DIR_MODE = 0o700  # OTEL_VERL_FILE_DIR when otel-verl creates it
 
 
-def file_path(signal: str, identity: Identity) -> str:
+def file_path(signal: str, identity: Identity, prefix: str = "") -> str:
+    """``<prefix><signal>-<role>-<pid>.jsonl`` in ``OTEL_VERL_FILE_DIR``, the folder made if needed."""
     folder = settings().file_dir
     os.makedirs(folder, mode=DIR_MODE, exist_ok=True)  # the mode of a folder made here; umask untouched
-    return os.path.join(folder, f"{signal}-{identity.label}-{os.getpid()}.jsonl")
+    return os.path.join(folder, f"{prefix}{signal}-{identity.label}-{os.getpid()}.jsonl")
 
 
 _CREATE = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)

@@ -13,7 +13,8 @@ The rule, per signal: a global provider someone set before (the user, a distro's
 global MeterProvider of its own only in its dashboard-agent processes, which run no verl code.
 Instruments and tracers user code made before (at import) are the API's proxies: they forward to
 the provider installed here. Global SDK providers otel-verl did not build (a distro's, in the
-launcher) get the same exit bound as its own (``bound_their_exit``).
+launcher) get the same exit bound as its own (``bound_their_exit``), and their JSON-file exporters
+write to this process's files, not the console (``their_files``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def install(tracer_provider: Any, meter_provider: Any, logger_provider: Any) -> 
 _bounded = threading.Event()
 
 
-def _sdk_globals() -> list[Any]:
+def sdk_globals() -> list[Any]:
+    """The global providers that are the SDK's (a distro's or otel-verl's own)."""
     current = (trace.get_tracer_provider(), metrics.get_meter_provider(), _logs.get_logger_provider())
     return [p for p in current if type(p).__module__.startswith("opentelemetry.sdk") and hasattr(p, "shutdown")]
 
@@ -78,7 +80,7 @@ def bound_their_exit() -> None:
     ``OTEL_EXPORTER_OTLP_TIMEOUT``, 10 s by default, per signal). This exit handler, registered after
     theirs, runs before them: it starts their shutdown in a daemon thread and waits at most the
     bound; theirs then find it begun and return at once."""
-    if _bounded.is_set() or not _sdk_globals():
+    if _bounded.is_set() or not sdk_globals():
         return
     _bounded.set()
     atexit.register(_shutdown_bounded)
@@ -88,7 +90,7 @@ def _shutdown_bounded() -> None:
     from otel_verl.config import settings
     from otel_verl.process.telemetry import run_bounded
 
-    providers = _sdk_globals()
+    providers = sdk_globals()
 
     def shutdown_all() -> None:
         for provider in providers:

@@ -110,6 +110,19 @@ def test_process_identity_and_run_id(run):
     assert {semconv.SPAN_INIT, semconv.SPAN_VALIDATION} <= names
 
 
+def test_the_launchers_distro_providers_write_files_of_their_own_not_the_console(run):
+    """``opentelemetry-instrument`` with ``otlp_json_file``: the global providers opentelemetry-distro
+    built in the launcher (its system metrics: the instrumentation is installed, as
+    ``opentelemetry-bootstrap -a install`` does) write ``distro-metrics-launcher-<pid>.jsonl``, beside
+    the run's files, and no OTLP JSON reaches the user's console."""
+    assert '"resourceMetrics"' not in run.output and '"resourceSpans"' not in run.output
+    (path,) = run.telemetry_dir.glob(f"{semconv.DISTRO_FILE_PREFIX}metrics-{semconv.ROLE_LAUNCHER}-*.jsonl")
+    batches = [json.loads(line) for line in path.read_text().splitlines()]
+    scopes = [s for b in batches for rm in b["resourceMetrics"] for s in rm["scopeMetrics"]]
+    names = {m["name"] for s in scopes for m in s["metrics"]}
+    assert "system.cpu.time" in names
+
+
 def _exports_by_step(run):
     """Group metric points by collection (one per step boundary) and key them by step."""
     batches = defaultdict(dict)
