@@ -13,15 +13,22 @@ A fold names what it reads and is handed only that, in the reader's order:
 5. ``close``: the fact (what the renderers show).
 
 ``holding``: the points a fold holds not yet folded (the reader's bound on what it holds counts it).
+
+A per-step fact (``StepFact``, the list: ``facts.step_facts``) is computed from one step's spans
+(``StepSpans``, with the run's facts the folds closed to) as the model makes the step's row, and
+kept on the row under its name (``StepRow.facts``); ``StepFact.of(row)`` reads it back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
+from otel_verl import semconv
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,3 +68,38 @@ class Fold:
     def close(self) -> Any:
         """Everything read: the fact."""
         return None
+
+
+@dataclass(frozen=True)
+class StepSpans:
+    """One step as the second reading of the traces found it: what a per-step fact is computed from."""
+
+    span: SpanRecord  # its verl.step span
+    members: list[SpanRecord]  # its trace and the rollout traces joined to it (by verl.rollout.submit_step)
+    trace: list[SpanRecord]  # its own trace
+    pool: list[SpanRecord]  # its trajectories "the slowest" is chosen from (slowest.trajectory_pool)
+    slowest: SpanRecord | None  # its slowest trajectory (slowest.slowest_trajectory)
+    run: Mapping[str, Any]  # the run's facts its folds closed to, by name (``facts.folds``)
+
+    @property
+    def step(self) -> int:
+        return self.span.attributes[semconv.ATTR_STEP]
+
+
+class HasFacts(Protocol):
+    """What a per-step fact's value is kept on: a step's row (``run.model.StepRow``)."""
+
+    facts: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StepFact(Generic[T]):
+    """A per-step fact: ``compute`` its value from one step (None: the step has none), kept on the
+    step's row under ``name``; ``of(row)`` reads it back, typed, for the renderers."""
+
+    name: str
+    compute: Callable[[StepSpans], T | None]
+
+    def of(self, row: HasFacts) -> T | None:
+        """The fact's value on ``row`` (None when the step has none)."""
+        return row.facts.get(self.name)

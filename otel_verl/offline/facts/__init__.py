@@ -6,12 +6,29 @@ run, ``folds.Fold``), its sentence for the summary, its data for the page.
 but its own reading lands in ``Report.facts`` under its name; ``health`` and ``goodput`` also take
 the steps' figures and the other facts (``run.model``). The others are rules on a step's spans:
 ``slowest``, ``tails``, ``time_went``, ``engine``, ``pools``.
+
+``step_facts`` is the list of the per-step facts (``folds.StepFact``): each computed from one step's
+spans as the model makes its row, kept on the row under its name (``StepRow.facts``), read back by
+the renderers with ``StepFact.of(row)``.
 """
 
 from __future__ import annotations
 
-from otel_verl.offline.facts import generation, goodput, health, latency, overhead, slowest, spool, stall, tails
-from otel_verl.offline.folds import Fold
+from otel_verl.offline.facts import (
+    engine,
+    generation,
+    goodput,
+    health,
+    latency,
+    overhead,
+    pools,
+    slowest,
+    spool,
+    stall,
+    tails,
+    time_went,
+)
+from otel_verl.offline.folds import Fold, StepFact
 
 
 def folds(include_validation: bool = False) -> dict[str, Fold]:
@@ -28,3 +45,17 @@ def folds(include_validation: bool = False) -> dict[str, Fold]:
         "latency": latency.Durations(),
         "stall": stall.Stall(),
     }
+
+
+def step_facts() -> tuple[StepFact, ...]:
+    """Every per-step fact, computed for each step's row in this order."""
+    return (
+        tails.RATIO,
+        tails.ALL_TRAJECTORIES,
+        time_went.ATTRIBUTED,
+        time_went.TIME_BY,
+        time_went.POLL_LAG,
+        pools.STATES,
+        pools.REPLICA_IDLE,
+        engine.SPLIT,
+    )

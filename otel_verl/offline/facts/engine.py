@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from otel_verl import semconv
+from otel_verl.offline.folds import StepFact
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.values import as_number
 
@@ -83,3 +84,6 @@ def engine_split(trajectory: SpanRecord | None, spans: Iterable[SpanRecord]) -> 
 
 
 _ENGINE_PARTS = (semconv.GEN_AI_LATENCY_TIME_IN_QUEUE, semconv.GEN_AI_LATENCY_PREFILL, semconv.GEN_AI_LATENCY_DECODE)
+
+# the step's slowest trajectory in the engine: ``SPLIT.of(row)``
+SPLIT: StepFact[EngineSplit] = StepFact("engine", lambda step: engine_split(step.slowest, step.members))

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from otel_verl import semconv
-from otel_verl.offline.folds import Fold
+from otel_verl.offline.folds import Fold, StepFact, StepSpans
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.values import as_number
 
@@ -70,3 +70,25 @@ class Tails(Fold):
 
     def close(self) -> StepTails:
         return self.tails
+
+
+def _tail(step: StepSpans) -> StepTail | None:
+    tails: StepTails = step.run["tails"]
+    return tails.get(step.step)
+
+
+def _ratio(step: StepSpans) -> float | None:
+    # a sample of trees says little about the median: the workers' own figure when there is one
+    tail = _tail(step)
+    return tail.ratio if tail is not None and tail.ratio is not None else tail_ratio(step.pool)
+
+
+def _trajectories(step: StepSpans) -> int | None:
+    tail = _tail(step)
+    return tail.trajectories if tail is not None else None
+
+
+# The step's facts (``StepFact.of(row)``): its slowest / median trajectory, and every trajectory of
+# the step as its workers counted them (the trees exported are ``StepRow.trajectories``).
+RATIO: StepFact[float] = StepFact("tail_ratio", _ratio)
+ALL_TRAJECTORIES: StepFact[int] = StepFact("all_trajectories", _trajectories)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from otel_verl import semconv
+from otel_verl.offline.folds import StepFact
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.values import as_number
 
@@ -101,3 +102,21 @@ def poll_lag(step: SpanRecord, trace: Iterable[SpanRecord]) -> PollLag | None:
     lag = max(0.0, min(as_number(wait.attributes[semconv.ATTR_WAIT_POLL_LAG]) or 0.0, wait.seconds))
     done = (wait.end_ns - step.start_ns) / 1e9 - lag
     return PollLag(max(0.0, done), lag, as_number(wait.attributes.get(semconv.ATTR_WAIT_POLL_INTERVAL)))
+
+
+def time_categories(step_span: SpanRecord) -> dict[str, float]:
+    """Seconds of the step by category (rollout, waiting, training, ...), in the order the step
+    span carries them: the ``verl.time.<category>`` attributes ``hooks/accounting.py`` sets."""
+    out: dict[str, float] = {}
+    for key, value in step_span.attributes.items():
+        if key.startswith(semconv.ATTR_TIME_PREFIX) and key != semconv.ATTR_TIME_CATEGORY:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[key[len(semconv.ATTR_TIME_PREFIX) :]] = float(value)
+    return out
+
+
+# The step's facts (``StepFact.of(row)``): its seconds a child span of a stage explains, its
+# seconds by category (empty for runs recorded before otel-verl accounted step time), v1's poll lag.
+ATTRIBUTED: StepFact[float] = StepFact("attributed", lambda step: attributed_seconds(step.span, step.trace))
+TIME_BY: StepFact[dict[str, float]] = StepFact("time_by", lambda step: time_categories(step.span))
+POLL_LAG: StepFact[PollLag] = StepFact("poll_lag", lambda step: poll_lag(step.span, step.trace))

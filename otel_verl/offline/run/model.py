@@ -17,12 +17,11 @@ from otel_verl import semconv
 from otel_verl.offline.bounded import Sample, SlowestPerRun, pick_steps, picked_text
 from otel_verl.offline.facts import folds as fact_folds
 from otel_verl.offline.facts import overhead
-from otel_verl.offline.facts.engine import EngineSplit, engine_split
+from otel_verl.offline.facts import step_facts as fact_step_facts
 from otel_verl.offline.facts.goodput import Goodput, GoodputFold
 from otel_verl.offline.facts.health import Finding, Health, health
 from otel_verl.offline.facts.latency import FAILED_STATUSES, Histogram, trajectory_histogram
 from otel_verl.offline.facts.overhead import Overhead
-from otel_verl.offline.facts.pools import replica_idle_ratio
 from otel_verl.offline.facts.slowest import (
     Trajectories,
     children_of,
@@ -34,9 +33,9 @@ from otel_verl.offline.facts.slowest import (
 )
 from otel_verl.offline.facts.spool import SpoolFacts
 from otel_verl.offline.facts.stall import StallReport
-from otel_verl.offline.facts.tails import StepTail, tail_ratio
-from otel_verl.offline.facts.time_went import PollLag, attributed_seconds, category_words, poll_lag
-from otel_verl.offline.folds import Steps
+from otel_verl.offline.facts.tails import RATIO
+from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
+from otel_verl.offline.folds import StepFact, Steps, StepSpans
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
 from otel_verl.offline.run_reader import (
     Held,
@@ -82,24 +81,13 @@ class StepRow:
     slowest: SpanRecord | None = None  # the step's slowest trajectory (slowest.slowest_trajectory)
     trajectories: int = 0
     error: bool = False
-    tail_ratio: float | None = None  # slowest / median of the step's trajectory pool
     spans: int = 0  # in the step's trace, with the rollout traces joined to it
     worker_ranks: list[str] = field(default_factory=list)  # ranks that sent verl.worker.* spans
-    attributed: float = 0.0  # seconds a child span of a stage explains (time_went.attributed_seconds)
-    time_by: dict[str, float] = field(default_factory=dict)  # category -> seconds (verl.time.* on the step span)
-    pools: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> state -> seconds (verl.pool.*)
-    replica_idle: dict[str, float] = field(default_factory=dict)  # rollout replica -> idle share (offline.pools)
-    # every trajectory of the step as its workers counted them (the trees exported are ``trajectories``)
-    all_trajectories: int | None = None
     tree_spans: int = 0  # spans in the kept tree of the step's slowest trajectory
     # those spans, for the step whose slowest trajectory is the run's (the others: their count only)
     tree: list[SpanRecord] = field(default_factory=list)
-    engine: EngineSplit | None = None  # the slowest trajectory's time in the engine (engine.engine_split)
-    poll_lag: PollLag | None = None  # v1: the wait after its rollouts were done (time_went.poll_lag)
-
-    @property
-    def slowest_category(self) -> str | None:
-        return max(self.time_by, key=self.time_by.__getitem__) if self.time_by else None
+    # each per-step fact's value, by its name (``facts.step_facts``; read with ``StepFact.of(row)``)
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -148,9 +136,9 @@ class StepTotals:
     def add(self, row: StepRow) -> None:
         self.count += 1
         self.seconds += row.span.seconds
-        self.attributed += row.attributed
+        self.attributed += ATTRIBUTED.of(row) or 0.0
         self.stage_order.update(dict.fromkeys(row.stages))
-        self.timed = self.timed or bool(row.time_by)
+        self.timed = self.timed or bool(TIME_BY.of(row))
         self.columns.add(row.step, row.span.seconds, Column(row.step, row.span.seconds, row.stages, row.other))
 
     def picked(self, shown: int) -> str | None:
@@ -306,7 +294,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     notes += [f"step {n} has more than one verl.step span; the first is shown" for n in index.duplicate_steps]
     if len(chosen) < len(first):
         notes.append(f"timelines are included for {picked_text(len(chosen), len(first), MAX_TIMELINE_STEPS)}")
-    tails = facts["tails"]  # the workers' figures over every trajectory
+    per_step = fact_step_facts()
     rows: dict[int, StepRow] = {}
     timelines: dict[int, Timeline] = {}
     totals = StepTotals(MAX_ROWS, SlowestPerRun(MAX_COLUMNS))
@@ -319,7 +307,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         if span is None:
             span = _bare_step(st)
             members = [span, *members]
-        row = _step_row(span, members, tails, include_validation, run_slowest)
+        row = _step_row(span, members, per_step, facts, include_validation, run_slowest)
         totals.add(row)
         if n in shown or row.tree:  # the row of the run's slowest trajectory too
             rows[n] = row
@@ -412,11 +400,13 @@ def _bare_step(st: StepSpan) -> SpanRecord:
 def _step_row(
     st: SpanRecord,
     members: list[SpanRecord],
-    tails: dict[int, StepTail],
+    per_step: Iterable[StepFact],
+    run: dict[str, Any],
     include_validation: bool,
     run_slowest: str | None = None,
 ) -> StepRow:
-    """One step's row: its top-level stages, its trajectories and their tail, where its time went.
+    """One step's row: its top-level stages, its trajectories, and each per-step fact's value
+    (``per_step``: ``facts.step_facts``; ``run``: the facts the run's folds closed to).
     ``members``: the step's trace and the rollout traces joined to it; ``run_slowest``: the span id
     of the run's slowest trajectory, whose tree the row keeps (a long run's rows hold no trees)."""
     n = st.attributes[semconv.ATTR_STEP]
@@ -432,8 +422,8 @@ def _step_row(
     pool = trajectory_pool(trajectories, include_validation)
     workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
     slowest = slowest_trajectory(pool, include_validation)
-    tail = tails.get(n)
     tree = tree_below(slowest, children_of(members)) if slowest is not None else []
+    step = StepSpans(st, members, trace, pool, slowest, run)
     return StepRow(
         n,
         st,
@@ -442,19 +432,11 @@ def _step_row(
         slowest,
         len(trajectories),
         any(s.status == "STATUS_CODE_ERROR" for s in trace),
-        # a sample of trees says little about the median: the workers' own figure when there is one
-        tail.ratio if tail is not None and tail.ratio is not None else tail_ratio(pool),
         len(members),
         sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
-        attributed_seconds(st, trace),
-        time_categories(st),
-        pool_states(st),
-        replica_idle_ratio(members, st.start_ns, st.end_ns, _replicas(members)),
-        tail.trajectories if tail is not None else None,
         len(tree),
         tree if slowest is not None and slowest.span_id == run_slowest else [],
-        engine_split(slowest, members),
-        poll_lag(st, trace),
+        {f.name: f.compute(step) for f in per_step},
     )
 
 
@@ -469,12 +451,13 @@ def _slowest_findings(steps: list[StepRow], slowest: SpanRecord | None, include_
     if steps:
         slow = slowest_row(steps)
         text = f"step {slow.step}, {slow.span.seconds:.2f} s"
-        if slow.time_by and slow.span.seconds > 0:
-            top = sorted(slow.time_by.items(), key=lambda kv: -kv[1])[:2]
+        time_by, lag = TIME_BY.of(slow), POLL_LAG.of(slow)
+        if time_by and slow.span.seconds > 0:
+            top = sorted(time_by.items(), key=lambda kv: -kv[1])[:2]
             text += ": " + ", ".join(f"{category_words(c)} {100 * v / slow.span.seconds:.0f}%" for c, v in top if v > 0)
-        if slow.poll_lag is not None:
-            text += f"; {slow.poll_lag.line()}"
-        out.append(Finding("slowest step", "info", text, "time-went" if slow.time_by else "stages"))
+        if lag is not None:
+            text += f"; {lag.line()}"
+        out.append(Finding("slowest step", "info", text, "time-went" if time_by else "stages"))
     else:
         out.append(Finding("slowest step", "info", "no training steps", ""))
     if slowest is None:
@@ -487,41 +470,12 @@ def _slowest_findings(steps: list[StepRow], slowest: SpanRecord | None, include_
         if semconv.ATTR_ROLLOUT_SUBMIT_STEP in a:
             bits.append(f"step {a[semconv.ATTR_ROLLOUT_SUBMIT_STEP]}")
         row = next((r for r in steps if r.slowest is not None and r.slowest.span_id == slowest.span_id), None)
-        if row is not None and row.tail_ratio is not None:
-            bits.append(f"{row.tail_ratio:.1f}x its step's median")
+        ratio = RATIO.of(row) if row is not None else None
+        if ratio is not None:
+            bits.append(f"{ratio:.1f}x its step's median")
         rule = "" if not include_validation else " (validation ones included)"
         out.append(Finding("slowest trajectory", "info", ", ".join(bits) + rule, "rollout"))
     return out
-
-
-def time_categories(step_span: SpanRecord) -> dict[str, float]:
-    """Seconds of the step by category (rollout, waiting, training, ...), in the order the step
-    span carries them: the ``verl.time.<category>`` attributes ``hooks/accounting.py`` sets."""
-    out: dict[str, float] = {}
-    for key, value in step_span.attributes.items():
-        if key.startswith(semconv.ATTR_TIME_PREFIX) and key != semconv.ATTR_TIME_CATEGORY:
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                out[key[len(semconv.ATTR_TIME_PREFIX) :]] = float(value)
-    return out
-
-
-def pool_states(step_span: SpanRecord) -> dict[str, dict[str, float]]:
-    """Role -> state -> seconds of the step: the ``verl.pool.<role>.<state>`` attributes
-    (``hooks/accounting.py``: busy, waiting and idle add up to the step for each role)."""
-    out: dict[str, dict[str, float]] = {}
-    for key, value in step_span.attributes.items():
-        if not key.startswith(semconv.ATTR_POOL_PREFIX) or key in (semconv.ATTR_POOL_ROLE, semconv.ATTR_POOL_STATE):
-            continue
-        role, _, state = key[len(semconv.ATTR_POOL_PREFIX) :].rpartition(".")
-        if role and isinstance(value, int | float) and not isinstance(value, bool):
-            out.setdefault(role, {})[state] = float(value)
-    return out
-
-
-def _replicas(members: list[SpanRecord]) -> list[str]:
-    calls = (s for s in members if semconv.is_llm_call(s.name, s.attributes))
-    found = {s.attributes.get(semconv.ATTR_ROLLOUT_SERVER_ID) for s in calls}
-    return sorted(r for r in found if isinstance(r, str))
 
 
 VALIDATION_CHART = "Validation score"

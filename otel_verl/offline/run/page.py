@@ -16,7 +16,9 @@ from otel_verl import semconv
 from otel_verl.offline.bounded import THINNED, thin, thinned
 from otel_verl.offline.facts import generation as gen
 from otel_verl.offline.facts import goodput as gp
-from otel_verl.offline.facts.time_went import category_words
+from otel_verl.offline.facts.engine import SPLIT
+from otel_verl.offline.facts.pools import REPLICA_IDLE, STATES
+from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.run.charts import (
     OTHER,
@@ -79,7 +81,7 @@ def _parts(report: Report) -> Iterator[str]:
         '<nav><a href="#health">Health</a>'
         + ('<a href="#goodput">Goodput</a>' if _goodput(report) is not None else "")
         + '<a href="#stages">Stages</a>'
-        + ('<a href="#time-went">Where the time went</a>' if any(r.time_by for r in report.steps) else "")
+        + ('<a href="#time-went">Where the time went</a>' if any(TIME_BY.of(r) for r in report.steps) else "")
         + '<a href="#timeline">Step timeline</a><a href="#rollout">Rollout latency</a>'
         + ('<a href="#generation">Generation health</a>' if _has_generation(report) else "")
         + '<a href="#curves">Training curves</a><a href="#guard">Guard and alerts</a>'
@@ -144,7 +146,7 @@ def _health_section(report: Report) -> str:
 def _sections(report: Report) -> set[str]:
     """The ids of the sections this page has."""
     out = {"stages", "timeline", "rollout", "curves", "guard", "explore"}
-    if any(r.time_by for r in report.steps):
+    if any(TIME_BY.of(r) for r in report.steps):
         out.add("time-went")
     if report.stall_reports or report.stalled:
         out.add("stall")
@@ -325,16 +327,16 @@ SLOWEST_CLASS = ' class="slowest"'
 def _time_section(report: Report) -> str:
     """Each step's seconds by category (``verl.time.*`` of the step span), the slowest step first
     in words; empty for runs recorded before otel-verl accounted step time."""
-    rows = [r for r in report.steps if r.time_by]
+    rows = [r for r in report.steps if TIME_BY.of(r)]
     if not rows:
         return ""
     order: list[str] = []
     for r in rows:
-        order += [c for c in r.time_by if c not in order]
+        order += [c for c in TIME_BY.of(r) or {} if c not in order]
     slow = slowest_row(rows)
 
     def share(r: StepRow, c: str) -> str:
-        v = r.time_by.get(c, 0.0)
+        v = (TIME_BY.of(r) or {}).get(c, 0.0)
         pct = 100 * v / r.span.seconds if r.span.seconds > 0 else 0.0
         return f'<td data-category="{esc(c)}" data-seconds="{v!r}">{v:.3f} <small>{pct:.0f}%</small></td>'
 
@@ -343,28 +345,25 @@ def _time_section(report: Report) -> str:
         f'<tr data-step="{esc(r.step)}"{SLOWEST_CLASS if r is slow else ""}><th>{esc(r.step)}</th>'
         f'<td data-seconds="{r.span.seconds!r}">{r.span.seconds:.3f}</td>'
         + "".join(share(r, c) for c in order)
-        + f"<td>{100 * r.attributed / r.span.seconds if r.span.seconds > 0 else 0:.0f}%</td></tr>"
+        + f"<td>{100 * (ATTRIBUTED.of(r) or 0.0) / r.span.seconds if r.span.seconds > 0 else 0:.0f}%</td></tr>"
         for r in rows
     )
     table = (
         f'<table id="time-table" class="num"><thead><tr><th>step</th><th>step span, s</th>{head}'
         f"<th>{COVERED}</th></tr></thead><tbody>{body}</tbody></table>"
     )
-    parts = sorted(slow.time_by.items(), key=lambda kv: -kv[1])
+    parts = sorted((TIME_BY.of(slow) or {}).items(), key=lambda kv: -kv[1])
     words = ", ".join(
         f"{esc(category_words(c))} {v:.2f} s ({100 * v / slow.span.seconds:.0f}%)"
         for c, v in parts
         if v > 0 and slow.span.seconds > 0
     )
-    lag = f' <span class="poll-lag">{esc(slow.poll_lag.line())}.</span>' if slow.poll_lag else ""
-    lags = [r for r in report.steps if r.poll_lag is not None]
+    slow_lag = POLL_LAG.of(slow)
+    lag = f' <span class="poll-lag">{esc(slow_lag.line())}.</span>' if slow_lag else ""
+    lags = [(r.step, p) for r in report.steps if (p := POLL_LAG.of(r)) is not None]
     lag_list = (
         '<details id="poll-lag"><summary>v1 poll lag per step</summary><ul>'
-        + "".join(
-            f'<li data-step="{esc(r.step)}">step {esc(r.step)}: {esc(r.poll_lag.line())}</li>'
-            for r in lags
-            if r.poll_lag
-        )
+        + "".join(f'<li data-step="{esc(n)}">step {esc(n)}: {esc(p.line())}</li>' for n, p in lags)
         + "</ul></details>"
         if lags
         else ""
@@ -393,12 +392,12 @@ def _pools_of(rows: list[StepRow], slow: StepRow) -> str:
     rollout replica's own idle share from its LLM-call spans (``offline/facts/pools.py``)."""
     roles: list[str] = []
     for r in rows:
-        roles += [role for role in r.pools if role not in roles]
+        roles += [role for role in STATES.of(r) or {} if role not in roles]
     if not roles:
         return ""
 
     def cell(r: StepRow, role: str) -> str:
-        st = r.pools.get(role)
+        st = (STATES.of(r) or {}).get(role)
         if not st:
             return f'<td data-role="{esc(role)}"></td>'
         text = " / ".join(f"{st.get(k, 0.0):.2f}" for k in POOL_STATES)
@@ -415,8 +414,9 @@ def _pools_of(rows: list[StepRow], slow: StepRow) -> str:
         f'<table id="pool-table" class="num"><thead><tr><th>step</th>{head}'
         f"<th>rollout replicas idle (own LLM calls)</th></tr></thead><tbody>{body}</tbody></table>"
     )
+    slow_pools = STATES.of(slow) or {}
     words = "; ".join(
-        f"{esc(role)} " + ", ".join(f"{k} {v:.2f} s" for k, v in slow.pools[role].items()) for role in slow.pools
+        f"{esc(role)} " + ", ".join(f"{k} {v:.2f} s" for k, v in slow_pools[role].items()) for role in slow_pools
     )
     replicas = _replica_text(slow)
     return (
@@ -432,7 +432,7 @@ POOL_STATES = ("busy", "waiting", "idle")
 
 
 def _replica_text(r: StepRow) -> str:
-    return ", ".join(f"{name} {100 * ratio:.0f}%" for name, ratio in sorted(r.replica_idle.items()))
+    return ", ".join(f"{name} {100 * ratio:.0f}%" for name, ratio in sorted((REPLICA_IDLE.of(r) or {}).items()))
 
 
 def _overhead(report: Report) -> str:
@@ -520,12 +520,10 @@ def _picked(report: Report) -> str:
 
 def _engine_split(report: Report) -> str:
     """Each step's slowest trajectory split by the engine's own request spans (vLLM's ``llm_request``)."""
-    rows = [r for r in report.steps if r.engine is not None]
-    if not rows:
+    split = [(r.step, e) for r in report.steps if (e := SPLIT.of(r)) is not None]
+    if not split:
         return ""
-    items = "".join(
-        f'<li data-step="{esc(r.step)}">step {esc(r.step)}: {esc(r.engine.line())}</li>' for r in rows if r.engine
-    )
+    items = "".join(f'<li data-step="{esc(n)}">step {esc(n)}: {esc(e.line())}</li>' for n, e in split)
     return (
         '<div id="engine-split"><p>The slowest trajectory of each step, in the rollout engine (queue / prefill / '
         f"decode from its <code>llm_request</code> spans under the trajectory's LLM calls):</p><ul>{items}</ul></div>"

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from otel_verl import semconv
 from otel_verl.offline.bounded import Series
 from otel_verl.offline.facts import stall
-from otel_verl.offline.facts.time_went import category_words
+from otel_verl.offline.facts.engine import SPLIT
+from otel_verl.offline.facts.tails import ALL_TRAJECTORIES, RATIO
+from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.run.model import VALIDATION_KEYS, Report, StepRow, slowest_row
 from otel_verl.printable import printable
@@ -30,7 +32,7 @@ def lines(rep: Report) -> list[str]:
         stages = [("total", {r.step: r.span.seconds for r in rep.steps})]
         stages += [(st, {r.step: r.stages[st] for r in rep.steps if st in r.stages}) for st in rep.stage_order]
         stages.append(("other (outside any stage)", {r.step: r.other for r in rep.steps}))
-        stages.append((COVERED, {r.step: r.attributed for r in rep.steps}))
+        stages.append((COVERED, {r.step: ATTRIBUTED.of(r) or 0.0 for r in rep.steps}))
         out += _table(
             [r.step for r in rep.steps], stages, "{:.2f}", rep.totals.count, len(rep.steps) < rep.totals.count
         )
@@ -83,17 +85,17 @@ def _where_the_time_went(rep: Report) -> list[str]:
         f"where the time went: {share:.0%} of step time has a worker call, rollout or wait under its stage; "
         f"the other {total - covered:.2f} s is the trainer's own work, inside stages and between them"
     ]
-    timed = [r for r in steps if r.time_by]
+    timed = [r for r in steps if TIME_BY.of(r)]
     if timed:
         slow = slowest_row(timed)
-        parts = sorted(slow.time_by.items(), key=lambda kv: -kv[1])
+        parts = sorted((TIME_BY.of(slow) or {}).items(), key=lambda kv: -kv[1])
         words = ", ".join(
             f"{category_words(c)} {v:.2f} s ({100 * v / slow.span.seconds:.0f}%)"
             for c, v in parts
             if v > 0 and slow.span.seconds > 0
         )
         out.append(f"slowest step {slow.step} ({slow.span.seconds:.2f} s): {words}")
-    out += [f"step {r.step}: {r.poll_lag.line()}" for r in steps if r.poll_lag is not None]
+    out += [f"step {r.step}: {lag.line()}" for r in steps if (lag := POLL_LAG.of(r)) is not None]
     return out
 
 
@@ -168,9 +170,10 @@ def _slowest(rep: Report) -> list[str]:
     facts += [f"submitted at step {submit}"] if submit is not None else []
     facts += [f"{tokens} response tokens"] if tokens is not None else []
     row = _step_of(rep, submit)
-    if row is not None and row.tail_ratio is not None and row.slowest is not None and row.slowest.span_id == s.span_id:
+    ratio = RATIO.of(row) if row is not None else None
+    if row is not None and ratio is not None and row.slowest is not None and row.slowest.span_id == s.span_id:
         gen = row.stages.get("gen")
-        facts.append(f"{row.tail_ratio:.1f}x its step's median" + (f", in a gen stage of {gen:.2f} s" if gen else ""))
+        facts.append(f"{ratio:.1f}x its step's median" + (f", in a gen stage of {gen:.2f} s" if gen else ""))
     tree = [] if row is None or row.slowest is None or row.slowest.span_id != s.span_id else [_tree(s, row.tree)]
     return [
         "",
@@ -194,11 +197,11 @@ def _tree(s: SpanRecord, tree: Sequence[SpanRecord]) -> str:
 
 def _engine(rep: Report) -> list[str]:
     """Each step's slowest trajectory, split by the engine's own request spans (queue / prefill / decode)."""
-    rows = [r for r in rep.steps if r.engine is not None]
-    if not rows:
+    split = [(r.step, e) for r in rep.steps if (e := SPLIT.of(r)) is not None]
+    if not split:
         return []
     out = ["  in the engine (its llm_request spans under the trajectory's LLM calls), each step's slowest:"]
-    return out + [f"    step {r.step}: {r.engine.line()}" for r in rows if r.engine is not None]
+    return out + [f"    step {n}: {e.line()}" for n, e in split]
 
 
 def _count(n: int, noun: str) -> str:
@@ -228,7 +231,8 @@ def _telemetry(rep: Report) -> list[str]:
             f"{', worker spans' + ranks if r.worker_ranks else ''}{error}"
         )
         if r.slowest is not None:  # where to open the step's slowest trajectory, its tree kept whole
-            of = "" if r.all_trajectories is None else f" (trees of {r.trajectories} of its {r.all_trajectories})"
+            every = ALL_TRAJECTORIES.of(r)
+            of = "" if every is None else f" (trees of {r.trajectories} of its {every})"
             out.append(
                 f"    slowest trajectory{of}: span {r.slowest.span_id} in trace {r.slowest.trace_id}, "
                 f"{r.tree_spans} spans below it"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from support.otlp_json import _attrs, llm_call, span, write_spans
 
 from otel_verl import semconv
+from otel_verl.offline.facts.tails import ALL_TRAJECTORIES, RATIO
 from otel_verl.offline.run import model, page
 from otel_verl.offline.run.text import lines
 
@@ -71,8 +72,8 @@ def test_summary_and_report_point_at_each_steps_slowest_kept_tree(tmp_path):
     rep = model.build(tmp_path)
     (row,) = rep.steps
     assert row.slowest.span_id == slow_id
-    assert row.trajectories == 3 and row.all_trajectories == 8  # trees exported / trajectories run
-    assert row.tail_ratio == 5.0  # the worker's figure over all 8, not 2.0 / 0.4 from the three trees
+    assert row.trajectories == 3 and ALL_TRAJECTORIES.of(row) == 8  # trees exported / trajectories run
+    assert RATIO.of(row) == 5.0  # the worker's figure over all 8, not 2.0 / 0.4 from the three trees
     call = semconv.llm_call_span_name("Qwen/Qwen2.5-0.5B")
     assert sorted(s.name for s in row.tree) == [call, semconv.SPAN_REWARD_WORKER]
     text = lines(rep)

@@ -14,6 +14,8 @@ from support.otlp_json import gauge, llm_call, log_record, span, write_logs, wri
 
 from otel_verl import semconv
 from otel_verl.offline import otlp_files
+from otel_verl.offline.facts.pools import REPLICA_IDLE, STATES
+from otel_verl.offline.facts.time_went import TIME_BY
 from otel_verl.offline.report import build, render
 from otel_verl.offline.run.markup import esc
 from otel_verl.offline.run.page import asset
@@ -126,7 +128,7 @@ def test_where_the_time_went_per_step_and_the_slowest_step_in_words(tmp_path):
         spans.append(span(semconv.SPAN_STEP, f"{step:016x}", 10 * step, 10 * step + total, verl__step=step, **kw)[1])
     write_spans(tmp_path, "taskrunner", 1, spans)
     rep = build(tmp_path)
-    assert [r.time_by for r in rep.steps] == [times[1], times[2]]
+    assert [TIME_BY.of(r) for r in rep.steps] == [times[1], times[2]]
     page = render(rep)
     section = page[page.index('<section id="time-went">') :]
     section = section[: section.index("</section>")]
@@ -159,8 +161,8 @@ def test_pool_seconds_and_replica_idle_of_the_slowest_step(tmp_path):
     ]
     write_spans(tmp_path, "taskrunner", 1, [root, *calls])
     rep = build(tmp_path)
-    assert rep.steps[0].pools == {"actor": {"busy": 0.5, "waiting": 0.25, "idle": 0.25}}
-    assert rep.steps[0].replica_idle == {"r0": pytest.approx(0.5)}
+    assert STATES.of(rep.steps[0]) == {"actor": {"busy": 0.5, "waiting": 0.25, "idle": 0.25}}
+    assert REPLICA_IDLE.of(rep.steps[0]) == {"r0": pytest.approx(0.5)}
     page = render(rep)
     assert "actor busy 0.50 s, waiting 0.25 s, idle 0.25 s." in page
     assert "Rollout replicas idle, by their own LLM calls: r0 50%." in page
