@@ -8,7 +8,7 @@ things is ``otel_verl.live`` and ``otel_verl.stack``; how every command ends, ``
 * ``run/``: the run's model (``run.model.build``) beside its two renderers, ``run.text`` (the
   summary's lines) and ``run.page`` (the report's HTML);
 * ``facts/``: one module per fact summary and report state (its fold, its sentence, its data for the
-  page), ``facts.folds`` the list of them;
+  page), ``facts.folds`` the list of them, ``facts.step_facts`` the list of the per-step ones;
 * ``run_reader``: a run folder read at any size, what it holds bounded (``bounded``: per-step
   series, samples, picked steps), handing each fact's fold what it names (``folds``); ``exports``:
   each export placed at its step; ``values``: small rules over the values read;

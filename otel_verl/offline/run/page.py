@@ -19,6 +19,7 @@ from otel_verl.offline.facts import goodput as gp
 from otel_verl.offline.facts.engine import SPLIT
 from otel_verl.offline.facts.pools import REPLICA_IDLE, STATES
 from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
+from otel_verl.offline.folds import StepFact
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.run.charts import (
     OTHER,
@@ -360,14 +361,7 @@ def _time_section(report: Report) -> str:
     )
     slow_lag = POLL_LAG.of(slow)
     lag = f' <span class="poll-lag">{esc(slow_lag.line())}.</span>' if slow_lag else ""
-    lags = [(r.step, p) for r in report.steps if (p := POLL_LAG.of(r)) is not None]
-    lag_list = (
-        '<details id="poll-lag"><summary>v1 poll lag per step</summary><ul>'
-        + "".join(f'<li data-step="{esc(n)}">step {esc(n)}: {esc(p.line())}</li>' for n, p in lags)
-        + "</ul></details>"
-        if lags
-        else ""
-    )
+    lists = "".join(_step_list(report, *listed) for listed in STEP_LISTS)
     pools = _pools_of(rows, slow)
     return (
         '<section id="time-went"><h2>Where the time went</h2>'
@@ -377,7 +371,7 @@ def _time_section(report: Report) -> str:
         "are done: the wait after they were all done is its own column. The last column is the share of "
         "the step with a worker call, rollout or wait under its stage; the rest is the trainer's own work.</p>"
         f'<p id="time-slowest"><b>Slowest step {esc(slow.step)} ({slow.span.seconds:.2f} s):</b> {words}.{lag}</p>'
-        + lag_list
+        + lists
         + _folded(table, len(rows), "seconds by category per step")
         + pools
         + "</section>"
@@ -385,6 +379,19 @@ def _time_section(report: Report) -> str:
 
 
 COVERED = "with a worker call, rollout or wait under it"
+
+# The per-step facts listed one line per step (their value's ``line()``) in "Where the time went":
+# (the fact, the list's id, its title).
+STEP_LISTS: tuple[tuple[StepFact, str, str], ...] = ((POLL_LAG, "poll-lag", "v1 poll lag per step"),)
+
+
+def _step_list(report: Report, fact: StepFact, id_: str, title: str) -> str:
+    """``fact`` of each step that has it, one line per step, folded (empty when none has it)."""
+    said = [(r.step, v) for r in report.steps if (v := fact.of(r)) is not None]
+    if not said:
+        return ""
+    items = "".join(f'<li data-step="{esc(n)}">step {esc(n)}: {esc(v.line())}</li>' for n, v in said)
+    return f'<details id="{esc(id_)}"><summary>{esc(title)}</summary><ul>{items}</ul></details>'
 
 
 def _pools_of(rows: list[StepRow], slow: StepRow) -> str:

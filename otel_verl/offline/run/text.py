@@ -13,6 +13,7 @@ from otel_verl.offline.facts import stall
 from otel_verl.offline.facts.engine import SPLIT
 from otel_verl.offline.facts.tails import ALL_TRAJECTORIES, RATIO
 from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
+from otel_verl.offline.folds import StepFact
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.run.model import VALIDATION_KEYS, Report, StepRow, slowest_row
 from otel_verl.printable import printable
@@ -95,8 +96,12 @@ def _where_the_time_went(rep: Report) -> list[str]:
             if v > 0 and slow.span.seconds > 0
         )
         out.append(f"slowest step {slow.step} ({slow.span.seconds:.2f} s): {words}")
-    out += [f"step {r.step}: {lag.line()}" for r in steps if (lag := POLL_LAG.of(r)) is not None]
+    out += [f"step {r.step}: {v.line()}" for fact in STEP_LINES for r in steps if (v := fact.of(r)) is not None]
     return out
+
+
+# The per-step facts said one line per step (their value's ``line()``), after where the time went.
+STEP_LINES: tuple[StepFact, ...] = (POLL_LAG,)
 
 
 def _headline(rep: Report) -> str:

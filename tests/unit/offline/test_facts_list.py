@@ -1,14 +1,18 @@
 """A new fact of the offline tools is one module whose fold goes on the list of facts
 (``offline.facts.folds``): the reader hands it what it names, in the reader's order, and the run's
-model keeps what it closes to under its name (``Report.facts``), with no change to either."""
+model keeps what it closes to under its name (``Report.facts``), with no change to either. A new
+per-step fact is one ``StepFact`` on the list of them (``offline.facts.step_facts``): the model
+keeps its value on each step's row (``StepRow.facts``), and a renderer shows it with one line."""
 
 from __future__ import annotations
 
-from support.otlp_json import log_record, write_logs
+from dataclasses import dataclass
+
+from support.otlp_json import log_record, span, write_logs, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline import facts
-from otel_verl.offline.folds import Fold, Steps
+from otel_verl.offline.folds import Fold, StepFact, Steps, StepSpans
 from otel_verl.offline.otlp_files import (
     LogEntry,
     MetricPoint,
@@ -17,7 +21,7 @@ from otel_verl.offline.otlp_files import (
     read_metric_points,
     read_spans,
 )
-from otel_verl.offline.run import model, text
+from otel_verl.offline.run import model, page, text
 
 EVENT = "my.fact.event"
 
@@ -76,3 +80,55 @@ def test_a_fact_put_on_the_list_is_handed_what_it_names_and_kept_by_its_name(v1_
     # the facts already listed are there too, and the summary reads them as before
     assert set(listed()) <= set(rep.facts) | model.COMBINED
     assert text.lines(rep) == text.lines(model.build(v1_run))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A per-step fact made up for the test: what the step handed it."""
+
+    spans: int
+    trajectories: int
+    tails: bool
+
+    def line(self) -> str:
+        return f"made up: {self.spans} spans, {self.trajectories} trajectories"
+
+
+def _seen(step: StepSpans) -> Seen | None:
+    if step.step == 2:
+        return None  # a step without the fact: no line for it
+    return Seen(len(step.trace), len(step.pool), "tails" in step.run)
+
+
+SEEN = StepFact("seen", _seen)
+
+
+def test_a_per_step_fact_put_on_the_list_reaches_its_row_and_the_renderers(tmp_path, monkeypatch):
+    trajectory = {"verl__rollout__submit_step": 1, "verl__rollout__sample_index": 0, "verl__rollout__index": 0}
+    spans = []
+    for step in (1, 2):
+        trace = f"{step:016x}"
+        sid, root = span(semconv.SPAN_STEP, trace, 10 * step, 10 * step + 2, verl__step=step, verl__time__rollout=2.0)
+        _, stage = span("verl.gen", trace, 10 * step, 10 * step + 1, sid, verl__stage="gen", verl__step=step)
+        spans += [root, stage]
+    spans.append(span(semconv.SPAN_ROLLOUT_TRAJECTORY, "a" * 16, 10.1, 10.9, **trajectory)[1])
+    write_spans(tmp_path, "taskrunner", 1, spans)
+    listed = facts.step_facts
+    assert len({f.name for f in listed()}) == len(listed())  # one value per name on a row
+    plain = model.build(tmp_path)
+    # the registration line, and one line per renderer
+    monkeypatch.setattr(model, "fact_step_facts", lambda: (*listed(), SEEN))
+    monkeypatch.setattr(text, "STEP_LINES", (*text.STEP_LINES, SEEN))
+    monkeypatch.setattr(page, "STEP_LISTS", (*page.STEP_LISTS, (SEEN, "seen", "what each step handed")))
+    rep = model.build(tmp_path)
+    assert [SEEN.of(r) for r in rep.steps] == [Seen(2, 1, True), None]  # its trace, its pool, the run's facts
+    assert {f.name for f in listed()} < set(rep.steps[0].facts)  # the listed ones are there too
+    said = text.lines(rep)
+    assert "  step 1: made up: 2 spans, 1 trajectories" in said and not any("step 2: made up" in x for x in said)
+    assert [x for x in said if "made up" not in x] == text.lines(plain)
+    html = page.render(rep)
+    assert (
+        '<details id="seen"><summary>what each step handed</summary><ul>'
+        '<li data-step="1">step 1: made up: 2 spans, 1 trajectories</li></ul></details>'
+    ) in html
+    assert '<details id="seen">' not in page.render(plain)
