@@ -5,7 +5,7 @@ run, ``folds.Fold``), its sentence for the summary, its data for the page.
 ``run_reader``, which imports no fact) learns about a fact. A fact whose ``close`` needs nothing
 but its own reading lands in ``Report.facts`` under its name; ``health`` and ``goodput`` also take
 the steps' figures and the other facts (``run.model``). The others are rules on a step's spans:
-``slowest``, ``tails``, ``time_went``, ``engine``, ``pools``.
+``slowest``, ``tails``, ``time_went``, ``engine``, ``pools``, ``step_trace``.
 
 ``step_facts`` is the list of the per-step facts (``folds.StepFact``): each computed from one step's
 spans as the model makes its row, kept on the row under its name (``StepRow.facts``), read back by
@@ -25,6 +25,7 @@ from otel_verl.offline.facts import (
     slowest,
     spool,
     stall,
+    step_trace,
     tails,
     time_went,
 )
@@ -58,4 +59,6 @@ def step_facts() -> tuple[StepFact, ...]:
         pools.STATES,
         pools.REPLICA_IDLE,
         engine.SPLIT,
+        step_trace.ERROR,
+        step_trace.RANKS,
     )

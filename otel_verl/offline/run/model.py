@@ -80,9 +80,7 @@ class StepRow:
     other: float  # step time not covered by a top-level stage
     slowest: SpanRecord | None = None  # the step's slowest trajectory (slowest.slowest_trajectory)
     trajectories: int = 0
-    error: bool = False
     spans: int = 0  # in the step's trace, with the rollout traces joined to it
-    worker_ranks: list[str] = field(default_factory=list)  # ranks that sent verl.worker.* spans
     tree_spans: int = 0  # spans in the kept tree of the step's slowest trajectory
     # those spans, for the step whose slowest trajectory is the run's (the others: their count only)
     tree: list[SpanRecord] = field(default_factory=list)
@@ -420,7 +418,6 @@ def _step_row(
             covered += s.seconds
     trajectories = [s for s in members if is_trajectory(s)]
     pool = trajectory_pool(trajectories, include_validation)
-    workers = [s for s in members if s.name.startswith(semconv.SPAN_WORKER_PREFIX)]
     slowest = slowest_trajectory(pool, include_validation)
     tree = tree_below(slowest, children_of(members)) if slowest is not None else []
     step = StepSpans(st, members, trace, pool, slowest, run)
@@ -431,9 +428,7 @@ def _step_row(
         max(0.0, st.seconds - covered),
         slowest,
         len(trajectories),
-        any(s.status == "STATUS_CODE_ERROR" for s in trace),
         len(members),
-        sorted({str(r) for s in workers if (r := s.attributes.get(semconv.RES_RANK)) is not None}),
         len(tree),
         tree if slowest is not None and slowest.span_id == run_slowest else [],
         {f.name: f.compute(step) for f in per_step},

@@ -18,6 +18,7 @@ from otel_verl.offline.facts import generation as gen
 from otel_verl.offline.facts import goodput as gp
 from otel_verl.offline.facts.engine import SPLIT
 from otel_verl.offline.facts.pools import REPLICA_IDLE, STATES
+from otel_verl.offline.facts.step_trace import ERROR
 from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
 from otel_verl.offline.folds import StepFact
 from otel_verl.offline.otlp_files import SpanRecord
@@ -556,7 +557,7 @@ def _stage_table(report: Report) -> str:
             if r.slowest
             else "<td></td>"
         )
-        cls = ' class="error"' if r.error else ""
+        cls = ' class="error"' if ERROR.of(r) else ""
         out.append(
             f'<tr data-step="{esc(r.step)}"{cls}><th>{esc(r.step)}</th>'
             f'<td class="step-total" data-seconds="{r.span.seconds!r}">{r.span.seconds:.3f}</td>{cells}'

@@ -11,6 +11,7 @@ from otel_verl import semconv
 from otel_verl.offline.bounded import Series
 from otel_verl.offline.facts import stall
 from otel_verl.offline.facts.engine import SPLIT
+from otel_verl.offline.facts.step_trace import ERROR, RANKS
 from otel_verl.offline.facts.tails import ALL_TRAJECTORIES, RATIO
 from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
 from otel_verl.offline.folds import StepFact
@@ -229,11 +230,12 @@ def _telemetry(rep: Report) -> list[str]:
         if picked:
             out.append(f"  ({picked}; the others in the report's charts)")
     for r in rep.steps:
-        ranks = f" from ranks {', '.join(r.worker_ranks)}" if r.worker_ranks else ""
-        error = "; ERROR" if r.error else ""
+        worker_ranks = RANKS.of(r)
+        ranks = f" from ranks {', '.join(worker_ranks)}" if worker_ranks else ""
+        error = "; ERROR" if ERROR.of(r) else ""
         out.append(
             f"  step {r.step}: trace {r.span.trace_id}, {r.spans} spans, {r.trajectories} trajectories"
-            f"{', worker spans' + ranks if r.worker_ranks else ''}{error}"
+            f"{', worker spans' + ranks if worker_ranks else ''}{error}"
         )
         if r.slowest is not None:  # where to open the step's slowest trajectory, its tree kept whole
             every = ALL_TRAJECTORIES.of(r)

@@ -25,6 +25,7 @@ from support.otlp_json import (
 
 from otel_verl import semconv
 from otel_verl.offline.facts.pools import REPLICA_IDLE, STATES
+from otel_verl.offline.facts.step_trace import RANKS
 from otel_verl.offline.report import write_report
 from otel_verl.offline.summary import summary
 
@@ -184,7 +185,7 @@ def test_attributes_of_any_type_do_not_stop_summary_or_report(tmp_path, kind):
     assert rep.spans == 6 and [r.step for r in rep.steps] == [1] and path.read_text().endswith("</html>")
     if kind == "as written":  # what the others change: each part of the page had its data
         step = rep.steps[0]
-        assert list(step.stages) == ["gen", "update_actor"] and step.worker_ranks == ["0"] and STATES.of(step)
+        assert list(step.stages) == ["gen", "update_actor"] and RANKS.of(step) == ["0"] and STATES.of(step)
         assert rep.slowest is not None and REPLICA_IDLE.of(step) and rep.stall_reports and rep.overhead is not None
         assert rep.trajectory_metric is not None and rep.curves
 
