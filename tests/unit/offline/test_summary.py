@@ -10,6 +10,7 @@ from support.otlp_json import gauge, llm_call, span, write_metrics, write_spans
 
 from otel_verl import semconv
 from otel_verl.exits import CommandError
+from otel_verl.offline.report import build, render
 from otel_verl.offline.run.text import MAX_STEP_COLUMNS
 from otel_verl.offline.summary import summary
 
@@ -174,3 +175,23 @@ def test_an_engine_span_without_usable_latencies_is_left_out_and_said(tmp_path, 
 def test_no_engine_spans_no_engine_lines(v1_run):
     text, _ = _summary(v1_run)
     assert "in the engine" not in text
+
+
+def test_a_step_with_a_failed_span_and_its_worker_ranks_are_said_in_both_tools(tmp_path):
+    """``facts.step_trace``: a span of the step's trace that failed marks the step in the summary and
+    the page's stage table; the ranks that sent ``verl.worker.*`` spans are named."""
+    spans = []
+    for step, status in ((1, "STATUS_CODE_ERROR"), (2, None)):
+        trace = f"{step:016x}"
+        sid, root = span(semconv.SPAN_STEP, trace, 10 * step, 10 * step + 2, verl__step=step)
+        stage_id, stage = span("verl.gen", trace, 10 * step, 10 * step + 1, sid, status, verl__stage="gen")
+        _, worker = span("verl.worker.gen", trace, 10 * step, 10 * step + 0.5, stage_id, verl__rank=step - 1)
+        spans += [root, stage, worker]
+    write_spans(tmp_path, "taskrunner", 1, spans)
+    out = io.StringIO()
+    assert summary(tmp_path, out=out, err=io.StringIO()) == 0
+    said = out.getvalue().splitlines()
+    assert any(x.startswith("  step 1: trace ") and x.endswith("worker spans from ranks 0; ERROR") for x in said)
+    assert any(x.startswith("  step 2: trace ") and x.endswith("worker spans from ranks 1") for x in said)
+    page = render(build(tmp_path))
+    assert '<tr data-step="1" class="error">' in page and '<tr data-step="2">' in page
