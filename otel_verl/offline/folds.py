@@ -16,7 +16,9 @@ A fold names what it reads and is handed only that, in the reader's order:
 
 A per-step fact (``StepFact``, the list: ``facts.step_facts``) is computed from one step's spans
 (``StepSpans``, with the run's facts the folds closed to) as the model makes the step's row, and
-kept on the row under its name (``StepRow.facts``); ``StepFact.of(row)`` reads it back.
+kept on the row under its name (``StepRow.facts``); ``StepFact.of(row)`` reads it back. Its run
+total over every step (``Total``) and its words in the health box's slowest step and trajectory
+(``Phrase``) are its own too: the model keeps and calls them with no change to it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from otel_verl import semconv
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, SpanRecord
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True)
@@ -92,14 +95,63 @@ class HasFacts(Protocol):
     facts: dict[str, Any]
 
 
+class StepRowLike(HasFacts, Protocol):
+    """A step's row as a per-step fact's health-box hooks read it (``run.model.StepRow``)."""
+
+    step: int
+    span: SpanRecord  # its verl.step span
+
+
+class HasTotals(Protocol):
+    """What the per-step facts' run totals are kept on: every step, folded (``run.model.StepTotals``)."""
+
+    fact_totals: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Total(Generic[T, U]):
+    """A per-step fact's run total: ``start``, then ``add(total, value)`` with each step's value
+    (None: the step has none), every step in the order the model makes their rows."""
+
+    start: U
+    add: Callable[[U, T | None], U]
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """What a per-step fact adds to the health box's "slowest step" finding."""
+
+    text: str  # appended as is to "step N, S s" (with its own separator: ": ..." or "; ...")
+    anchor: str | None = None  # the report section the finding points to (the first fact's to name one)
+
+
 @dataclass(frozen=True)
 class StepFact(Generic[T]):
     """A per-step fact: ``compute`` its value from one step (None: the step has none), kept on the
-    step's row under ``name``; ``of(row)`` reads it back, typed, for the renderers."""
+    step's row under ``name``; ``of(row)`` reads it back, typed, for the renderers.
+
+    Optional, each kept or called by the model with no change to it, the facts in list order
+    (``facts.step_facts``):
+
+    - ``total``: its run total over every step (``Total``), kept on ``run.model.StepTotals``;
+      ``total_of(totals)`` reads it back;
+    - ``slowest_step(value, row)``: a ``Phrase`` for the health box's "slowest step" finding;
+    - ``slowest_trajectory(value, row)``: words for its "slowest trajectory" finding, from the row
+      of the step whose slowest trajectory is the run's.
+
+    The hooks are called only on a step that has the fact's value.
+    """
 
     name: str
     compute: Callable[[StepSpans], T | None]
+    total: Total[T, Any] | None = None
+    slowest_step: Callable[[T, StepRowLike], Phrase | None] | None = None
+    slowest_trajectory: Callable[[T, StepRowLike], str | None] | None = None
 
     def of(self, row: HasFacts) -> T | None:
         """The fact's value on ``row`` (None when the step has none)."""
         return row.facts.get(self.name)
+
+    def total_of(self, totals: HasTotals) -> Any:
+        """The fact's run total (its ``total.start`` before any step; None without a ``total``)."""
+        return totals.fact_totals.get(self.name, self.total.start if self.total is not None else None)

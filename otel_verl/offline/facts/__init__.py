@@ -9,7 +9,9 @@ the steps' figures and the other facts (``run.model``). The others are rules on 
 
 ``step_facts`` is the list of the per-step facts (``folds.StepFact``): each computed from one step's
 spans as the model makes its row, kept on the row under its name (``StepRow.facts``), read back by
-the renderers with ``StepFact.of(row)``.
+the renderers with ``StepFact.of(row)``; its run total (``StepFact.total``) and what it says of the
+slowest step and trajectory in the health box (``StepFact.slowest_step``, ``slowest_trajectory``),
+in this list's order, are in its module too.
 """
 
 from __future__ import annotations

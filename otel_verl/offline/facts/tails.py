@@ -89,6 +89,9 @@ def _trajectories(step: StepSpans) -> int | None:
 
 
 # The step's facts (``StepFact.of(row)``): its slowest / median trajectory, and every trajectory of
-# the step as its workers counted them (the trees exported are ``StepRow.trajectories``).
-RATIO: StepFact[float] = StepFact("tail_ratio", _ratio)
+# the step as its workers counted them (the trees exported are ``StepRow.trajectories``). The ratio
+# is said of the run's slowest trajectory in the health box.
+RATIO: StepFact[float] = StepFact(
+    "tail_ratio", _ratio, slowest_trajectory=lambda ratio, row: f"{ratio:.1f}x its step's median"
+)
 ALL_TRAJECTORIES: StepFact[int] = StepFact("all_trajectories", _trajectories)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from otel_verl import semconv
-from otel_verl.offline.folds import StepFact
+from otel_verl.offline.folds import Phrase, StepFact, StepRowLike, Total
 from otel_verl.offline.otlp_files import SpanRecord
 from otel_verl.offline.values import as_number
 
@@ -115,8 +115,31 @@ def time_categories(step_span: SpanRecord) -> dict[str, float]:
     return out
 
 
-# The step's facts (``StepFact.of(row)``): its seconds a child span of a stage explains, its
-# seconds by category (empty for runs recorded before otel-verl accounted step time), v1's poll lag.
-ATTRIBUTED: StepFact[float] = StepFact("attributed", lambda step: attributed_seconds(step.span, step.trace))
-TIME_BY: StepFact[dict[str, float]] = StepFact("time_by", lambda step: time_categories(step.span))
-POLL_LAG: StepFact[PollLag] = StepFact("poll_lag", lambda step: poll_lag(step.span, step.trace))
+def _top_categories(time_by: dict[str, float], row: StepRowLike) -> Phrase | None:
+    """The health box's slowest step: its two largest time categories, as shares of the step."""
+    if not time_by:
+        return None
+    seconds = row.span.seconds
+    if seconds <= 0:
+        return Phrase("", "time-went")
+    top = sorted(time_by.items(), key=lambda kv: -kv[1])[:2]
+    return Phrase(
+        ": " + ", ".join(f"{category_words(c)} {100 * v / seconds:.0f}%" for c, v in top if v > 0), "time-went"
+    )
+
+
+# The step's facts (``StepFact.of(row)``): its seconds a child span of a stage explains (summed over
+# every step: ``ATTRIBUTED.total_of(totals)``), its seconds by category (empty for runs recorded
+# before otel-verl accounted step time), v1's poll lag; the last two said of the slowest step in the
+# health box.
+ATTRIBUTED: StepFact[float] = StepFact(
+    "attributed",
+    lambda step: attributed_seconds(step.span, step.trace),
+    total=Total(0.0, lambda total, seconds: total + (seconds or 0.0)),
+)
+TIME_BY: StepFact[dict[str, float]] = StepFact(
+    "time_by", lambda step: time_categories(step.span), slowest_step=_top_categories
+)
+POLL_LAG: StepFact[PollLag] = StepFact(
+    "poll_lag", lambda step: poll_lag(step.span, step.trace), slowest_step=lambda lag, row: Phrase(f"; {lag.line()}")
+)

@@ -7,7 +7,7 @@ returns it all as a ``Report``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -33,8 +33,6 @@ from otel_verl.offline.facts.slowest import (
 )
 from otel_verl.offline.facts.spool import SpoolFacts
 from otel_verl.offline.facts.stall import StallReport
-from otel_verl.offline.facts.tails import RATIO
-from otel_verl.offline.facts.time_went import ATTRIBUTED, POLL_LAG, TIME_BY, category_words
 from otel_verl.offline.folds import StepFact, Steps, StepSpans
 from otel_verl.offline.otlp_files import LogEntry, MetricPoint, Skipped, SpanRecord, signal_files
 from otel_verl.offline.run_reader import (
@@ -125,18 +123,20 @@ class StepTotals:
 
     rows: int  # the most steps shown one by one (``bounded.pick_steps``)
     columns: SlowestPerRun[Column]  # the stacked chart's
+    per_step: tuple[StepFact, ...] = ()  # the per-step facts (``facts.step_facts``): their totals kept here
     count: int = 0
     seconds: float = 0.0
-    attributed: float = 0.0  # StepRow.attributed, summed
     stage_order: dict[str, None] = field(default_factory=dict)  # stages in the order first seen
-    timed: bool = False  # some step span carries verl.time.* (the "where the time went" section)
+    # each per-step fact's run total, by its name (its ``StepFact.total``; read with ``StepFact.total_of``)
+    fact_totals: dict[str, Any] = field(default_factory=dict)
 
     def add(self, row: StepRow) -> None:
         self.count += 1
         self.seconds += row.span.seconds
-        self.attributed += ATTRIBUTED.of(row) or 0.0
         self.stage_order.update(dict.fromkeys(row.stages))
-        self.timed = self.timed or bool(TIME_BY.of(row))
+        for fact in self.per_step:
+            if fact.total is not None:
+                self.fact_totals[fact.name] = fact.total.add(fact.total_of(self), fact.of(row))
         self.columns.add(row.step, row.span.seconds, Column(row.step, row.span.seconds, row.stages, row.other))
 
     def picked(self, shown: int) -> str | None:
@@ -295,7 +295,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
     per_step = fact_step_facts()
     rows: dict[int, StepRow] = {}
     timelines: dict[int, Timeline] = {}
-    totals = StepTotals(MAX_ROWS, SlowestPerRun(MAX_COLUMNS))
+    totals = StepTotals(MAX_ROWS, SlowestPerRun(MAX_COLUMNS), tuple(per_step))
     held = fold.held
     run_slowest = trajectories.slowest.span_id if trajectories.slowest is not None else None
 
@@ -329,7 +329,7 @@ def build(folder: str | Path, include_validation: bool = False) -> Report:
         folds["health"],  # type: ignore[arg-type]
         stalled,
         len(reports),
-        _slowest_findings(steps, trajectories.slowest, include_validation),
+        _slowest_findings(steps, trajectories.slowest, include_validation, per_step),
         folds["generation"],  # type: ignore[arg-type]
         account,
     )
@@ -440,19 +440,22 @@ def slowest_row(rows: Iterable[StepRow]) -> StepRow:
     return max(rows, key=lambda r: (r.span.seconds, r.step))
 
 
-def _slowest_findings(steps: list[StepRow], slowest: SpanRecord | None, include_validation: bool) -> list[Finding]:
-    """The health box's slowest step (where its time went, in words) and slowest trajectory."""
+def _slowest_findings(
+    steps: list[StepRow], slowest: SpanRecord | None, include_validation: bool, per_step: Sequence[StepFact]
+) -> list[Finding]:
+    """The health box's slowest step and slowest trajectory, with what each per-step fact says of
+    them (``StepFact.slowest_step``, ``StepFact.slowest_trajectory``, in list order)."""
     out: list[Finding] = []
     if steps:
         slow = slowest_row(steps)
-        text = f"step {slow.step}, {slow.span.seconds:.2f} s"
-        time_by, lag = TIME_BY.of(slow), POLL_LAG.of(slow)
-        if time_by and slow.span.seconds > 0:
-            top = sorted(time_by.items(), key=lambda kv: -kv[1])[:2]
-            text += ": " + ", ".join(f"{category_words(c)} {100 * v / slow.span.seconds:.0f}%" for c, v in top if v > 0)
-        if lag is not None:
-            text += f"; {lag.line()}"
-        out.append(Finding("slowest step", "info", text, "time-went" if time_by else "stages"))
+        text, anchor = f"step {slow.step}, {slow.span.seconds:.2f} s", None
+        for fact in per_step:
+            value = fact.of(slow)
+            phrase = fact.slowest_step(value, slow) if value is not None and fact.slowest_step is not None else None
+            if phrase is not None:
+                text += phrase.text
+                anchor = anchor or phrase.anchor
+        out.append(Finding("slowest step", "info", text, anchor or "stages"))
     else:
         out.append(Finding("slowest step", "info", "no training steps", ""))
     if slowest is None:
@@ -465,9 +468,12 @@ def _slowest_findings(steps: list[StepRow], slowest: SpanRecord | None, include_
         if semconv.ATTR_ROLLOUT_SUBMIT_STEP in a:
             bits.append(f"step {a[semconv.ATTR_ROLLOUT_SUBMIT_STEP]}")
         row = next((r for r in steps if r.slowest is not None and r.slowest.span_id == slowest.span_id), None)
-        ratio = RATIO.of(row) if row is not None else None
-        if ratio is not None:
-            bits.append(f"{ratio:.1f}x its step's median")
+        for fact in per_step:
+            value = fact.of(row) if row is not None else None
+            if row is not None and value is not None and fact.slowest_trajectory is not None:
+                said = fact.slowest_trajectory(value, row)
+                if said:
+                    bits.append(said)
         rule = "" if not include_validation else " (validation ones included)"
         out.append(Finding("slowest trajectory", "info", ", ".join(bits) + rule, "rollout"))
     return out

@@ -81,7 +81,7 @@ def _where_the_time_went(rep: Report) -> list[str]:
     """Where the time went, in words: the share with work under it (every step), the slowest
     step's categories, and the v1 poll lag of each step shown."""
     steps = rep.steps
-    total, covered = rep.totals.seconds, rep.totals.attributed
+    total, covered = rep.totals.seconds, ATTRIBUTED.total_of(rep.totals)
     share = covered / total if total > 0 else 0.0
     out = [
         f"where the time went: {share:.0%} of step time has a worker call, rollout or wait under its stage; "

@@ -2,7 +2,8 @@
 (``offline.facts.folds``): the reader hands it what it names, in the reader's order, and the run's
 model keeps what it closes to under its name (``Report.facts``), with no change to either. A new
 per-step fact is one ``StepFact`` on the list of them (``offline.facts.step_facts``): the model
-keeps its value on each step's row (``StepRow.facts``), and a renderer shows it with one line."""
+keeps its value on each step's row (``StepRow.facts``) and its run total (``StepTotals``), the health
+box says what it says of the slowest step and trajectory, and a renderer shows it with one line."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from support.otlp_json import log_record, span, write_logs, write_spans
 
 from otel_verl import semconv
 from otel_verl.offline import facts
-from otel_verl.offline.folds import Fold, StepFact, Steps, StepSpans
+from otel_verl.offline.folds import Fold, Phrase, StepFact, Steps, StepSpans, Total
 from otel_verl.offline.otlp_files import (
     LogEntry,
     MetricPoint,
@@ -100,7 +101,15 @@ def _seen(step: StepSpans) -> Seen | None:
     return Seen(len(step.trace), len(step.pool), "tails" in step.run)
 
 
-SEEN = StepFact("seen", _seen)
+# its run total: (steps, spans) over every step, those without the fact too; its words
+# on the slowest step (step 1, the longer) and on the run's slowest trajectory (in step 1)
+SEEN = StepFact(
+    "seen",
+    _seen,
+    total=Total((0, 0), lambda total, seen: (total[0] + 1, total[1] + (seen.spans if seen is not None else 0))),
+    slowest_step=lambda seen, row: Phrase(f"; made up: step {row.step} handed {seen.spans} spans", "seen"),
+    slowest_trajectory=lambda seen, row: f"made up: 1 of {seen.trajectories} in step {row.step}",
+)
 
 
 def test_a_per_step_fact_put_on_the_list_reaches_its_row_and_the_renderers(tmp_path, monkeypatch):
@@ -108,7 +117,8 @@ def test_a_per_step_fact_put_on_the_list_reaches_its_row_and_the_renderers(tmp_p
     spans = []
     for step in (1, 2):
         trace = f"{step:016x}"
-        sid, root = span(semconv.SPAN_STEP, trace, 10 * step, 10 * step + 2, verl__step=step, verl__time__rollout=2.0)
+        end = 10 * step + 4 - step  # step 1 the slowest
+        sid, root = span(semconv.SPAN_STEP, trace, 10 * step, end, verl__step=step, verl__time__rollout=2.0)
         _, stage = span("verl.gen", trace, 10 * step, 10 * step + 1, sid, verl__stage="gen", verl__step=step)
         spans += [root, stage]
     spans.append(span(semconv.SPAN_ROLLOUT_TRAJECTORY, "a" * 16, 10.1, 10.9, **trajectory)[1])
@@ -123,9 +133,22 @@ def test_a_per_step_fact_put_on_the_list_reaches_its_row_and_the_renderers(tmp_p
     rep = model.build(tmp_path)
     assert [SEEN.of(r) for r in rep.steps] == [Seen(2, 1, True), None]  # its trace, its pool, the run's facts
     assert {f.name for f in listed()} < set(rep.steps[0].facts)  # the listed ones are there too
+    # its run total over every step (a run without it: none)
+    assert SEEN.total_of(rep.totals) == (2, 2) and SEEN.total_of(plain.totals) == (0, 0)
+    # its words in the health box's findings, after the listed facts' (the time categories)
+    assert rep.health is not None and plain.health is not None
+    found = {f.topic: f for f in rep.health.findings}
+    before = {f.topic: f for f in plain.health.findings}
+    step_words, trajectory_words = "; made up: step 1 handed 2 spans", ", made up: 1 of 1 in step 1"
+    assert found["slowest step"].text == before["slowest step"].text + step_words
+    assert before["slowest step"].text.startswith("step 1, 3.00 s: generating rollouts 67%")
+    assert found["slowest step"].anchor == before["slowest step"].anchor == "time-went"  # the first fact's
+    assert found["slowest trajectory"].text == before["slowest trajectory"].text + trajectory_words
     said = text.lines(rep)
     assert "  step 1: made up: 2 spans, 1 trajectories" in said and not any("step 2: made up" in x for x in said)
-    assert [x for x in said if "made up" not in x] == text.lines(plain)
+    assert sum(step_words in x for x in said) == sum(trajectory_words in x for x in said) == 1
+    unsaid = [x.replace(step_words, "").replace(trajectory_words, "") for x in said]
+    assert [x for x in unsaid if "made up" not in x] == text.lines(plain)
     html = page.render(rep)
     assert (
         '<details id="seen"><summary>what each step handed</summary><ul>'
