@@ -40,6 +40,17 @@ def test_reset_makes_the_process_as_just_started(caplog):
     assert [r.getMessage() for r in caplog.records] == ["otel-verl: said once"]
 
 
+def test_reset_forgets_the_settings_read_so_the_next_test_reads_its_own(monkeypatch):
+    """A process that just started has read no settings: one test's environment (its ``monkeypatch``)
+    must not stay in the settings of the next test, which sets its own and builds a pipeline."""
+    monkeypatch.setenv(config.SHUTDOWN_TIMEOUT, "1.5")
+    config.settings.cache_clear()
+    assert config.settings().shutdown_timeout_s == 1.5  # read, as a pipeline or a hook reads it
+    per_process.reset()
+    monkeypatch.setenv(config.SHUTDOWN_TIMEOUT, "2.5")  # the next test's
+    assert config.settings().shutdown_timeout_s == 2.5
+
+
 def test_every_module_with_state_registers_once_at_import_in_import_order():
     names = per_process.registered()
     for module in (store, stats, exporters, compat, accounting, PROCESS.__class__.__module__):
