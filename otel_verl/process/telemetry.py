@@ -101,6 +101,7 @@ class Telemetry:
         self._flush_asked = 0.0  # time.monotonic() of the latest request_flush
         self._flush_began = -SPAN_FLUSH_GAP_S  # of the latest span flush
         self._flush_now = threading.Event()  # a request that does not wait: ends a coalescing wait
+        self._ending = threading.Event()  # shut down or ended: a background wait (``sleep``) ends
         drops.register_dropped_metric(self.meter)  # what this process's queues had to drop
         spool_stats.register_spool_metrics(self.meter)  # what its spool took, re-sent and lost
         _LIVE.add(self)
@@ -133,6 +134,11 @@ class Telemetry:
         """Collect and export metrics now and ask for a span flush (in the caller's thread)."""
         self.mark_step()
         self.request_flush()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` in a background thread of this pipeline (the recorder's), less when it is shut
+        down or ended meanwhile: what waited then goes at once, within the shutdown's bound."""
+        self._ending.wait(seconds)
 
     def drain(self, timeout_s: float = 5.0) -> bool:
         """Wait (at most ``timeout_s``) until every step handed to :meth:`submit` is recorded."""
@@ -215,6 +221,7 @@ class Telemetry:
         if not self._owned or self._shut_down:
             return
         self._shut_down = True
+        self._ending.set()
         self._wait(self._shutdown_now, timeout_s, ending=True)
         spool_export.finish(self._spoolers)
 
@@ -224,6 +231,7 @@ class Telemetry:
         flusher threads ended. Providers given to ``instrument()`` are their owner's: not shut down."""
         deadline = time.monotonic() + timeout_s
         atexit.unregister(self.shutdown)
+        self._ending.set()
         self.shutdown(timeout_s)
         self._flush_now.set()  # a coalescing wait of the flusher ends now
         for worker in (self._recorder, self._flusher):

@@ -17,6 +17,7 @@ from otel_verl._safe import warn_once
 from otel_verl.hooks import accounting, compat
 from otel_verl.offline.otlp_files import read_spans
 from otel_verl.process import logs, step_reader, telemetry
+from otel_verl.process.idle_export import IdleExport
 from otel_verl.process.state import PROCESS
 from otel_verl.process.step_reader import StepMetricReader
 from otel_verl.spool import exporters, stats, store
@@ -156,3 +157,21 @@ def test_reset_ends_the_thread_of_a_step_reader_no_pipeline_shut_down():
     per_process.reset()
     assert time.monotonic() - start < step_reader.RESET_BOUND_S
     assert not thread.is_alive()
+
+
+def test_reset_does_not_wait_out_an_idle_export_of_the_pipeline(captured):
+    """A worker's idle export waits in the pipeline's recorder thread until the gap since the last one
+    ends; ``reset()`` (as the process's exit) ends that wait: the thread ends within the bound, not
+    after the gap, and never exports into the next test."""
+    calls = IdleExport(gap_s=600.0)
+    calls.begin()
+    calls.end()  # the first export goes at once
+    assert PROCESS.telemetry.drain(5.0)
+    calls.begin()
+    calls.end()  # the next one waits for the gap, in the recorder thread
+    (recorder,) = [t for t in threading.enumerate() if t.name == "otel-verl-record"]
+    start = time.monotonic()
+    per_process.reset()
+    spent = time.monotonic() - start
+    assert not recorder.is_alive()
+    assert spent < telemetry.RESET_BOUND_S, spent
