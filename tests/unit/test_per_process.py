@@ -111,14 +111,7 @@ def test_reset_shuts_the_pipeline_a_test_built_down_and_ends_its_threads_within_
     monkeypatch.setenv("OTEL_VERL_FILE_DIR", str(tmp_path))
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "600000")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # spans wait in the processor: only a shutdown sends them
-    config.settings.cache_clear()
-    try:
-        _build_use_and_reset(tmp_path)
-    finally:
-        config.settings.cache_clear()
-
-
-def _build_use_and_reset(tmp_path) -> None:
+    config.settings.cache_clear()  # reset() forgets them again
     before = set(threading.enumerate())
     tel = PROCESS.telemetry
     assert tel.owned
