@@ -157,12 +157,13 @@ def test_reset_does_not_wait_out_an_idle_export_of_the_pipeline(captured):
     ends; ``reset()`` (as the process's exit) ends that wait: the thread ends within the bound, not
     after the gap, and never exports into the next test."""
     calls = IdleExport(gap_s=600.0)
+    before = set(threading.enumerate())
     calls.begin()
     calls.end()  # the first export goes at once
     assert PROCESS.telemetry.drain(5.0)
     calls.begin()
     calls.end()  # the next one waits for the gap, in the recorder thread
-    (recorder,) = [t for t in threading.enumerate() if t.name == "otel-verl-record"]
+    (recorder,) = [t for t in set(threading.enumerate()) - before if t.name == "otel-verl-record"]
     start = time.monotonic()
     per_process.reset()
     spent = time.monotonic() - start
