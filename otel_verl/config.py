@@ -25,6 +25,8 @@ from dataclasses import dataclass, make_dataclass
 from functools import lru_cache, partial
 from typing import Any
 
+from otel_verl import per_process
+
 _log = logging.getLogger(__name__)
 
 # What a rule that fires does, from least to most: record it (span event, log record, counter), also
@@ -726,6 +728,10 @@ TOOL_VARIABLES: tuple[Documented, ...] = (
 def settings() -> Settings:
     """This process's settings (read once: the environment of a running job does not change)."""
     return Settings(**{v.field: v.value() for v in VARIABLES})
+
+
+# a process that just started has read none: a test's environment is read by that test, not an earlier one's
+per_process.register(__name__, reset=settings.cache_clear)
 
 
 def spool_root(s: Settings | None = None) -> str:

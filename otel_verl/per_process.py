@@ -4,8 +4,9 @@ A module that keeps state for the life of its process (a singleton, a cache, cou
 registers it here once, at import: ``register(__name__, reset=..., after_fork=...)``.
 
 - ``reset()`` brings every registered state back to what a process that just started holds
-  (the tests, between two tests: each test is a process of its own). The pipeline a test built is
-  dropped, not shut down, as ``PROCESS.use_providers(None, None)`` does.
+  (the tests, between two tests: each test is a process of its own). The pipelines a test built
+  are shut down, bounded, their threads ended (``otel_verl.process.telemetry``): none runs on into
+  the next test.
 - ``after_fork()`` runs in a forked child, from the one ``os.register_at_fork`` handler of
   otel-verl: each registered ``after_fork`` in the order the modules registered (their import
   order), each on its own (one that raises does not stop the next, as with separate fork

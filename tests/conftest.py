@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 def _fresh_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Every test is a process of its own: before and after it, every piece of otel-verl's
     per-process state is as just started (``otel_verl.per_process.reset``: ``warn_once`` remembers
-    nothing, the hook table is empty, no identity, pipeline, spool or counts). Its pipelines spool
+    nothing, the hook table is empty, no identity, spool or counts, no pipeline: the test's were shut
+    down, their threads ended). Its pipelines spool
     into a folder of its own (``otel_verl.spool.store``): a batch an earlier test's dead endpoint
     left there must not reach a later test's receiver. A test that sets ``OTEL_VERL_SPOOL*`` itself
     calls ``spool.reset()`` to have them read."""

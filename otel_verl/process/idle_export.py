@@ -60,7 +60,7 @@ class IdleExport:
     def _export(self, telemetry: Telemetry) -> None:
         wait = self._last + self.gap_s - time.monotonic()
         if wait > 0:
-            time.sleep(wait)  # the background recorder thread, never verl's
+            telemetry.sleep(wait)  # the background recorder thread, never verl's; less when the pipeline ends
         with self._lock:
             self._pending = False
         self._last = time.monotonic()

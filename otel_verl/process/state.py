@@ -149,8 +149,10 @@ class ProcessState:
         self._given_logs = None
 
     def reset(self) -> None:
-        """As in a process that just started: no identity, no pipeline (dropped, not shut down), no
-        providers given, no run. What is said once the pipeline is built stays (registered at import)."""
+        """As in a process that just started: no identity, no pipeline, no providers given, no run.
+        The pipeline was ended before (``otel_verl.process.telemetry`` registers after this module:
+        its reset runs first, bounded). What is said once the pipeline is built stays (registered at
+        import)."""
         self.use_providers(None, None)
         with self._lock:
             self.identity = Identity()

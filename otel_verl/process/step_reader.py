@@ -18,13 +18,14 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, MetricsData
 
-from otel_verl import private_api, semconv
+from otel_verl import per_process, private_api, semconv
 from otel_verl._safe import warn_once
 from otel_verl.process import point_identity
 from otel_verl.process.background import OrderedWorker
@@ -33,6 +34,8 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 60_000.0
 MAX_PENDING = 32  # batches waiting for export; ~32 steps of history when the backend is down
+# ``per_process.reset``: the readers no pipeline's shutdown ended (a test's own) end within this, all together
+RESET_BOUND_S = 0.5
 
 
 def _interval_ms() -> float:
@@ -113,6 +116,7 @@ class StepMetricReader(MetricReader):
             drops=semconv.DROPPED_METRIC_EXPORT,
         )
         self._worker.start()
+        _LIVE.add(self)
 
     @property
     def dropped(self) -> int:
@@ -183,6 +187,12 @@ class StepMetricReader(MetricReader):
             self.collect()
         return self._worker.drain(timeout_millis / 1000.0)
 
+    def end(self, timeout_s: float) -> None:
+        """No more collections: what is queued is exported (bounded), then the thread ends; the
+        exporter is left as it is (``per_process.reset``; ``shutdown`` shuts it down too)."""
+        self._stopped = True
+        self._worker.stop(timeout_s / 2)  # its drain, then its join
+
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
         self.force_flush(timeout_millis)
         self._stopped = True
@@ -191,3 +201,19 @@ class StepMetricReader(MetricReader):
             self._exporter.shutdown(timeout_millis=timeout_millis)
         except TypeError:
             self._exporter.shutdown()
+
+
+# every reader with a thread (the thread keeps it alive), for ``per_process.reset``
+_LIVE: weakref.WeakSet[StepMetricReader] = weakref.WeakSet()
+
+
+def _end_every_reader() -> None:
+    """``per_process.reset``: every reader's thread ended, within ``RESET_BOUND_S`` in all. A pipeline's
+    readers were shut down with it before (``telemetry`` registers after this module: its reset runs first)."""
+    deadline = time.monotonic() + RESET_BOUND_S
+    for reader in list(_LIVE):
+        _LIVE.discard(reader)
+        reader.end(max(0.0, deadline - time.monotonic()))
+
+
+per_process.register(__name__, reset=_end_every_reader)

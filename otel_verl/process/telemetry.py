@@ -19,6 +19,7 @@ import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_verl import semconv
+from otel_verl import per_process, semconv
 from otel_verl._safe import warn_once
 from otel_verl.config import sdk_disabled, settings
 from otel_verl.instruments import drops
@@ -56,6 +57,12 @@ MAX_PENDING_STEPS = 64  # steps of metrics waiting to be recorded (normally 0 or
 # how few spans it holds). Short: Ray may end an actor soon after its last call, without
 # ``atexit`` (worker ranks within milliseconds of the job's last update: theirs never wait).
 SPAN_FLUSH_GAP_S = 0.1
+# ``per_process.reset`` (between two tests) ends every pipeline within this, all together: a test's
+# threads, exporters and spool must not run on into the next test, nor hold the suite up
+RESET_BOUND_S = 2.0
+
+# every pipeline of this process, for ``per_process.reset`` (a pipeline with a thread is kept alive by it)
+_LIVE: weakref.WeakSet[Telemetry] = weakref.WeakSet()
 
 
 class Telemetry:
@@ -94,8 +101,10 @@ class Telemetry:
         self._flush_asked = 0.0  # time.monotonic() of the latest request_flush
         self._flush_began = -SPAN_FLUSH_GAP_S  # of the latest span flush
         self._flush_now = threading.Event()  # a request that does not wait: ends a coalescing wait
+        self._ending = threading.Event()  # shut down or ended: a background wait (``sleep``) ends
         drops.register_dropped_metric(self.meter)  # what this process's queues had to drop
         spool_stats.register_spool_metrics(self.meter)  # what its spool took, re-sent and lost
+        _LIVE.add(self)
 
     @property
     def owned(self) -> bool:
@@ -125,6 +134,11 @@ class Telemetry:
         """Collect and export metrics now and ask for a span flush (in the caller's thread)."""
         self.mark_step()
         self.request_flush()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` in a background thread of this pipeline (the recorder's), less when it is shut
+        down or ended meanwhile: what waited then goes at once, within the shutdown's bound."""
+        self._ending.wait(seconds)
 
     def drain(self, timeout_s: float = 5.0) -> bool:
         """Wait (at most ``timeout_s``) until every step handed to :meth:`submit` is recorded."""
@@ -207,8 +221,21 @@ class Telemetry:
         if not self._owned or self._shut_down:
             return
         self._shut_down = True
+        self._ending.set()
         self._wait(self._shutdown_now, timeout_s, ending=True)
         spool_export.finish(self._spoolers)
+
+    def end(self, timeout_s: float) -> None:
+        """Drop this pipeline (``per_process.reset``), within about ``timeout_s``: no exit shutdown
+        registered any more, what it built shut down (``shutdown``, bounded) and its recorder and
+        flusher threads ended. Providers given to ``instrument()`` are their owner's: not shut down."""
+        deadline = time.monotonic() + timeout_s
+        atexit.unregister(self.shutdown)
+        self._ending.set()
+        self.shutdown(timeout_s)
+        self._flush_now.set()  # a coalescing wait of the flusher ends now
+        for worker in (self._recorder, self._flusher):
+            worker.stop(max(0.0, deadline - time.monotonic()) / 2)  # its drain, then its join
 
     def _shutdown_now(self) -> None:
         self.drain(settings().shutdown_timeout_s)
@@ -323,3 +350,19 @@ def build_own(identity: Identity) -> Telemetry:
     sdk_log_throttle.attach()  # an unreachable endpoint: a line of a kind each 5 min, not one per retry
     register_overhead_metric(telemetry.meter)  # otel-verl's own CPU, in every process with a pipeline
     return telemetry
+
+
+def _end_every_pipeline() -> None:
+    """``per_process.reset``: every pipeline of this process ended (``Telemetry.end``), within
+    ``RESET_BOUND_S`` in all. Registered after the spool's modules (imported above), so this runs
+    before the spool is forgotten: a pipeline's last batches go to its own spool, which it hands back."""
+    deadline = time.monotonic() + RESET_BOUND_S
+    for telemetry in list(_LIVE):
+        _LIVE.discard(telemetry)
+        try:
+            telemetry.end(max(0.0, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - the next pipeline is still ended
+            _log.debug("ending a pipeline failed", exc_info=True)
+
+
+per_process.register(__name__, reset=_end_every_pipeline)

@@ -485,9 +485,11 @@ def finish(spoolers: Sequence[Spooler]) -> None:
         s.stop()
     for s in spoolers:
         s.shut_inner()
-    store = spool_store.current()
-    if store is not None and all(s.stopped for s in list(_spoolers)):
-        store.close()
+    # their own spools, not ``spool_store.current()``: that may be another by now (``per_process.reset``,
+    # a test's ``spool.use``), or make one where none was
+    for store in {id(s._store): s._store for s in spoolers}.values():
+        if all(s.stopped for s in list(_spoolers) if s._store is store):
+            store.close()
 
 
 # ------------------------------------------------------------------ the SDK's exporter interfaces
