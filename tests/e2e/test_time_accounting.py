@@ -227,7 +227,9 @@ def test_each_replicas_own_clock_agrees_with_the_llm_call_spans(run):
     """``verl.rollout.replica.busy_time``, counted in the rollout server actor
     (``otel_verl.hooks.rollout.server``), against the union of the agent-loop workers' LLM-call
     spans (client side: the Ray call and the load balancer's hand-out around the server's
-    ``generate``, so the server's own figure is a little lower), at each export of the counter."""
+    ``generate``, so the server's own figure is lower: by how much depends on the machine's load),
+    at each export of the counter: never above the client's, and grown since the last export
+    whenever the client made calls in between."""
     from otel_verl.offline.facts.pools import replica_busy_seconds
 
     points = sorted((p for p in run.points if p.name == semconv.M_ROLLOUT_REPLICA_BUSY_TIME), key=lambda p: p.time_ns)
@@ -235,9 +237,13 @@ def test_each_replicas_own_clock_agrees_with_the_llm_call_spans(run):
     assert {p.attributes.get(semconv.ATTR_ROLLOUT_REPLICA) for p in points} == {0}  # one replica, rank 0
     assert [p.value for p in points] == sorted(p.value for p in points)  # a counter
     start = min(s.start_ns for s in run.spans)
+    before, client_before = 0.0, 0.0
     for p in points:
         client = sum(replica_busy_seconds(run.spans, start, p.time_ns).values())
-        assert 0.5 * client <= p.value <= client + 0.01, (p.value, client)
+        assert 0 < p.value <= client + 0.01, (p.value, client)
+        if client > client_before + 0.01:
+            assert p.value > before, (p.value, before, client, client_before)
+        before, client_before = p.value, client
 
 
 def test_goodput_by_role_partitions_each_step_and_summary_says_the_run_s_shares(run, request):
