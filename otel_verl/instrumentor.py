@@ -25,7 +25,7 @@ from otel_verl.package import _instruments
 
 def _handle_their_providers(starts_run: bool) -> None:
     """Global SDK providers otel-verl did not build (a distro's): their exit bounded, their
-    JSON-file exporters' console output put in this process's files (``their_files``)."""
+    JSON-file exporters' console output put in ``distro-*`` files of the run folder (``their_files``)."""
     try:
         from otel_verl.process import global_providers
 

@@ -14,7 +14,7 @@ global MeterProvider of its own only in its dashboard-agent processes, which run
 Instruments and tracers user code made before (at import) are the API's proxies: they forward to
 the provider installed here. Global SDK providers otel-verl did not build (a distro's, in the
 launcher) get the same exit bound as its own (``bound_their_exit``), and their JSON-file exporters
-write to this process's files, not the console (``their_files``).
+write ``distro-*`` files of the run folder, not the console (``their_files``).
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def _to_file(exporter: Any, signal: str, identity: Identity) -> bool:
 @safe("JSON-file exporters of the global providers")
 def redirect(starts_run: bool) -> list[str]:
     """Point the console-writing JSON-file exporters of the global SDK providers at this process's
-    files in ``OTEL_VERL_FILE_DIR``; ``starts_run``: this process is the launcher (named so in the
+    ``distro-*`` files in ``OTEL_VERL_FILE_DIR``; ``starts_run``: this process is the launcher (named so in the
     file names), else the files say ``unknown`` (the role is not known before verl's code runs).
     Returns the signals redirected."""
     identity = Identity(role=semconv.ROLE_LAUNCHER if starts_run else semconv.ROLE_UNKNOWN)
