@@ -33,17 +33,22 @@ _FILE_MODULE = "opentelemetry.exporter.otlp.json.file"
 _EFFECT = "its JSON-file exporter keeps writing to the console"
 
 
+def _sdk_private(obj: Any, path: str, owner: str, whose: str, **default: Any) -> Any:
+    """``obj``'s private ``path`` (``owner``: the SDK class that has it), through ``private_api``:
+    said once, naming ``whose`` JSON-file exporter stays on the console, when it is gone."""
+    return private_api.attribute(obj, path, name=f"{owner}.{path}", dists=_SDK, effect=f"{whose}: {_EFFECT}", **default)
+
+
 def _span_exporters(provider: Any) -> list[Any]:
     from opentelemetry.sdk.trace import TracerProvider
 
     if not isinstance(provider, TracerProvider):
         return []
-    processors = private_api.attribute(
+    processors = _sdk_private(
         provider,
         "_active_span_processor._span_processors",
-        name="opentelemetry.sdk.trace.TracerProvider._active_span_processor._span_processors",
-        dists=_SDK,
-        effect=f"the global tracer provider: {_EFFECT}",
+        "opentelemetry.sdk.trace.TracerProvider",
+        "the global tracer provider",
         default=(),
     )
     return [getattr(p, "span_exporter", None) for p in processors]  # public on the SDK's span processors
@@ -55,25 +60,11 @@ def _metric_exporters(provider: Any) -> list[Any]:
 
     if not isinstance(provider, MeterProvider):
         return []
-    readers = private_api.attribute(
-        provider,
-        "_metric_readers",
-        name="opentelemetry.sdk.metrics.MeterProvider._metric_readers",
-        dists=_SDK,
-        effect=f"the global meter provider: {_EFFECT}",
-        default=(),
-    )
-    return [
-        private_api.attribute(
-            r,
-            "_exporter",
-            name="opentelemetry.sdk.metrics.export.PeriodicExportingMetricReader._exporter",
-            dists=_SDK,
-            effect=f"the global meter provider: {_EFFECT}",
-        )
-        for r in readers
-        if isinstance(r, PeriodicExportingMetricReader)
-    ]
+    whose = "the global meter provider"
+    readers = _sdk_private(provider, "_metric_readers", "opentelemetry.sdk.metrics.MeterProvider", whose, default=())
+    owner = "opentelemetry.sdk.metrics.export.PeriodicExportingMetricReader"
+    periodic = [r for r in readers if isinstance(r, PeriodicExportingMetricReader)]
+    return [_sdk_private(r, "_exporter", owner, whose) for r in periodic]
 
 
 def _log_exporters(provider: Any) -> list[Any]:
@@ -82,12 +73,11 @@ def _log_exporters(provider: Any) -> list[Any]:
 
     if not isinstance(provider, LoggerProvider):
         return []
-    processors = private_api.attribute(
+    processors = _sdk_private(
         provider,
         "_multi_log_record_processor._log_record_processors",
-        name="opentelemetry.sdk._logs.LoggerProvider._multi_log_record_processor._log_record_processors",
-        dists=_SDK,
-        effect=f"the global logger provider: {_EFFECT}",
+        "opentelemetry.sdk._logs.LoggerProvider",
+        "the global logger provider",
         default=(),
     )
     found = []
@@ -100,8 +90,7 @@ def _log_exporters(provider: Any) -> list[Any]:
             else None
         )
         if path is not None:
-            name = f"opentelemetry.sdk._logs.export.{type(p).__name__}.{path}"
-            found.append(private_api.attribute(p, path, name=name, dists=_SDK, effect=f"a log processor: {_EFFECT}"))
+            found.append(_sdk_private(p, path, f"opentelemetry.sdk._logs.export.{type(p).__name__}", "a log processor"))
     return found
 
 
