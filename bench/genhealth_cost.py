@@ -12,6 +12,12 @@ the check included) and the event loop thread's whole CPU (``time.thread_time``:
 ours), with the check's share of each; and the check alone, 2,000 calls on one response.
 
 ``python bench/genhealth_cost.py [--rounds 3] [--lengths 16,1024,8192] [--shapes random,loop]``
+
+``--guard``: instead, the guard's measure in the TaskRunner (``hooks.guard.generation``: at most
+``SCAN`` responses of the training batch per step) on v0 batches of ``B`` responses x ``L`` tokens
+(a quarter of them loops), side by side with verl's own ``compute_advantage`` (GRPO, 16 per group)
+on the same batch, the call the measure follows: CPU ms per step on the training thread.
+``python bench/genhealth_cost.py --guard [--rounds 5] [--batches 1024,4096] [--lengths 1024,4096]``
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import statistics
 import time
 
 import _tail_micro as tm  # sets the exporters' environment, as the micro benchmark runs
-from _util import machine, table
+from _util import interleaved, machine, table
 
 from otel_verl import VerlInstrumentor
 
@@ -67,12 +73,93 @@ def _responses(length: int, shape: str) -> list[int]:
     return [rng.randrange(150_000) for _ in range(length)]
 
 
+def _guard_batch(batch: int, length: int):
+    """A v0 batch after the reward: right-padded responses of random lengths up to ``length``, a
+    quarter loops at the limit, GRPO groups of 16 (``uid``), a reward on each response's last token."""
+    import torch
+    from verl import DataProto
+
+    gen = torch.Generator().manual_seed(batch + length)
+    responses = torch.randint(1, 150_000, (batch, length), generator=gen)
+    lengths = torch.randint(length // 4, length + 1, (batch,), generator=gen)
+    loops = torch.arange(batch) % 4 == 3
+    lengths[loops] = length
+    responses[loops] = torch.tensor(_responses(length, "loop"))
+    mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    responses *= mask
+    rewards = torch.zeros(batch, length)
+    rewards[torch.arange(batch), lengths - 1] = torch.rand(batch, generator=gen)
+    prompts = torch.ones(batch, 64, dtype=torch.long)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "attention_mask": torch.cat([prompts, mask], dim=1),
+            "response_mask": mask,
+            "token_level_rewards": rewards,
+        },
+        non_tensors={"uid": np.array([str(i // 16) for i in range(batch)], dtype=object)},
+    )
+
+
+def guard_main(args: argparse.Namespace) -> None:
+    from verl.trainer.ppo import ray_trainer
+    from verl.trainer.ppo.core_algos import AdvantageEstimator
+
+    from otel_verl.hooks.guard import generation
+
+    rows = []
+    for batch in (int(x) for x in args.batches.split(",")):
+        for length in (int(x) for x in args.lengths.split(",")):
+            data = _guard_batch(batch, length)
+            limits = health.Limits(length, frozenset({0}))
+
+            def verl_step(data=data) -> float:
+                t = time.thread_time()
+                ray_trainer.compute_advantage(data, adv_estimator=AdvantageEstimator.GRPO, num_repeat=16)
+                return 1e3 * (time.thread_time() - t)
+
+            def guard_step(data=data, limits=limits) -> float:
+                t = time.thread_time()
+                found = generation.padded_shares(data.batch["responses"], data.batch["attention_mask"], limits)
+                assert found is not None
+                return 1e3 * (time.thread_time() - t)
+
+            verl_step(), guard_step()  # warm-up
+            got = interleaved({"verl": verl_step, "guard": guard_step}, args.rounds)
+            measured = min(batch, generation.SCAN)
+            rows.append(
+                [batch, length, measured, f"{got['guard']:.1f}", f"{1e3 * got['guard'] / measured:.0f}"]
+                + [f"{got['verl']:.1f}", f"{got['guard'] / got['verl']:.1%}"]
+            )
+    print(machine())
+    print(f"CPU ms per step on the training thread, median of {args.rounds} interleaved rounds")
+    print(
+        table(
+            [
+                "responses",
+                "tokens",
+                "measured",
+                "guard's measure",
+                "us per measured",
+                "verl's compute_advantage",
+                "measure / verl's",
+            ],
+            rows,
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lengths", default="16,1024,8192")
     parser.add_argument("--shapes", default="random,loop")
+    parser.add_argument("--guard", action="store_true", help="the guard's per-step measure in the TaskRunner")
+    parser.add_argument("--batches", default="1024,4096", help="--guard: responses per batch")
     args = parser.parse_args()
+    if args.guard:
+        return guard_main(args)
     lengths = [int(x) for x in args.lengths.split(",")]
 
     reward = RewardLoopWorker.__new__(RewardLoopWorker)

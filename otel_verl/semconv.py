@@ -350,6 +350,12 @@ LEGACY_SPAN_ROLLOUT_LLM_CALL = "verl.rollout.llm_call"
 DEGENERATE_LENGTH_LIMIT = "length_limit"  # as long as rollout.response_length
 DEGENERATE_EMPTY = "empty"  # no token but end-of-sequence / padding
 DEGENERATE_REPETITIVE = "repetitive"  # seq-rep-4 >= 0.5
+# the guard's own keys beside verl's values of a step (hooks/guard/generation.py): each kind's share of
+# the training batch's responses, measured in the TaskRunner; keys verl never logs
+GUARD_DEGENERATE_KEYS = {
+    kind: f"otel_verl/degenerate_ratio/{kind}"
+    for kind in (DEGENERATE_LENGTH_LIMIT, DEGENERATE_EMPTY, DEGENERATE_REPETITIVE)
+}
 # which trajectory trees are exported (hooks/rollout/keep.py): on the trajectory span of a kept tree
 KEPT_SLOWEST = "slowest"
 KEPT_ERROR = "error"

@@ -50,6 +50,7 @@ def all_hooks() -> list[Hook]:
     )
     from otel_verl.hooks.guard import actions as guard_actions
     from otel_verl.hooks.guard import checkpoint as guard_checkpoint
+    from otel_verl.hooks.guard import generation as guard_generation
 
     return [
         *stages.HOOKS,
@@ -63,5 +64,6 @@ def all_hooks() -> list[Hook]:
         *samples.HOOKS,
         *rollout.HOOKS,
         *guard_checkpoint.HOOKS,
+        *guard_generation.HOOKS,
         *guard_actions.HOOKS,  # last: its fit wrapper is the outermost (the others' flush runs inside it)
     ]

@@ -97,12 +97,6 @@ def pick(rows: Iterable[Any], limits: health.Limits | None, k: int, total: int) 
     return [(i, why, kinds_of.get(i, ())) for i, why in picked.items()]
 
 
-def _limits(trainer: Any) -> health.Limits:
-    """The agent loop workers' limits, from the same config: ``rollout.response_length``, the tokenizer's stops."""
-    rollout = getattr(getattr(getattr(trainer, "config", None), "actor_rollout_ref", None), "rollout", None)
-    return health.Limits.of(getattr(rollout, "response_length", None), getattr(trainer, "tokenizer", None))
-
-
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit]
 
@@ -167,7 +161,7 @@ def _samples_v0(data: Any) -> None:
         width = all_responses.shape[-1]
         lengths = batch["attention_mask"][:SCAN_MAX, -width:].sum(-1).tolist()
         rows = (all_responses[i, :n] for i, n in enumerate(lengths))
-        limits = _limits(trainer)
+        limits = health.Limits.of_trainer(trainer)
     picks = pick(rows, limits, k, len(all_responses))
     index = [i for i, _, _ in picks]
     prompts = _decode(tokenizer, batch["prompts"][index])
@@ -197,7 +191,7 @@ def _samples_v1(trainer: Any, batch: Any) -> None:
     scanned = trainer_base.tq.kv_batch_get(
         keys=real[:SCAN_MAX], partition_id=batch.partition_id, select_fields=["responses"]
     )
-    picks = pick(scanned["responses"].unbind(), _limits(trainer), k, len(real))
+    picks = pick(scanned["responses"].unbind(), health.Limits.of_trainer(trainer), k, len(real))
     keys = [real[i] for i, _, _ in picks]
     fields = ["prompts", "responses", "rm_scores"]
     try:

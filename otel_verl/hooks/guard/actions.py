@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections import ChainMap
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -64,6 +65,7 @@ class _Guard:
         self.stop_reason: str | None = None
         self.stopped_after: int | None = None
         self.without_checkpoint: str | None = None  # why a stop has no checkpoint of its step
+        self.added: tuple[int, dict[str, float]] | None = None  # otel-verl's own values of a step (add_values)
 
 
 _GUARD = _Guard()
@@ -117,6 +119,18 @@ def _evaluator() -> Evaluator:
     return _GUARD.evaluator
 
 
+def watches(keys: Iterable[str]) -> bool:
+    """Whether a rule the guard evaluates names one of ``keys`` (for a value measured only for it)."""
+    evaluator = _evaluator()
+    return any(evaluator.watches(key) for key in keys)
+
+
+def add_values(step: int, values: Mapping[str, float]) -> None:
+    """otel-verl's own values of training step ``step`` (``generation``), evaluated with verl's of
+    that step, under keys verl never logs; a step's values replace the last step's."""
+    _GUARD.added = (step, dict(values))
+
+
 Acted = list[tuple[Firing, str]]  # the step's firings, each with its action
 
 
@@ -125,6 +139,9 @@ def _evaluate(data: Mapping[str, Any]) -> tuple[int, Acted] | None:
     step = data.get(TRAINING_STEP_KEY)
     if not isinstance(step, int) or isinstance(step, bool):
         return None  # validation before training and other non-step logs
+    added, _GUARD.added = _GUARD.added, None
+    if added is not None and added[0] == step:
+        data = ChainMap(data, added[1])  # verl's own keys first: ours never shadow one of them
     firings = _evaluator().step(data, step)
     return step, [(f, _GUARD.actions[f.rule.name]) for f in firings]
 

@@ -342,6 +342,10 @@ class Evaluator:
             found = self._by_key[key] = tuple(r for r in self.rules if r.matches(key))
         return found
 
+    def watches(self, key: str) -> bool:
+        """Whether a rule evaluates ``key``: a value worth measuring for the guard."""
+        return bool(self._rules_for(key))
+
     def _track(self, rule: Rule, key: str) -> _Track:
         track = self._tracks.get((rule.name, key))
         if track is None:

@@ -56,6 +56,12 @@ class Limits:
         return cls.of(length, getattr(worker, "tokenizer", None))
 
     @classmethod
+    def of_trainer(cls, trainer: Any) -> Limits:
+        """In the TaskRunner, from the trainer's config (the workers' own): ``actor_rollout_ref.rollout``."""
+        rollout = getattr(getattr(getattr(trainer, "config", None), "actor_rollout_ref", None), "rollout", None)
+        return cls.of(getattr(rollout, "response_length", None), getattr(trainer, "tokenizer", None))
+
+    @classmethod
     def of(cls, length: Any, tokenizer: Any) -> Limits:
         """From a ``rollout.response_length`` and a tokenizer (the worker's, or the trainer's: the same config)."""
         max_length = length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None

@@ -223,7 +223,7 @@ def _guard_finding(firings: list[GuardFiring]) -> Finding:
         f = fs[0]
         value = "" if f.value is None else f"={f.value:.4g}"
         parts.append(
-            f"{rule} fired {len(fs)} time{'s' if len(fs) > 1 else ''}{_steps_text(x.step for x in fs)} "
+            f"{rule} fired {len(fs)} time{'s' if len(fs) > 1 else ''}{_steps_text({x.step for x in fs})} "
             f"({f.key}{value}; action {f.action})"
         )
     more = f"; and {len(by_rule) - MAX_SHOWN} more rules" if len(by_rule) > MAX_SHOWN else ""

@@ -250,6 +250,7 @@ def test_built_in_rules_cover_what_the_issue_asks():
         "grad_norm_rise": "rise",
         "entropy_fall": "fall",
         "rollout_policy_mismatch": "below",
+        "degenerate_responses": "above",
     }
     # the trends warn, they never stop a run by themselves; the others do what OTEL_VERL_GUARD_ACTION says
     assert {r.name: r.action for r in load_rules() if r.action} == {"grad_norm_rise": "alert", "entropy_fall": "alert"}
