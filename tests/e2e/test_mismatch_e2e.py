@@ -1,7 +1,7 @@
 """End-to-end: a rollout whose policy is not the trained one, on the real trainer (both drivers).
 
 The runs are tests/shared_runs.py's ``tail_run`` (no run of their own). Their rollout server adds
-Gaussian noise (sigma 1) to every log-prob it returns (``VERL_CPU_HARNESS_LOGPROB_NOISE``), as an
+Gaussian noise (sigma 2) to every log-prob it returns (``VERL_CPU_HARNESS_LOGPROB_NOISE``), as an
 engine whose weights or numerics disagree with the trainer's would: verl's own comparison with the
 trainer's recomputed log-probs (``training/rollout_actor_probs_pearson_corr``, ~0.997 on a healthy
 CPU run, test_verl_cpu.py) collapses, while training is unchanged (verl trains on its own
@@ -94,7 +94,8 @@ def test_the_guards_rule_fired_at_the_second_step_and_summary_says_so(run):
     out = io.StringIO()
     assert summary(run.telemetry_dir, out=out, err=io.StringIO()) == 0
     health = out.getvalue().split("\n\n")[0]  # its first block: the run's health
-    assert f"[check] guard: {RULE} fired 1 time at step 2 ({semconv.PROBS_CORRELATION_KEY}=" in health, health
+    (guard,) = [x for x in health.splitlines() if x.startswith("  [check] guard: ")]
+    assert f"{RULE} fired 1 time at step 2 ({semconv.PROBS_CORRELATION_KEY}=" in guard, health
     assert "would have fired: VerlRolloutPolicyMismatch from step 2" in health, health
 
 

@@ -17,11 +17,12 @@ test_mismatch_e2e.py, and sampled generations, checked in test_logs_e2e.py. Chec
 * the TaskRunner's ``verl.rollout.dispatch`` span with the wait before the workers start, counted in
   the step's ``waiting``;
 * v0: trajectories are in the step's trace; v1: their own traces, linked to the step's gen span;
-* generation health: the harness's switch that makes every 3rd sampled request answer a loop (one
+* generation health: the harness's switch that makes every 2nd sampled request answer a loop (one
   token up to the length limit) or an empty response, in turn, shows in each step's
   ``verl.rollout.degenerate_ratio`` and on the kept trajectories' spans, without their token ids;
   ``summary``'s health line names each kind with its share of the training responses as those
-  points say it;
+  points say it; the guard's ``degenerate_responses`` rule fires on the TaskRunner's own measure of
+  the training batch, with the action chosen for that rule (``record``);
 * goodput (v1): ``summary`` names the failed trajectories (not trained on, not counted by verl)
   beside the goodput buckets.
 """
@@ -33,7 +34,15 @@ from collections import defaultdict
 
 import pytest
 from support.points import latest_count
-from support.shared_runs import STEPS, TAIL_BUDGET, TAIL_SLOW_S, tail_run
+from support.shared_runs import (
+    GUARD_DEGENERATE_RULE,
+    STEPS,
+    TAIL_BUDGET,
+    TAIL_DEGENERATE_EVERY,
+    TAIL_FAIL_EVERY,
+    TAIL_SLOW_S,
+    tail_run,
+)
 
 from otel_verl import semconv
 from otel_verl.offline.facts.generation import percent
@@ -126,8 +135,8 @@ def _check_tail(run, driver):
 
 
 def _check_health(run):
-    """Each step's shares of degenerate responses (the harness's loops and empty answers: 2 or 3 of
-    each step's 8 sampled requests), and the kept trajectories that are degenerate say so."""
+    """Each step's shares of degenerate responses (the harness's loops and empty answers: 4 of each
+    step's 8 sampled requests), and the kept trajectories that are degenerate say so."""
     shares = defaultdict(set)
     for p in run.points:
         if p.name == semconv.M_ROLLOUT_DEGENERATE_RATIO and not p.attributes[semconv.ATTR_ROLLOUT_VALIDATE]:
@@ -241,3 +250,56 @@ def test_v1_every_steps_slowest_trajectory_keeps_its_tree_in_its_own_linked_trac
     assert int(named.group(1)) == len(failed)
     assert float(named.group(2)) == pytest.approx(sum(t.seconds for t in failed), abs=0.02)
     _check_health(run)
+
+
+def _harness_shares(driver: str, monkeypatch) -> dict[int, dict[str, float]]:
+    """Each step's repetitive and empty shares of the training batch, as the harness makes them: the
+    rollout server numbers its sampled requests (8 per step, one server), every
+    ``TAIL_DEGENERATE_EVERY``-th answers a loop or an empty response in turn (``hfcpu._degenerate``),
+    and on v1 every ``TAIL_FAIL_EVERY``-th fails: that trajectory is not in the batch."""
+    from verl_cpu_harness import hfcpu
+
+    monkeypatch.setenv(hfcpu.DEGENERATE_EVERY, str(TAIL_DEGENERATE_EVERY))
+    kinds = {hfcpu.LOOP: semconv.DEGENERATE_REPETITIVE, hfcpu.EMPTY: semconv.DEGENERATE_EMPTY}
+    out = {}
+    for step in range(1, STEPS + 1):
+        numbers = range(PER_STEP * (step - 1) + 1, PER_STEP * step + 1)
+        trained = [n for n in numbers if driver == "v0" or n % TAIL_FAIL_EVERY]
+        answers = [hfcpu._degenerate(n) for n in trained]
+        out[step] = {kind: answers.count(answer) / len(trained) for answer, kind in kinds.items()}
+    return out
+
+
+@pytest.mark.parametrize("driver", ["v0", "v1"])
+def test_the_guard_acts_on_the_batchs_degenerate_shares_by_the_action_chosen_for_its_rule(
+    verl_runs, driver, monkeypatch
+):
+    """The built-in ``degenerate_responses`` rule (above 0.2 two steps in a row) on the TaskRunner's
+    own measure of each training batch: it fires at step 2 for exactly the kinds the harness made
+    above the threshold at both steps, with the batch's share, and only records
+    (``OTEL_VERL_GUARD_ACTIONS``), while the mismatch rule at the same step alerts (the global
+    action); the console and ``summary`` say both."""
+    run = tail_run(verl_runs, driver)
+    expected = {}
+    shares = _harness_shares(driver, monkeypatch)
+    for kind in (semconv.DEGENERATE_REPETITIVE, semconv.DEGENERATE_EMPTY):
+        if all(shares[step][kind] > 0.2 for step in (1, 2)):
+            expected[(semconv.GUARD_DEGENERATE_KEYS[kind], 2)] = shares[2][kind]
+    assert expected, shares  # the harness's switch puts at least one kind above the rule's threshold
+    fired = defaultdict(list)
+    for s in run.spans:
+        if s.name == semconv.SPAN_GUARD:
+            for e in s.event_attributes(semconv.EVENT_GUARD_TRIGGERED):
+                fired[e[semconv.ATTR_GUARD_RULE]].append(e)
+    mine = fired[GUARD_DEGENERATE_RULE]
+    got = {(e[semconv.ATTR_METRIC_KEY], e[semconv.ATTR_STEP]): e[semconv.ATTR_GUARD_VALUE] for e in mine}
+    assert got == pytest.approx(expected), shares
+    assert {e[semconv.ATTR_GUARD_ACTION] for e in mine} == {"record"}
+    assert [e[semconv.ATTR_GUARD_ACTION] for e in fired["rollout_policy_mismatch"]] == ["alert"]
+    for key, step in expected:
+        assert f"otel-verl guard: rule {GUARD_DEGENERATE_RULE} at step {step}: {key}=" in run.output
+    assert re.search(rf"otel-verl guard: rule {GUARD_DEGENERATE_RULE} at step 2: .*; action: record", run.output)
+    line = next(x for x in lines(build(run.telemetry_dir)) if "guard:" in x)
+    n = len(expected)
+    assert f"{GUARD_DEGENERATE_RULE} fired {n} time{'s' if n > 1 else ''} at step 2 (" in line, line
+    assert "; action record)" in line and "; action alert)" in line, line

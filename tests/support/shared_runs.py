@@ -3,11 +3,12 @@
 its own: a verl run on CPU costs about a minute of CI, whatever it checks.
 
 * ``tail_run``: one per driver, 2 steps, no validation, with the harness's rollout faults (every
-  5th sampled request 1 s slow; every 3rd a loop or an empty answer; noisy rollout log-probs; on
+  5th sampled request 1 s slow; every 2nd a loop or an empty answer; noisy rollout log-probs; on
   v1 every 7th request fails), a rollout span budget below the trajectories per step, and sampled
   generations on beside verl's own dump (``trainer.rollout_data_dir``). Read by
-  test_rollout_tail_e2e (the long tail), test_mismatch_e2e (rollout/training mismatch),
-  test_logs_e2e (samples against verl's dump) and tests/ops/test_query_grammar.
+  test_rollout_tail_e2e (the long tail, generation health and the guard's rule on it),
+  test_mismatch_e2e (rollout/training mismatch), test_logs_e2e (samples against verl's dump) and
+  tests/ops/test_query_grammar.
 * ``UserCodeRuns``: one per driver, 2 steps, user code on the plain OpenTelemetry API (a custom
   reward function that POSTs each response to an HTTP endpoint, a custom agent loop:
   ``verl_cpu_harness.user_telemetry``) with every instrumentation ``opentelemetry-bootstrap -a
@@ -38,6 +39,10 @@ KILLED_STEPS = 3
 TAIL_BUDGET = 3  # rollout trees kept per step: below the 8 trajectories of a step
 TAIL_SLOW_S = 1.0
 TAIL_FAIL_EVERY = 7  # v1 only: on v0 a failed trajectory fails the step
+# every 2nd sampled request answers a loop or an empty response, in turn: a quarter of a step's 8
+# responses each, above the guard's degenerate_responses threshold (0.2) at both steps
+TAIL_DEGENERATE_EVERY = 2
+GUARD_DEGENERATE_RULE = "degenerate_responses"
 SAMPLES_PER_STEP = 3
 SAMPLED = {
     "OTEL_VERL_SAMPLES": "true",
@@ -48,8 +53,13 @@ TAIL_ENV = {
     "OTEL_VERL_ROLLOUT_SPANS_PER_STEP": str(TAIL_BUDGET),
     "OTEL_VERL_ROLLOUT_SLOWEST_PER_STEP": "1",
     "VERL_CPU_HARNESS_SLOW_EVERY": f"5:{TAIL_SLOW_S}",
-    "VERL_CPU_HARNESS_LOGPROB_NOISE": "1.0",  # test_mismatch_e2e.py's
-    "VERL_CPU_HARNESS_DEGENERATE_EVERY": "3",  # generation health: loops and empty answers
+    # test_mismatch_e2e.py's; sigma 2: with a quarter of the responses loops (whose probabilities the
+    # noise leaves correlated), sigma 1 left verl's correlation at 0.51 at a v1 step
+    "VERL_CPU_HARNESS_LOGPROB_NOISE": "2.0",
+    "VERL_CPU_HARNESS_DEGENERATE_EVERY": str(TAIL_DEGENERATE_EVERY),  # generation health
+    # the guard's generation-health rule only records (its action chosen per rule); the mismatch rule
+    # keeps the global action (alert)
+    "OTEL_VERL_GUARD_ACTIONS": f"{GUARD_DEGENERATE_RULE}=record",
     **SAMPLED,
 }
 
