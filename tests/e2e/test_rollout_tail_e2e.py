@@ -22,18 +22,22 @@ test_mismatch_e2e.py, and sampled generations, checked in test_logs_e2e.py. Chec
   ``verl.rollout.degenerate_ratio`` and on the kept trajectories' spans, without their token ids;
   ``summary``'s health line names each kind with its share of the training responses as those
   points say it; the guard's ``degenerate_responses`` rule fires on the TaskRunner's own measure of
-  the training batch, with the action chosen for that rule (``record``);
+  the training batch, with the action chosen for that rule (``record``), and
+  ``VerlRolloutDegenerateResponses`` fires on the run's own series;
 * goodput (v1): ``summary`` names the failed trajectories (not trained on, not counted by verl)
   beside the goodput buckets.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 
 import pytest
+from support.opskit import require_tool
 from support.points import latest_count
+from support.promreplay import Replay, run_series
 from support.shared_runs import (
     GUARD_DEGENERATE_RULE,
     STEPS,
@@ -53,6 +57,7 @@ pytestmark = pytest.mark.e2e
 
 PER_STEP = 4 * 2  # train_batch_size x rollout.n
 MAX_RESPONSE = 16  # the harness's data.max_response_length
+MIN = 60
 
 
 def _train(spans):
@@ -303,3 +308,29 @@ def test_the_guard_acts_on_the_batchs_degenerate_shares_by_the_action_chosen_for
     n = len(expected)
     assert f"{GUARD_DEGENERATE_RULE} fired {n} time{'s' if n > 1 else ''} at step 2 (" in line, line
     assert "; action record)" in line and "; action alert)" in line, line
+
+
+@pytest.mark.parametrize("driver", ["v0", "v1"])
+def test_the_degenerate_alert_fires_on_the_runs_own_series(verl_runs, driver, monkeypatch, tmp_path):
+    """``VerlRolloutDegenerateResponses`` on the run's own ``verl.rollout.degenerate_ratio`` series
+    (its one agent-loop worker's), replayed stretched to two hours (``promreplay``): silent inside its
+    15 minutes' ``for``; where the worker's last share shows, firing for exactly the kinds the harness
+    put above 0.2 at both steps (as the guard's rule: the shares change at that point)."""
+    require_tool("promtool")
+    run = tail_run(verl_runs, driver)
+    shares = _harness_shares(driver, monkeypatch)
+    expected = {kind for kind in shares[STEPS] if all(shares[step][kind] > 0.2 for step in shares)}
+    assert expected, shares
+    replay = Replay.stretched(run_series(run.telemetry_dir), "verl_training_step", 2 * 3600)
+    training = {"verl_rollout_validate": "false"}
+    first = replay.after("verl_rollout_degenerate_ratio", **training)
+    # the grid point where the worker's last export shows (its series end there: the process ends)
+    last = math.ceil(replay.last("verl_rollout_degenerate_ratio", **training) / replay.step_s - 1e-9) * replay.step_s
+    assert last - first > 30 * MIN, (first, last)
+    alert = "VerlRolloutDegenerateResponses"
+    got = replay.alerts(tmp_path, [(alert, first + 4 * MIN), (alert, last)])
+    assert got[(alert, first + 4 * MIN)] == []
+    fired = got[(alert, last)]
+    assert {a["verl_rollout_degenerate_kind"] for a in fired} == expected, (fired, shares)
+    run_id = {s.labels["verl_run_id"] for s in replay.find("verl_training_step")}.pop()
+    assert {a["verl_run_id"] for a in fired} == {run_id}

@@ -342,6 +342,7 @@ AS_IT_HAPPENED = {  # the run had the failure itself
     "VerlStallDoctorStalled": "tests/e2e/faults/test_stall.py (a rollout server that stops answering)",
     "VerlTrainingStalled": "tests/e2e/faults/test_stall.py (replayed slower: its stall lasts hours)",
     "VerlRolloutPolicyMismatch": "tests/e2e/test_mismatch_e2e.py (a rollout server returning noisy log-probs)",
+    "VerlRolloutDegenerateResponses": "tests/e2e/test_rollout_tail_e2e.py (loops and empty answers)",
 }
 WHAT_IF = {  # the failure put into the values of a healthy run's own series
     **dict.fromkeys(
@@ -354,7 +355,6 @@ WHAT_IF = {  # the failure put into the values of a healthy run's own series
             "VerlThroughputDrop",
             "VerlWeightSyncGrowing",
             "VerlRolloutLongTail",
-            "VerlRolloutDegenerateResponses",
         ),
         "tests/e2e/test_alerts_replayed.py (the shared v0 PPO run)",
     ),
