@@ -12,13 +12,15 @@ or at the latest after ``KILL_AFTER_S``. The shipped stall alerts fire on the se
 exported (``promreplay``). On v1 the TaskRunner is stalled in the replay buffer's wait for step 2's
 last prompt group: its record names it, with the replica its LLM calls went to
 (``hooks/waiting_for.py``, ``hooks/poll_lag.py``). (v0 hung in a rollout had a run
-of its own until the validation run showed every check on v0 too: ~110 s of CI.)"""
+of its own until the validation run showed every check on v0 too: ~110 s of CI.) The two runs
+are made side by side (``hung_runs``): most of the v0 run is waiting."""
 
 from __future__ import annotations
 
 import json
 import re
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +30,7 @@ from support.opskit import require_tool
 from support.promreplay import Replay, run_series
 
 from otel_verl import semconv
+from otel_verl.offline.otlp_files import read_spans
 
 pytestmark = pytest.mark.e2e
 
@@ -78,6 +81,24 @@ def _all_reported(records: list[tuple[dict, dict]]) -> bool:
     return said and ROLES <= roles and all(any(c.startswith(w) for c in classes) for w in CLASSES)
 
 
+class _Training:
+    """Sets ``event`` once the run's TaskRunner exported its ``verl.init`` span: its workers are up
+    and ``fit`` (the first, slow validation) begins within the span processor's delay."""
+
+    def __init__(self, telemetry_dir, event: threading.Event) -> None:
+        self._dir = telemetry_dir
+        self._event = event
+
+    def __call__(self) -> bool:
+        if not self._event.is_set():
+            try:
+                if any(s.name == semconv.SPAN_INIT for s in read_spans(self._dir)):
+                    self._event.set()
+            except Exception:  # noqa: BLE001 - a file being written: next second (a raise would leave the job running)
+                pass
+        return False
+
+
 def _hung_in_rollout(tmp_path_factory, run_verl_instrumented):
     """v1: one of step 2's prompt groups hangs in the rollout server's generation."""
     workdir = tmp_path_factory.mktemp("stall-v1")
@@ -96,15 +117,15 @@ def _hung_in_rollout(tmp_path_factory, run_verl_instrumented):
     return run
 
 
-@pytest.fixture(scope="module")
-def hung_in_validation(tmp_path_factory, run_verl_instrumented):
-    """v0: every validation slow, step 2's hung (above)."""
+def _hung_in_validation(tmp_path_factory, run_verl_instrumented, training: threading.Event):
+    """v0: every validation slow, step 2's hung (above); ``training`` set once its ``fit`` begins."""
     workdir = tmp_path_factory.mktemp("stall-validation")
     env = {
         "VERL_CPU_HARNESS_SLOW_VALIDATION": str(SLOW_VALIDATION_S),
         "VERL_CPU_HARNESS_HANG_VALIDATION_AFTER": str(2 * VAL_PROMPTS),
         "OTEL_VERL_STALL_AFTER": str(STALL_AFTER),
     }
+    began, reported = _Training(workdir / "telemetry", training), _AllReported(workdir / "telemetry")
     run = run_verl_instrumented(
         workdir,
         "v0",
@@ -113,10 +134,53 @@ def hung_in_validation(tmp_path_factory, run_verl_instrumented):
         test_freq=1,
         env=env,
         timeout_s=KILL_AFTER_S + 180,  # three 32 s validations and the hung one's 30 s beyond its usual
-        kill_when=_AllReported(workdir / "telemetry"),
+        kill_when=lambda: began() or reported(),
     )
     print(f"stall-validation: killed after {run.wall_s:.0f} s")
     return run
+
+
+# The v0 run waits ~130 s of its ~200 s (its validations sleep, then the hang and the limit): the v1
+# run starts once the v0 one trains, so that its start-up (~55 s of CPU) and its own hang overlap
+# those waits (~100 s of CI). The stall clocks start at ``fit``, after each start-up: v1's step 1
+# comes while v0 sleeps or hangs; v0's step 1 (a few seconds) may run beside v1's start-up, with
+# 2 x STALL_AFTER - 32 s of room (above). Without that signal, v1 starts after ``V1_START_AFTER_S``.
+V1_START_AFTER_S = 240
+
+
+@pytest.fixture(scope="module")
+def hung_runs(tmp_path_factory, run_verl_instrumented) -> dict[str, Any]:
+    """driver -> its hung run (or what its making raised), the two made side by side (above)."""
+    training = threading.Event()
+    runs: dict[str, Any] = {}
+
+    def v0() -> None:
+        try:
+            runs["v0"] = _hung_in_validation(tmp_path_factory, run_verl_instrumented, training)
+        except BaseException as exc:  # noqa: BLE001 - raised again where the run is read
+            runs["v0"] = exc
+        finally:
+            training.set()
+
+    thread = threading.Thread(target=v0, name="stall-v0", daemon=True)
+    thread.start()
+    training.wait(V1_START_AFTER_S)
+    try:
+        runs["v1"] = _hung_in_rollout(tmp_path_factory, run_verl_instrumented)
+    finally:
+        thread.join()
+    return runs
+
+
+def _made(runs: dict[str, Any], driver: str) -> Any:
+    if isinstance(runs[driver], BaseException):
+        raise runs[driver]
+    return runs[driver]
+
+
+@pytest.fixture(scope="module")
+def hung_in_validation(hung_runs):
+    return _made(hung_runs, "v0")
 
 
 @dataclass
@@ -128,11 +192,11 @@ class Hung:
 
 
 @pytest.fixture(scope="module", params=["v1-rollout", "v0-validation"])
-def hung(request, tmp_path_factory, run_verl_instrumented) -> Hung:
+def hung(request, hung_runs) -> Hung:
     """Every check of a hang, on both hung runs: v1 stuck in a step's rollout, v0 in its validation."""
     if request.param == "v1-rollout":
-        return Hung(_hung_in_rollout(tmp_path_factory, run_verl_instrumented), "_stuck_in_generate", [1], [1])
-    return Hung(request.getfixturevalue("hung_in_validation"), "_stuck_in_validation", [0, 1], [1, 2])
+        return Hung(_made(hung_runs, "v1"), "_stuck_in_generate", [1], [1])
+    return Hung(_made(hung_runs, "v0"), "_stuck_in_validation", [0, 1], [1, 2])
 
 
 def _records(run) -> list[tuple[dict, dict]]:

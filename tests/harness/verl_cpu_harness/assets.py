@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,7 +152,18 @@ def _make_tokenizer():
     )
 
 
+# One model made at a time in a process: tests that run faults side by side make their runs' assets
+# in threads, and transformers' lazy imports are not thread-safe (two first imports at once: an
+# ImportError of GenerationConfig in one), nor is torch's global generator that seeds the weights.
+_MODEL_LOCK = threading.Lock()
+
+
 def _make_model(model_dir: Path, model: str = "tiny") -> None:
+    with _MODEL_LOCK:
+        _make_model_locked(model_dir, model)
+
+
+def _make_model_locked(model_dir: Path, model: str) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
