@@ -45,7 +45,7 @@ from otel_verl.config import settings
 from otel_verl.hooks import targets
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.rollout import health
-from otel_verl.hooks.trainer import driver
+from otel_verl.hooks.trainer import driver, real_keys
 from otel_verl.process.state import PROCESS
 
 
@@ -187,7 +187,7 @@ def _samples_v1(trainer: Any, batch: Any) -> None:
     from verl.trainer.ppo.v1 import trainer_base
 
     k = settings().samples_per_step
-    real = [key for key, tag in zip(batch.keys, batch.tags, strict=False) if not tag.get("is_padding", False)]
+    real = real_keys(batch)
     scanned = trainer_base.tq.kv_batch_get(
         keys=real[:SCAN_MAX], partition_id=batch.partition_id, select_fields=["responses"]
     )

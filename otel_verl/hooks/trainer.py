@@ -43,6 +43,11 @@ def driver(trainer: Any) -> str:
     return semconv.DRIVER_V0
 
 
+def real_keys(batch: Any) -> list[Any]:
+    """A v1 batch's TransferQueue keys (``KVBatchMeta``) without the padding rows verl adds."""
+    return [key for key, tag in zip(batch.keys, batch.tags, strict=False) if not tag.get("is_padding", False)]
+
+
 def epoch_of(trainer: Any, global_step: int) -> int | None:
     """The epoch of ``global_step``, derived the way each driver counts it."""
     try:

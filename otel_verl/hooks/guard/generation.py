@@ -24,7 +24,7 @@ Hook points, in the TaskRunner, where the batch is (as ``samples``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from otel_verl import semconv
@@ -34,7 +34,7 @@ from otel_verl.hooks import targets
 from otel_verl.hooks.guard import actions
 from otel_verl.hooks.hookset import Hook
 from otel_verl.hooks.rollout import health
-from otel_verl.hooks.trainer import driver
+from otel_verl.hooks.trainer import driver, real_keys
 from otel_verl.process.state import PROCESS
 
 SCAN = 256  # responses measured per step: a share's standard error is at most ~3 points
@@ -98,10 +98,6 @@ def _compute_advantage_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: A
     return result
 
 
-def _real_keys(batch: Any) -> Sequence[Any]:
-    return [key for key, tag in zip(batch.keys, batch.tags, strict=False) if not tag.get("is_padding", False)]
-
-
 @safe("guard: generation health (v1)")
 def _measure_v1(trainer: Any, batch: Any) -> None:
     step = _step(trainer)
@@ -109,7 +105,7 @@ def _measure_v1(trainer: Any, batch: Any) -> None:
         return
     from verl.trainer.ppo.v1 import trainer_base
 
-    real = _real_keys(batch)
+    real = real_keys(batch)
     if not real:
         return
     keys = [real[i] for i in spread(len(real))]
