@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support.batches import right_padded
 
 from otel_verl import config, semconv
 from otel_verl.hooks import samples
@@ -112,11 +113,7 @@ def _degenerate_batch():
 
     rows = [[4, 5, 6], [1, 2, 3, 4, 5, 6, 7, 8], [5, 6, 7], LOOP, [9], [6, 7, 8]]
     n = len(rows)
-    responses = torch.zeros(n, WIDTH, dtype=torch.long)
-    mask = torch.zeros(n, WIDTH, dtype=torch.long)
-    for i, row in enumerate(rows):
-        responses[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
+    responses, mask = right_padded(rows, WIDTH)
     prompts = torch.tensor([[0, 1, 2, 3]] * n) + torch.arange(n).unsqueeze(1) * torch.tensor([0, 1, 1, 1])
     scores = torch.zeros(n, WIDTH)
     scores[:, 0] = torch.arange(n, dtype=torch.float32) / 4

@@ -8,6 +8,7 @@ import types
 
 import pytest
 import torch
+from support.batches import right_padded
 
 from otel_verl import config, semconv
 from otel_verl.hooks.guard import generation
@@ -26,11 +27,7 @@ def _batch(rows: list[list[int]]):
     from verl import DataProto
 
     n = len(rows)
-    responses = torch.zeros(n, WIDTH, dtype=torch.long)
-    mask = torch.zeros(n, WIDTH, dtype=torch.long)
-    for i, row in enumerate(rows):
-        responses[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
+    responses, mask = right_padded(rows, WIDTH)
     prompts = torch.ones(n, 4, dtype=torch.long)
     return DataProto.from_dict(
         tensors={"prompts": prompts, "responses": responses, "attention_mask": torch.cat([prompts, mask], dim=1)}
